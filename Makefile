@@ -1,0 +1,40 @@
+# The Makefile is the interface everyone uses; CI runs `make test` through .ci/run.
+SHELL := /bin/bash
+GO ?= go
+# golangci-lint v2 and staticcheck are pinned in hack/tools/go.mod (tool directives).
+LINT := $(GO) tool -modfile=$(CURDIR)/hack/tools/go.mod golangci-lint
+# Nested modules that are linted and unit-tested on their own.
+MODULES := . $(wildcard hack/k8sbins) $(wildcard test/e2e)
+E2E_FLAGS ?=
+BENCH ?= .
+FUZZTIME ?= 30s
+
+.PHONY: test unit lint bench e2e fuzz cgo0
+
+## test: everything CI runs: lint, unit tests (race), e2e against real peers.
+test: lint unit e2e
+
+## unit: unit, conformance and example tests of the root module with the race detector.
+unit: cgo0
+	$(GO) test -race -count=1 ./...
+
+## cgo0: the codec, handshake and scheduler side must build without cgo.
+cgo0:
+	CGO_ENABLED=0 $(GO) build ./annotation/... ./handshake/...
+
+## lint: gofmt, go vet and golangci-lint (config .golangci.yml) over every module.
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@for m in $(MODULES); do echo "== lint $$m"; (cd $$m && $(GO) vet ./... && $(LINT) run --config $(CURDIR)/.golangci.yml ./...) || exit 1; done
+
+## bench: benchmarks with their baselines in the same run (ratios readable from one output).
+bench:
+	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem ./...
+
+## fuzz: run every fuzz target for FUZZTIME each.
+fuzz:
+	@hack/fuzz.sh $(FUZZTIME)
+
+## e2e: tests against real peers (kube-apiserver, etcd, kube-scheduler, kubelet device manager).
+e2e:
+	@if [ -x hack/e2e.sh ]; then hack/e2e.sh $(E2E_FLAGS); else echo "e2e: no real-peer suite yet"; fi

@@ -1,0 +1,3 @@
+module github.com/hamireg/hamireg
+
+go 1.26

@@ -1,0 +1,3 @@
+module github.com/hamireg/hamireg/hack/tools
+
+go 1.26
