@@ -32,7 +32,11 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	defer s.Close()
+	defer func() {
+		if err := s.Close(); err != nil {
+			fmt.Println(err)
+		}
+	}()
 
 	res, err := s.Scan(context.Background())
 	if err != nil {

@@ -22,7 +22,7 @@ var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
 // waitTicker waits until Run has created its probe ticker on the fake clock, so that a Step
 // reaches it.
-func waitTicker(t testing.TB, fc *testingclock.FakeClock) {
+func waitTicker(t *testing.T, fc *testingclock.FakeClock) {
 	t.Helper()
 	eventually(t, "Run's probe ticker", fc.HasWaiters)
 }
@@ -250,7 +250,7 @@ func TestHealthWaitFailure(t *testing.T) {
 func TestHealthUnidentifiedGPU(t *testing.T) {
 	t.Parallel()
 	tests := map[string]nvml.Device{
-		"nil device":      nil,
+		"nil device":       nil,
 		"UUID query fails": &mock.Device{GetUUIDFunc: func() (string, nvml.Return) { return "", nvml.ERROR_GPU_IS_LOST }},
 	}
 	for name, dev := range tests {

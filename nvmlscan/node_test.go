@@ -48,7 +48,7 @@ type node struct {
 
 // newNode wires srv (8 GPUs). It must be called before the scanner uses srv: the Func fields
 // are plain struct fields.
-func newNode(t testing.TB, srv *server.Server) *node {
+func newNode(t *testing.T, srv *server.Server) *node {
 	t.Helper()
 	n := &node{srv: srv, sysfs: fstest.MapFS{}, events: make(chan event, 16)}
 	if len(srv.Devices) > len(dgxBusIDs) {
@@ -113,7 +113,7 @@ func (n *node) xid(i int, xid uint64) {
 
 // newScanner creates a scanner over the node with the node's sysfs and closes it at the end of
 // the test.
-func newScanner(t testing.TB, n *node, opts nvmlscan.Options) *nvmlscan.Scanner {
+func newScanner(t *testing.T, n *node, opts nvmlscan.Options) *nvmlscan.Scanner {
 	t.Helper()
 	if opts.Sysfs == nil {
 		opts.Sysfs = n.sysfs
@@ -131,7 +131,7 @@ func newScanner(t testing.TB, n *node, opts nvmlscan.Options) *nvmlscan.Scanner 
 }
 
 // scan scans and fails the test on error.
-func scan(ctx context.Context, t testing.TB, s *nvmlscan.Scanner) nvmlscan.Result {
+func scan(ctx context.Context, t *testing.T, s *nvmlscan.Scanner) nvmlscan.Result {
 	t.Helper()
 	res, err := s.Scan(ctx)
 	if err != nil {
@@ -142,7 +142,7 @@ func scan(ctx context.Context, t testing.TB, s *nvmlscan.Scanner) nvmlscan.Resul
 
 // startRun runs s.Run in a goroutine and returns a function that stops it and returns its
 // error.
-func startRun(ctx context.Context, t testing.TB, s *nvmlscan.Scanner) (stop func() error) {
+func startRun(ctx context.Context, t *testing.T, s *nvmlscan.Scanner) (stop func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(ctx)
 	errc := make(chan error, 1)
@@ -177,7 +177,7 @@ func testContext(t *testing.T) context.Context {
 }
 
 // eventually polls cond until it holds or 10 s passed.
-func eventually(t testing.TB, what string, cond func() bool) {
+func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !cond() {
@@ -189,7 +189,7 @@ func eventually(t testing.TB, what string, cond func() bool) {
 }
 
 // waitChanged waits for a health notification.
-func waitChanged(t testing.TB, s *nvmlscan.Scanner) {
+func waitChanged(t *testing.T, s *nvmlscan.Scanner) {
 	t.Helper()
 	select {
 	case <-s.HealthChanged():

@@ -132,7 +132,7 @@ func TestScanDeviceFailure(t *testing.T) {
 	const bad = 3
 	tests := map[string]struct {
 		opts      nvmlscan.Options
-		breakGPU    func(srv *server.Server, d *server.Device)
+		breakGPU  func(srv *server.Server, d *server.Device)
 		op        nvmlscan.Op
 		is        []error
 		text      string
