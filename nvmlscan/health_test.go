@@ -11,6 +11,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/hamireg/hamireg/nvmlscan"
+	"github.com/hamireg/hamireg/nvmlscan/nvmlscantest"
 )
 
 // fastHealth makes Run return quickly in tests.
@@ -34,7 +35,7 @@ func TestHealthXIDAndRecovery(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
 	fc := testingclock.NewFakeClock(t0)
-	n := newNode(t, dgxh100.New())
+	n := nvmlscantest.NewNode(t, dgxh100.New())
 	opts := nvmlscan.Options{Clock: fc, Health: fastHealth()}
 	opts.Health.QuietPeriod = 5 * time.Minute
 	opts.Health.ProbeInterval = 30 * time.Second
@@ -42,13 +43,13 @@ func TestHealthXIDAndRecovery(t *testing.T) {
 	stop := startRun(ctx, t, s)
 	waitTicker(t, fc)
 
-	n.xid(2, 79)
+	n.XID(2, 79)
 	waitChanged(t, s)
 	if got := health(scan(ctx, t, s)); got[2] || !got[1] || !got[3] {
 		t.Fatalf("after XID 79 on GPU 2: health %v", got)
 	}
 	u := s.Unhealthy()
-	if len(u) != 1 || u[0].UUID != n.uuid(2) || u[0].XID != 79 || !u[0].Since.Equal(t0) || u[0].Persistent {
+	if len(u) != 1 || u[0].UUID != n.UUID(2) || u[0].XID != 79 || !u[0].Since.Equal(t0) || u[0].Persistent {
 		t.Fatalf("Unhealthy() = %+v", u)
 	}
 
@@ -58,7 +59,7 @@ func TestHealthXIDAndRecovery(t *testing.T) {
 	}
 
 	// A second XID restarts the quiet period.
-	n.xid(2, 48)
+	n.XID(2, 48)
 	eventually(t, "second XID recorded", func() bool {
 		u := s.Unhealthy()
 		return len(u) == 1 && u[0].XID == 48
@@ -85,8 +86,8 @@ func TestHealthXIDAndRecovery(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Errorf("Run: %v", err)
 	}
-	if n.freed.Load() != 1 {
-		t.Errorf("event set freed %d times, want 1", n.freed.Load())
+	if n.Freed() != 1 {
+		t.Errorf("event set freed %d times, want 1", n.Freed())
 	}
 }
 
@@ -96,10 +97,10 @@ func TestHealthRecoveryByScan(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
 	fc := testingclock.NewFakeClock(t0)
-	n := newNode(t, dgxh100.New())
+	n := nvmlscantest.NewNode(t, dgxh100.New())
 	s := newScanner(t, n, nvmlscan.Options{Clock: fc, Health: fastHealth()})
 	stop := startRun(ctx, t, s)
-	n.xid(0, 94)
+	n.XID(0, 94)
 	waitChanged(t, s)
 	if err := stop(); err != nil {
 		t.Fatal(err)
@@ -124,13 +125,13 @@ func TestHealthNotAnswering(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
 	fc := testingclock.NewFakeClock(t0)
-	n := newNode(t, dgxh100.New())
+	n := nvmlscantest.NewNode(t, dgxh100.New())
 	s := newScanner(t, n, nvmlscan.Options{Clock: fc, Health: fastHealth()})
 	startRun(ctx, t, s)
 	waitTicker(t, fc)
-	n.xid(5, 79)
+	n.XID(5, 79)
 	waitChanged(t, s)
-	n.broken[5].Store(true) // fallen off the bus: queries fail
+	n.SetLost(5, true) // fallen off the bus: queries fail
 
 	fc.Step(10 * time.Minute)
 	res := scan(ctx, t, s)
@@ -138,12 +139,12 @@ func TestHealthNotAnswering(t *testing.T) {
 		t.Fatalf("GPU 5 not skipped as lost: devices %v, failed %v", health(res), res.Failed)
 	}
 	fc.Step(time.Minute) // a probe that fails
-	eventually(t, "a failed probe", func() bool { return len(n.device(5).GetNameCalls()) >= 2 })
+	eventually(t, "a failed probe", func() bool { return len(n.Device(5).GetNameCalls()) >= 2 })
 	if len(s.Unhealthy()) != 1 {
 		t.Fatal("GPU 5 recovered although it does not answer")
 	}
 
-	n.broken[5].Store(false)
+	n.SetLost(5, false)
 	fc.Step(time.Minute)
 	eventually(t, "recovery once GPU 5 answers", func() bool { return len(s.Unhealthy()) == 0 })
 	if got := health(scan(ctx, t, s)); !got[5] {
@@ -156,15 +157,15 @@ func TestHealthPersistentXID(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
 	fc := testingclock.NewFakeClock(t0)
-	n := newNode(t, dgxh100.New())
+	n := nvmlscantest.NewNode(t, dgxh100.New())
 	opts := nvmlscan.Options{Clock: fc, Health: fastHealth()}
 	opts.Health.PersistentXIDs = []uint64{95}
 	s := newScanner(t, n, opts)
 	startRun(ctx, t, s)
 	waitTicker(t, fc)
-	n.xid(1, 95)
+	n.XID(1, 95)
 	waitChanged(t, s)
-	n.xid(1, 48) // a later non-persistent XID does not lift it
+	n.XID(1, 48) // a later non-persistent XID does not lift it
 	eventually(t, "second XID", func() bool { u := s.Unhealthy(); return len(u) == 1 && u[0].XID == 48 })
 	fc.Step(time.Hour)
 	if got := health(scan(ctx, t, s)); got[1] {
@@ -200,7 +201,7 @@ func TestHealthIgnoredXIDs(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			ctx := testContext(t)
-			n := newNode(t, dgxh100.New())
+			n := nvmlscantest.NewNode(t, dgxh100.New())
 			opts := nvmlscan.Options{Health: fastHealth()}
 			opts.Health.IgnoredXIDs = tc.ignored
 			s := newScanner(t, n, opts)
@@ -210,9 +211,9 @@ func TestHealthIgnoredXIDs(t *testing.T) {
 				typ = nvml.EventTypeXidCriticalError
 			}
 			for _, x := range tc.xids {
-				n.events <- event{data: nvml.EventData{Device: n.device(3), EventType: typ, EventData: x}, ret: nvml.SUCCESS}
+				n.Event(nvml.EventData{Device: n.Device(3), EventType: typ, EventData: x})
 			}
-			n.xid(7, 62) // marker
+			n.XID(7, 62) // marker
 			eventually(t, "marker XID", func() bool { return !health(scan(ctx, t, s))[7] })
 			if got := !health(scan(ctx, t, s))[3]; got != tc.unhealthy {
 				t.Errorf("GPU 3 unhealthy = %v, want %v", got, tc.unhealthy)
@@ -227,15 +228,15 @@ func TestHealthWaitFailure(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
 	fc := testingclock.NewFakeClock(t0)
-	n := newNode(t, dgxh100.New())
+	n := nvmlscantest.NewNode(t, dgxh100.New())
 	s := newScanner(t, n, nvmlscan.Options{Clock: fc, Health: fastHealth(), ExcludeIndexes: []uint{0}})
 	startRun(ctx, t, s)
 	waitTicker(t, fc)
-	n.events <- event{ret: nvml.ERROR_UNKNOWN}
+	n.WaitError(nvml.ERROR_UNKNOWN)
 	waitChanged(t, s)
 	eventually(t, "all watched GPUs unhealthy", func() bool { return len(s.Unhealthy()) == 7 })
 	for _, u := range s.Unhealthy() {
-		if u.UUID == n.uuid(0) {
+		if u.UUID == n.UUID(0) {
 			t.Error("excluded GPU 0 was marked")
 		}
 	}
@@ -257,10 +258,10 @@ func TestHealthUnidentifiedGPU(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			ctx := testContext(t)
-			n := newNode(t, dgxh100.New())
+			n := nvmlscantest.NewNode(t, dgxh100.New())
 			s := newScanner(t, n, nvmlscan.Options{Health: fastHealth()})
 			startRun(ctx, t, s)
-			n.events <- event{data: nvml.EventData{Device: dev, EventType: nvml.EventTypeXidCriticalError, EventData: 79}, ret: nvml.SUCCESS}
+			n.Event(nvml.EventData{Device: dev, EventType: nvml.EventTypeXidCriticalError, EventData: 79})
 			eventually(t, "all GPUs unhealthy", func() bool { return len(s.Unhealthy()) == 8 })
 		})
 	}
@@ -270,16 +271,16 @@ func TestHealthUnidentifiedGPU(t *testing.T) {
 func TestHealthUnwatchedGPU(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	n := newNode(t, dgxh100.New())
-	s := newScanner(t, n, nvmlscan.Options{Health: fastHealth(), ExcludeUUIDs: []string{n.uuid(4)}})
+	n := nvmlscantest.NewNode(t, dgxh100.New())
+	s := newScanner(t, n, nvmlscan.Options{Health: fastHealth(), ExcludeUUIDs: []string{n.UUID(4)}})
 	startRun(ctx, t, s)
-	n.xid(4, 79)
-	n.xid(7, 79) // marker
+	n.XID(4, 79)
+	n.XID(7, 79) // marker
 	waitChanged(t, s)
-	if u := s.Unhealthy(); len(u) != 1 || u[0].UUID != n.uuid(7) {
+	if u := s.Unhealthy(); len(u) != 1 || u[0].UUID != n.UUID(7) {
 		t.Errorf("Unhealthy() = %+v, want only GPU 7", u)
 	}
-	if calls := len(n.device(4).RegisterEventsCalls()); calls != 0 {
+	if calls := len(n.Device(4).RegisterEventsCalls()); calls != 0 {
 		t.Errorf("excluded GPU 4 registered for events %d times", calls)
 	}
 }
@@ -289,41 +290,41 @@ func TestHealthUnwatchedGPU(t *testing.T) {
 func TestRunDegraded(t *testing.T) {
 	t.Parallel()
 	tests := map[string]struct {
-		breakEvents func(n *node)
-		freed       int32
+		breakEvents func(n *nvmlscantest.Node)
+		freed       int
 	}{
 		"event set not supported": {
-			breakEvents: func(n *node) {
-				n.srv.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) { return nil, nvml.ERROR_NOT_SUPPORTED }
+			breakEvents: func(n *nvmlscantest.Node) {
+				n.Server.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) { return nil, nvml.ERROR_NOT_SUPPORTED }
 			},
 		},
 		"no GPU supports XID events": {
-			breakEvents: func(n *node) {
-				for i := range n.srv.Devices {
-					n.device(i).GetSupportedEventTypesFunc = func() (uint64, nvml.Return) { return nvml.EventTypePState, nvml.SUCCESS }
+			breakEvents: func(n *nvmlscantest.Node) {
+				for i := range n.Server.Devices {
+					n.Device(i).GetSupportedEventTypesFunc = func() (uint64, nvml.Return) { return nvml.EventTypePState, nvml.SUCCESS }
 				}
 			},
 			freed: 1,
 		},
 		"too old for health checking": {
-			breakEvents: func(n *node) {
-				for i := range n.srv.Devices {
-					n.device(i).GetSupportedEventTypesFunc = func() (uint64, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
+			breakEvents: func(n *nvmlscantest.Node) {
+				for i := range n.Server.Devices {
+					n.Device(i).GetSupportedEventTypesFunc = func() (uint64, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
 				}
 			},
 			freed: 1,
 		},
 		"registration fails": {
-			breakEvents: func(n *node) {
-				for i := range n.srv.Devices {
-					n.device(i).RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return { return nvml.ERROR_UNKNOWN }
+			breakEvents: func(n *nvmlscantest.Node) {
+				for i := range n.Server.Devices {
+					n.Device(i).RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return { return nvml.ERROR_UNKNOWN }
 				}
 			},
 			freed: 1,
 		},
 		"count fails": {
-			breakEvents: func(n *node) {
-				n.srv.DeviceGetCountFunc = func() (int, nvml.Return) { return 0, nvml.ERROR_UNKNOWN }
+			breakEvents: func(n *nvmlscantest.Node) {
+				n.Server.DeviceGetCountFunc = func() (int, nvml.Return) { return 0, nvml.ERROR_UNKNOWN }
 			},
 			freed: 1,
 		},
@@ -333,7 +334,7 @@ func TestRunDegraded(t *testing.T) {
 			t.Parallel()
 			ctx := testContext(t)
 			fc := testingclock.NewFakeClock(t0)
-			n := newNode(t, dgxh100.New())
+			n := nvmlscantest.NewNode(t, dgxh100.New())
 			tc.breakEvents(n)
 			s := newScanner(t, n, nvmlscan.Options{Clock: fc, Health: fastHealth()})
 			stop := startRun(ctx, t, s)
@@ -341,7 +342,7 @@ func TestRunDegraded(t *testing.T) {
 			if err := stop(); err != nil {
 				t.Errorf("Run: %v", err)
 			}
-			if got := n.freed.Load(); got != tc.freed {
+			if got := n.Freed(); got != tc.freed {
 				t.Errorf("event set freed %d times, want %d", got, tc.freed)
 			}
 			if len(s.Unhealthy()) != 0 {
@@ -354,16 +355,16 @@ func TestRunDegraded(t *testing.T) {
 func TestRunHealthDisabled(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	n := newNode(t, dgxh100.New())
+	n := nvmlscantest.NewNode(t, dgxh100.New())
 	opts := nvmlscan.Options{Health: fastHealth()}
 	opts.Health.Disabled = true
 	s := newScanner(t, n, opts)
 	stop := startRun(ctx, t, s)
-	n.xid(0, 79)
+	n.XID(0, 79)
 	if err := stop(); err != nil {
 		t.Errorf("Run: %v", err)
 	}
-	if len(n.srv.EventSetCreateCalls()) != 0 || len(s.Unhealthy()) != 0 {
+	if len(n.Server.EventSetCreateCalls()) != 0 || len(s.Unhealthy()) != 0 {
 		t.Error("disabled health watch created an event set or marked a GPU")
 	}
 }
@@ -373,14 +374,14 @@ func TestRunHealthDisabled(t *testing.T) {
 func TestRunOnceAndClose(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	n := newNode(t, dgxh100.New())
-	s, err := nvmlscan.New(n.srv, nvmlscan.Options{Sysfs: n.sysfs, Health: fastHealth()})
+	n := nvmlscantest.NewNode(t, dgxh100.New())
+	s, err := nvmlscan.New(n.Server, nvmlscan.Options{Sysfs: n.Sysfs, Health: fastHealth()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- s.Run(ctx) }()
-	eventually(t, "Run started", func() bool { return len(n.srv.EventSetCreateCalls()) == 1 })
+	eventually(t, "Run started", func() bool { return len(n.Server.EventSetCreateCalls()) == 1 })
 	if err := s.Run(ctx); !errors.Is(err, nvmlscan.ErrRunning) {
 		t.Errorf("second Run: %v, want ErrRunning", err)
 	}
@@ -388,8 +389,8 @@ func TestRunOnceAndClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Run freed its event set before Close shut NVML down.
-	if n.freed.Load() != 1 || len(n.srv.ShutdownCalls()) != 1 {
-		t.Errorf("freed %d, shutdown %d; want 1, 1", n.freed.Load(), len(n.srv.ShutdownCalls()))
+	if n.Freed() != 1 || len(n.Server.ShutdownCalls()) != 1 {
+		t.Errorf("freed %d, shutdown %d; want 1, 1", n.Freed(), len(n.Server.ShutdownCalls()))
 	}
 	select {
 	case err := <-errc:
@@ -405,15 +406,15 @@ func TestRunOnceAndClose(t *testing.T) {
 func TestRunRestart(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	n := newNode(t, dgxh100.New())
+	n := nvmlscantest.NewNode(t, dgxh100.New())
 	s := newScanner(t, n, nvmlscan.Options{Health: fastHealth()})
 	stop := startRun(ctx, t, s)
-	n.xid(3, 79)
+	n.XID(3, 79)
 	waitChanged(t, s)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 	startRun(ctx, t, s)
-	n.xid(4, 79)
+	n.XID(4, 79)
 	eventually(t, "second Run handles events", func() bool { return len(s.Unhealthy()) == 2 })
 }

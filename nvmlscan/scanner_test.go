@@ -18,6 +18,7 @@ import (
 
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/nvmlscan"
+	"github.com/hamireg/hamireg/nvmlscan/nvmlscantest"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -38,13 +39,13 @@ func TestScanDGX(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			n := newNode(t, tc.srv())
+			n := nvmlscantest.NewNode(t, tc.srv())
 			s := newScanner(t, n, nvmlscan.Options{})
 			res := scan(testContext(t), t, s)
 			var want []annotation.Device
 			for i := range 8 {
 				want = append(want, annotation.Device{
-					ID: n.uuid(i), Index: uint(i), Count: 10, Devmem: tc.devmem, Devcore: 100,
+					ID: n.UUID(i), Index: uint(i), Count: 10, Devmem: tc.devmem, Devcore: 100,
 					Type: tc.typ, Numa: i / 4, Mode: "hami-core", Health: true,
 				})
 			}
@@ -85,7 +86,7 @@ func TestScanOptions(t *testing.T) {
 			for _, d := range srv.Devices {
 				d.(*server.Device).MemoryInfo.Total = total
 			}
-			n := newNode(t, srv)
+			n := nvmlscantest.NewNode(t, srv)
 			res := scan(testContext(t), t, newScanner(t, n, tc.opts))
 			if len(res.Devices) != 8 {
 				t.Fatalf("got %d devices, want 8", len(res.Devices))
@@ -107,11 +108,11 @@ func TestScanMixedServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := newNode(t, srv)
+	n := nvmlscantest.NewNode(t, srv)
 	res := scan(testContext(t), t, newScanner(t, n, nvmlscan.Options{}))
 	want := []annotation.Device{
-		{ID: n.uuid(0), Index: 0, Count: 10, Devmem: int32(gpus.A100_PCIE_80GB.MemoryMB), Devcore: 100, Type: deviceTypeOf(gpus.A100_PCIE_80GB.Name), Mode: "hami-core", Health: true},
-		{ID: n.uuid(1), Index: 1, Count: 10, Devmem: int32(gpus.A30_PCIE_24GB.MemoryMB), Devcore: 100, Type: deviceTypeOf(gpus.A30_PCIE_24GB.Name), Mode: "hami-core", Health: true},
+		{ID: n.UUID(0), Index: 0, Count: 10, Devmem: int32(gpus.A100_PCIE_80GB.MemoryMB), Devcore: 100, Type: deviceTypeOf(gpus.A100_PCIE_80GB.Name), Mode: "hami-core", Health: true},
+		{ID: n.UUID(1), Index: 1, Count: 10, Devmem: int32(gpus.A30_PCIE_24GB.MemoryMB), Devcore: 100, Type: deviceTypeOf(gpus.A30_PCIE_24GB.Name), Mode: "hami-core", Health: true},
 	}
 	if diff := cmp.Diff(want, res.Devices); diff != "" {
 		t.Errorf("devices (-want +got):\n%s", diff)
@@ -206,8 +207,8 @@ func TestScanDeviceFailure(t *testing.T) {
 					d.(*server.Device).MemoryInfo.Total = 1 << 20
 				}
 			}
-			n := newNode(t, srv)
-			tc.breakGPU(srv, n.device(bad))
+			n := nvmlscantest.NewNode(t, srv)
+			tc.breakGPU(srv, n.Device(bad))
 			res := scan(testContext(t), t, newScanner(t, n, tc.opts))
 
 			if tc.preconfig > 0 {
@@ -234,7 +235,7 @@ func TestScanDeviceFailure(t *testing.T) {
 			if f.Op != tc.op || f.Index != bad {
 				t.Errorf("failure op %q index %d, want %q %d", f.Op, f.Index, tc.op, bad)
 			}
-			if tc.hasUUID != (f.UUID == n.uuid(bad)) {
+			if tc.hasUUID != (f.UUID == n.UUID(bad)) {
 				t.Errorf("failure UUID %q, has UUID want %v", f.UUID, tc.hasUUID)
 			}
 			for _, target := range tc.is {
@@ -258,9 +259,9 @@ func TestScanDeviceFailure(t *testing.T) {
 func TestScanAllGPUsFail(t *testing.T) {
 	t.Parallel()
 	srv := dgxh100.New()
-	n := newNode(t, srv)
-	for i := range n.broken {
-		n.broken[i].Store(true)
+	n := nvmlscantest.NewNode(t, srv)
+	for i := range 8 {
+		n.SetLost(i, true)
 	}
 	res := scan(testContext(t), t, newScanner(t, n, nvmlscan.Options{}))
 	if len(res.Devices) != 0 || len(res.Failed) != 8 {
@@ -273,8 +274,8 @@ func TestScanAllGPUsFail(t *testing.T) {
 
 func TestScanExclude(t *testing.T) {
 	t.Parallel()
-	n := newNode(t, dgxh100.New())
-	s := newScanner(t, n, nvmlscan.Options{ExcludeUUIDs: []string{n.uuid(1), "GPU-not-there"}, ExcludeIndexes: []uint{5, 7, 42}})
+	n := nvmlscantest.NewNode(t, dgxh100.New())
+	s := newScanner(t, n, nvmlscan.Options{ExcludeUUIDs: []string{n.UUID(1), "GPU-not-there"}, ExcludeIndexes: []uint{5, 7, 42}})
 	res := scan(testContext(t), t, s)
 	var got []uint
 	for _, d := range res.Devices {
@@ -292,7 +293,7 @@ func TestScanCountFailure(t *testing.T) {
 	t.Parallel()
 	srv := dgxh100.New()
 	srv.DeviceGetCountFunc = func() (int, nvml.Return) { return 0, nvml.ERROR_UNKNOWN }
-	s := newScanner(t, newNode(t, srv), nvmlscan.Options{})
+	s := newScanner(t, nvmlscantest.NewNode(t, srv), nvmlscan.Options{})
 	_, err := s.Scan(testContext(t))
 	if !errors.Is(err, nvml.ERROR_UNKNOWN) || !strings.HasPrefix(err.Error(), "count devices: ") {
 		t.Errorf("Scan error = %v", err)
@@ -301,7 +302,7 @@ func TestScanCountFailure(t *testing.T) {
 
 func TestScanCanceled(t *testing.T) {
 	t.Parallel()
-	s := newScanner(t, newNode(t, dgxh100.New()), nvmlscan.Options{})
+	s := newScanner(t, nvmlscantest.NewNode(t, dgxh100.New()), nvmlscan.Options{})
 	ctx, cancel := context.WithCancelCause(testContext(t))
 	cause := errors.New("shutting down")
 	cancel(cause)
@@ -315,8 +316,8 @@ func TestScanCanceled(t *testing.T) {
 func TestInitOncePerLifetime(t *testing.T) {
 	t.Parallel()
 	srv := dgxh100.New()
-	n := newNode(t, srv)
-	s, err := nvmlscan.New(srv, nvmlscan.Options{Sysfs: n.sysfs})
+	n := nvmlscantest.NewNode(t, srv)
+	s, err := nvmlscan.New(srv, nvmlscan.Options{Sysfs: n.Sysfs})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/nvmlscan"
+	"github.com/hamireg/hamireg/nvmlscan/nvmlscantest"
 )
 
 // hamiMaster is the subset of HAMi master's DeviceInfo that its node agent fills, with HAMi's
@@ -49,10 +50,10 @@ type hamiV290 struct {
 func TestWireFormat8xH100(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	n := newNode(t, dgxh100.New())
+	n := nvmlscantest.NewNode(t, dgxh100.New())
 	s := newScanner(t, n, nvmlscan.Options{Health: fastHealth()})
 	startRun(ctx, t, s)
-	n.xid(6, 79)
+	n.XID(6, 79)
 	waitChanged(t, s)
 	res := scan(ctx, t, s)
 
@@ -64,7 +65,7 @@ func TestWireFormat8xH100(t *testing.T) {
 			numa = 1
 		}
 		m := hamiMaster{
-			ID: n.uuid(i), Index: uint(i), Count: 10, Devmem: 81920, Devcore: 100,
+			ID: n.UUID(i), Index: uint(i), Count: 10, Devmem: 81920, Devcore: 100,
 			Type: "NVIDIA H100 80GB HBM3", Numa: numa, Mode: "hami-core", Health: i != 6,
 		}
 		master = append(master, m)

@@ -11,43 +11,32 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh100"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 
 	"github.com/hamireg/hamireg/annotation"
+	"github.com/hamireg/hamireg/nvmlscan/nvmlscantest"
 )
 
-// h100Node is a simulated DGX H100 whose GPU 4 has the PCI bus id 0000:9a:00.0, on NUMA node
-// 1 in the sysfs tree written to a temporary directory, and whose GPU 7 fails its memory
-// query when brokenGPU7 is set.
-func h100Node(t *testing.T, brokenGPU7 bool) (lib nvml.Interface, sysfs string) {
+// h100Node is a simulated DGX H100 (see nvmlscantest) with its sysfs tree written to a
+// temporary directory; GPU 7 fails its memory query when brokenGPU7 is set.
+func h100Node(t *testing.T, brokenGPU7 bool) (node *nvmlscantest.Node, sysfs string) {
 	t.Helper()
-	srv := dgxh100.New()
-	for _, d := range srv.Devices {
-		dev := d.(*server.Device)
-		dev.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) {
-			var p nvml.PciInfo
-			if dev.Index == 4 {
-				for i, c := range "00000000:9A:00.0" {
-					p.BusId[i] = int8(c)
-				}
-			}
-			return p, nvml.SUCCESS
-		}
-	}
+	node = nvmlscantest.NewNode(t, dgxh100.New())
 	if brokenGPU7 {
-		srv.Devices[7].(*server.Device).GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
+		node.Device(7).GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
 			return nvml.Memory{}, nvml.ERROR_UNKNOWN
 		}
 	}
 	sysfs = t.TempDir()
-	dir := filepath.Join(sysfs, "bus", "pci", "devices", "0000:9a:00.0")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
+	for name, f := range node.Sysfs {
+		path := filepath.Join(sysfs, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, f.Data, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := os.WriteFile(filepath.Join(dir, "numa_node"), []byte("1\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return srv, sysfs
+	return node, sysfs
 }
 
 // lastLine is the raw annotation value the command printed last.
@@ -113,9 +102,9 @@ func TestRun(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			lib, sysfs := h100Node(t, tc.broken)
+			node, sysfs := h100Node(t, tc.broken)
 			var stdout, stderr bytes.Buffer
-			code := run(t.Context(), append([]string{"-sysfs", sysfs}, tc.args...), lib, &stdout, &stderr)
+			code := run(t.Context(), append([]string{"-sysfs", sysfs}, tc.args...), node.Server, &stdout, &stderr)
 			t.Logf("stdout:\n%s", stdout.String())
 			if code != tc.code {
 				t.Errorf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", code, tc.code, stdout.String(), stderr.String())
@@ -136,7 +125,7 @@ func TestRun(t *testing.T) {
 					t.Errorf("printed value decodes to %d devices, %v; want %d", len(devs), err, tc.devices)
 				}
 				for _, d := range devs {
-					if want := map[bool]int{true: 1, false: 0}[d.Index == 4]; d.Numa != want {
+					if want := int(d.Index / 4); d.Numa != want {
 						t.Errorf("GPU %d on NUMA node %d, want %d", d.Index, d.Numa, want)
 					}
 				}
@@ -148,26 +137,13 @@ func TestRun(t *testing.T) {
 // TestRunWatch runs the XID watch briefly before the scan.
 func TestRunWatch(t *testing.T) {
 	t.Parallel()
-	lib, sysfs := h100Node(t, false)
-	srv := lib.(*server.Server)
-	srv.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) {
-		return &mock.EventSet{
-			WaitFunc: func(uint32) (nvml.EventData, nvml.Return) {
-				return nvml.EventData{Device: srv.Devices[2], EventType: nvml.EventTypeXidCriticalError, EventData: 79}, nvml.SUCCESS
-			},
-			FreeFunc: func() nvml.Return { return nvml.SUCCESS },
-		}, nvml.SUCCESS
-	}
-	for _, d := range srv.Devices {
-		dev := d.(*server.Device)
-		dev.GetSupportedEventTypesFunc = func() (uint64, nvml.Return) { return nvml.EventTypeXidCriticalError, nvml.SUCCESS }
-		dev.RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS }
-	}
+	node, sysfs := h100Node(t, false)
+	node.XID(2, 79)
 	var stdout, stderr bytes.Buffer
-	if code := run(t.Context(), []string{"-sysfs", sysfs, "-watch", "50ms"}, lib, &stdout, &stderr); code != 0 {
+	if code := run(t.Context(), []string{"-sysfs", sysfs, "-watch", "100ms"}, node.Server, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d\n%s", code, stderr.String())
 	}
-	uuid := srv.Devices[2].(*server.Device).UUID
+	uuid := node.UUID(2)
 	for _, want := range []string{"UNHEALTHY", fmt.Sprintf("Unhealthy %s since", uuid), "critical XID 79"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("stdout lacks %q:\n%s", want, stdout.String())
