@@ -55,56 +55,74 @@ func AppendEncode(dst []byte, devices []Device, shape Shape) []byte {
 }
 
 func appendDevice(dst []byte, d *Device, shape Shape) []byte {
-	// Every key but the first is preceded by a comma: keys are written as `,"key":` and the
-	// comma after '{' is dropped at the end.
-	open := len(dst)
-	dst = append(dst, '{')
+	// lead is written before each key: '{' before the first, ',' before the others.
+	lead := byte('{')
 	if d.ID != "" {
-		dst = append(dst, `,"id":`...)
+		dst = append(dst, lead)
+		lead = ','
+		dst = append(dst, `"id":`...)
 		dst = appendString(dst, d.ID)
 	}
 	if d.Index != 0 {
-		dst = append(dst, `,"index":`...)
+		dst = append(dst, lead)
+		lead = ','
+		dst = append(dst, `"index":`...)
 		dst = strconv.AppendUint(dst, uint64(d.Index), 10)
 	}
 	if d.Count != 0 {
-		dst = append(dst, `,"count":`...)
+		dst = append(dst, lead)
+		lead = ','
+		dst = append(dst, `"count":`...)
 		dst = strconv.AppendInt(dst, int64(d.Count), 10)
 	}
 	if d.Devmem != 0 {
-		dst = append(dst, `,"devmem":`...)
+		dst = append(dst, lead)
+		lead = ','
+		dst = append(dst, `"devmem":`...)
 		dst = strconv.AppendInt(dst, int64(d.Devmem), 10)
 	}
 	if d.Devcore != 0 {
-		dst = append(dst, `,"devcore":`...)
+		dst = append(dst, lead)
+		lead = ','
+		dst = append(dst, `"devcore":`...)
 		dst = strconv.AppendInt(dst, int64(d.Devcore), 10)
 	}
 	if d.Type != "" {
-		dst = append(dst, `,"type":`...)
+		dst = append(dst, lead)
+		lead = ','
+		dst = append(dst, `"type":`...)
 		dst = appendString(dst, d.Type)
 	}
 	if d.Numa != 0 {
-		dst = append(dst, `,"numa":`...)
+		dst = append(dst, lead)
+		lead = ','
+		dst = append(dst, `"numa":`...)
 		dst = strconv.AppendInt(dst, int64(d.Numa), 10)
 	}
 	if d.Mode != "" {
-		dst = append(dst, `,"mode":`...)
+		dst = append(dst, lead)
+		lead = ','
+		dst = append(dst, `"mode":`...)
 		dst = appendString(dst, d.Mode)
 	}
 	if shape == ShapeMaster && len(d.MIGProfiles) > 0 {
-		dst = append(dst, `,"migProfiles":`...)
+		dst = append(dst, lead)
+		lead = ','
+		dst = append(dst, `"migProfiles":`...)
 		dst = appendMigProfiles(dst, d.MIGProfiles)
 	}
 	if d.Health {
-		dst = append(dst, `,"health":true`...)
+		dst = append(dst, lead)
+		lead = ','
+		dst = append(dst, `"health":true`...)
 	}
 	if shape == ShapeV290 {
-		dst = append(dst, `,"devicepairscore":{}`...)
+		dst = append(dst, lead)
+		lead = ','
+		dst = append(dst, `"devicepairscore":{}`...)
 	}
-	if len(dst) > open+1 {
-		// Drop the comma after '{'.
-		copy(dst[open+1:], dst[open+2:])
-		dst = dst[:len(dst)-1]
+	if lead == '{' {
+		dst = append(dst, '{')
 	}
 	return append(dst, '}')
 }
