@@ -2,18 +2,27 @@
 # Runs every fuzz target of the root module for a given time each (default 30s) and then
 # copies up to 300 of the generated inputs per target into the committed corpus
 # (<pkg>/testdata/fuzz/<Target>/), so `go test` replays them on every run.
-# Usage: hack/fuzz.sh [fuzztime] [parallel]
-set -euo pipefail
+# Usage: hack/fuzz.sh [fuzztime] [parallel] [target-regexp]
+set -uo pipefail
 cd "$(dirname "$0")/.."
 time=${1:-30s}
 par=${2:-1}
+only=${3:-.}
 cache=$(go env GOCACHE)/fuzz
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+failed=0
 for pkg in $(go list ./...); do
   dir=$(go list -f '{{.Dir}}' "$pkg")
-  for target in $(grep -ho '^func \(Fuzz[A-Za-z0-9_]*\)' "$dir"/*_test.go 2>/dev/null | sed 's/^func //'); do
+  for target in $(grep -ho '^func \(Fuzz[A-Za-z0-9_]*\)' "$dir"/*_test.go 2>/dev/null | sed 's/^func //' | grep -E "$only"); do
     echo "== $pkg $target for $time"
     start=$(date +%s)
-    go test -run '^$' -fuzz "^${target}\$" -fuzztime "$time" -parallel "$par" "$pkg" 2>&1 | tail -3
+    if go test -run '^$' -fuzz "^${target}\$" -fuzztime "$time" -parallel "$par" "$pkg" >"$log" 2>&1; then
+      tail -n 2 "$log"
+    else
+      tail -n 40 "$log"
+      failed=1
+    fi
     echo "== $pkg $target ran $(( $(date +%s) - start ))s"
     src="$cache/$pkg/$target"
     dst="$dir/testdata/fuzz/$target"
@@ -24,3 +33,4 @@ for pkg in $(go list ./...); do
     fi
   done
 done
+exit $failed
