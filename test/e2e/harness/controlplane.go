@@ -185,7 +185,7 @@ func checkBinaries(dir string, names ...string) error {
 	for _, n := range names {
 		st, err := os.Stat(filepath.Join(dir, n))
 		if err != nil {
-			return fmt.Errorf("%w (%v)", ErrBinariesMissing, err)
+			return fmt.Errorf("%w (%w)", ErrBinariesMissing, err)
 		}
 		if st.Mode()&0o111 == 0 {
 			return fmt.Errorf("%w (%s is not executable)", ErrBinariesMissing, filepath.Join(dir, n))

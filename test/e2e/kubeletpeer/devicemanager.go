@@ -198,7 +198,7 @@ func (m *DeviceManager) readReply(ctx context.Context) (*reply, error) {
 	}
 	if res.err != nil {
 		<-m.p.Exited()
-		return nil, fmt.Errorf("kubelet device manager exited (%v)\n%s", m.p.ExitError(), m.p.LogTail(20))
+		return nil, fmt.Errorf("kubelet device manager exited (%w)\n%s", m.p.ExitError(), m.p.LogTail(20))
 	}
 	var r reply
 	if err := json.Unmarshal(res.line, &r); err != nil {

@@ -18,13 +18,13 @@ type EventKind string
 
 // The kubelet-side events of a device plugin's life.
 const (
-	// EventConnected: Register succeeded, the kubelet dialled the plugin's socket and called
-	// GetDevicePluginOptions (whose answer is in Event.Options).
+	// EventConnected means Register succeeded: the kubelet dialled the plugin's socket and
+	// called GetDevicePluginOptions (whose answer is in Event.Options).
 	EventConnected EventKind = "Connected"
-	// EventListAndWatch: the plugin sent a device list (in Event.Devices).
+	// EventListAndWatch means the plugin sent a device list (in Event.Devices).
 	EventListAndWatch EventKind = "ListAndWatch"
-	// EventDisconnected: the ListAndWatch stream ended (plugin stopped, socket gone) or the
-	// server was stopped.
+	// EventDisconnected means the ListAndWatch stream ended (plugin stopped, socket gone)
+	// or the server was stopped.
 	EventDisconnected EventKind = "Disconnected"
 )
 

@@ -133,15 +133,21 @@ func (p *Process) Pid() int { return p.cmd.Process.Pid }
 // Exited is closed when the child has exited.
 func (p *Process) Exited() <-chan struct{} { return p.exited }
 
-// ExitError is the child's wait status once [Process.Exited] is closed.
+// ExitError describes how the child ended once [Process.Exited] is closed (an
+// *exec.ExitError, or "exit status 0"), and is nil while it runs.
 func (p *Process) ExitError() error {
 	select {
 	case <-p.exited:
+		if p.waitErr == nil {
+			return errExitedZero
+		}
 		return p.waitErr
 	default:
 		return nil
 	}
 }
+
+var errExitedZero = errors.New("exit status 0")
 
 // LogPath is the file that holds the child's output.
 func (p *Process) LogPath() string { return p.logPath }
@@ -182,7 +188,7 @@ func (p *Process) WaitUntil(ctx context.Context, interval time.Duration, ready f
 		case <-ctx.Done():
 			return fmt.Errorf("wait for %s: %w\n%s", p.name, context.Cause(ctx), p.LogTail(30))
 		case <-p.exited:
-			return fmt.Errorf("%s exited before it was ready (%v)\n%s", p.name, p.waitErr, p.LogTail(30))
+			return fmt.Errorf("%s exited before it was ready (%w)\n%s", p.name, p.ExitError(), p.LogTail(30))
 		case <-t.C:
 		}
 	}
