@@ -1,0 +1,56 @@
+package annotation_test
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/hamireg/hamireg/annotation"
+)
+
+func ExampleEncode() {
+	devs := []annotation.Device{
+		{ID: "GPU-b", Index: 1, Count: 10, Devmem: 23028, Devcore: 100, Type: "NVIDIA A10", Numa: 1, Mode: "hami-core", Health: true},
+		{ID: "GPU-a", Index: 0, Count: 10, Devmem: 23028, Devcore: 100, Type: "NVIDIA A10", Mode: "hami-core", Health: false},
+	}
+	annotation.SortDevices(devs) // canonical order: an unchanged node always encodes the same
+	fmt.Println(annotation.Encode(devs))
+	fmt.Println(annotation.EncodeShape(devs[:1], annotation.ShapeV290))
+	// Output:
+	// [{"id":"GPU-a","count":10,"devmem":23028,"devcore":100,"type":"NVIDIA A10","mode":"hami-core"},{"id":"GPU-b","index":1,"count":10,"devmem":23028,"devcore":100,"type":"NVIDIA A10","numa":1,"mode":"hami-core","health":true}]
+	// [{"id":"GPU-a","count":10,"devmem":23028,"devcore":100,"type":"NVIDIA A10","mode":"hami-core","devicepairscore":{}}]
+}
+
+func ExampleDecode() {
+	devs, err := annotation.Decode(`[{"ID":"GPU-a","devmem":1024,"count":10,"health":true,"unknown":1}]`)
+	fmt.Println(devs[0].ID, devs[0].Devmem, devs[0].Health, err)
+
+	_, err = annotation.Decode(`[{"id":"GPU-a","devmem":1024.5}]`)
+	fmt.Println(errors.Is(err, annotation.ErrMalformed))
+	fmt.Println(err)
+
+	_, err = annotation.Decode(`[null]`)
+	fmt.Println(errors.Is(err, annotation.ErrInvalidElement))
+	// Output:
+	// GPU-a 1024 true <nil>
+	// true
+	// decode register annotation: annotation malformed at offset 24 (device 0, field "devmem"): number 1024.5 is not an int32
+	// true
+}
+
+func ExampleCheck() {
+	for _, value := range []string{
+		`[{"id":"GPU-a","count":10,"health":true}]`,
+		`[]`,
+		`[{"id":"GPU-a","count":10,`,
+	} {
+		v := annotation.Check(annotation.NVIDIA(), map[string]string{annotation.KeyNVIDIARegister: value})
+		fmt.Printf("registers=%v hamiLog=%q\n", v.Registers, v.HAMiLog)
+	}
+	v := annotation.Check(annotation.NVIDIA(), nil)
+	fmt.Println(errors.Is(v.Err, annotation.ErrAbsent), v.HAMiLog)
+	// Output:
+	// registers=true hamiLog=""
+	// registers=false hamiLog="no nvidia gpu device found"
+	// registers=false hamiLog="failed to decode node devices"
+	// true Failed to get node devices
+}

@@ -1,0 +1,180 @@
+package annotation
+
+import "encoding/json"
+
+// The structs below restate HAMi's wire struct (pkg/device DeviceInfo and its parts) for the
+// differential and conformance tests: encoding/json on these is "the way HAMi does it".
+
+type hamiMigPlacement struct {
+	Start uint32 `json:"start"`
+	Size  uint32 `json:"size"`
+}
+
+type hamiMigProfile struct {
+	Name          string             `json:"name"`
+	MemoryMB      int32              `json:"memoryMB"`
+	Core          int32              `json:"core"`
+	SliceCount    uint32             `json:"sliceCount"`
+	Placements    []hamiMigPlacement `json:"placements"`
+	InstanceCount uint32             `json:"-"`
+}
+
+// hamiMigTemplate has no JSON tags in HAMi: its keys are the Go field names.
+type hamiMigTemplate struct {
+	Name   string
+	Core   int32
+	Memory int32
+	Count  int32
+}
+
+type hamiPairScore struct {
+	ID     string         `json:"uuid,omitempty"`
+	Scores map[string]int `json:"score,omitempty"`
+}
+
+// hamiDeviceMaster is HAMi master's DeviceInfo.
+type hamiDeviceMaster struct {
+	ID              string              `json:"id,omitempty"`
+	Index           uint                `json:"index,omitempty"`
+	Count           int32               `json:"count,omitempty"`
+	Devmem          int32               `json:"devmem,omitempty"`
+	Devcore         int32               `json:"devcore,omitempty"`
+	Type            string              `json:"type,omitempty"`
+	Numa            int                 `json:"numa,omitempty"`
+	Mode            string              `json:"mode,omitempty"`
+	MIGProfiles     []hamiMigProfile    `json:"migProfiles,omitempty"`
+	MIGTemplate     [][]hamiMigTemplate `json:"migtemplate,omitempty"`
+	Health          bool                `json:"health,omitempty"`
+	DeviceVendor    string              `json:"devicevendor,omitempty"`
+	CustomInfo      map[string]any      `json:"custominfo,omitempty"`
+	DevicePairScore hamiPairScore       `json:"-"`
+}
+
+// hamiDeviceV290 is HAMi v2.9.0's DeviceInfo.
+type hamiDeviceV290 struct {
+	ID              string              `json:"id,omitempty"`
+	Index           uint                `json:"index,omitempty"`
+	Count           int32               `json:"count,omitempty"`
+	Devmem          int32               `json:"devmem,omitempty"`
+	Devcore         int32               `json:"devcore,omitempty"`
+	Type            string              `json:"type,omitempty"`
+	Numa            int                 `json:"numa,omitempty"`
+	Mode            string              `json:"mode,omitempty"`
+	MIGTemplate     [][]hamiMigTemplate `json:"migtemplate,omitempty"`
+	Health          bool                `json:"health,omitempty"`
+	DeviceVendor    string              `json:"devicevendor,omitempty"`
+	CustomInfo      map[string]any      `json:"custominfo,omitempty"`
+	DevicePairScore hamiPairScore       `json:"devicepairscore,omitempty"`
+}
+
+func fromHAMiProfiles(ps []hamiMigProfile) []MigProfile {
+	if ps == nil {
+		return nil
+	}
+	out := make([]MigProfile, len(ps))
+	for i, p := range ps {
+		out[i] = MigProfile{Name: p.Name, MemoryMB: p.MemoryMB, Core: p.Core, SliceCount: p.SliceCount}
+		if p.Placements != nil {
+			out[i].Placements = make([]MigPlacement, len(p.Placements))
+			for j, pl := range p.Placements {
+				out[i].Placements[j] = MigPlacement(pl)
+			}
+		}
+	}
+	return out
+}
+
+func toHAMiProfiles(ps []MigProfile) []hamiMigProfile {
+	if ps == nil {
+		return nil
+	}
+	out := make([]hamiMigProfile, len(ps))
+	for i, p := range ps {
+		out[i] = hamiMigProfile{Name: p.Name, MemoryMB: p.MemoryMB, Core: p.Core, SliceCount: p.SliceCount}
+		if p.Placements != nil {
+			out[i].Placements = make([]hamiMigPlacement, len(p.Placements))
+			for j, pl := range p.Placements {
+				out[i].Placements[j] = hamiMigPlacement(pl)
+			}
+		}
+	}
+	return out
+}
+
+func (h *hamiDeviceMaster) device() Device {
+	return Device{ID: h.ID, Index: h.Index, Count: h.Count, Devmem: h.Devmem, Devcore: h.Devcore,
+		Type: h.Type, Numa: h.Numa, Mode: h.Mode, MIGProfiles: fromHAMiProfiles(h.MIGProfiles), Health: h.Health}
+}
+
+func (h *hamiDeviceV290) device() Device {
+	return Device{ID: h.ID, Index: h.Index, Count: h.Count, Devmem: h.Devmem, Devcore: h.Devcore,
+		Type: h.Type, Numa: h.Numa, Mode: h.Mode, Health: h.Health}
+}
+
+// hamiMarshal encodes devices the way HAMi's MarshalNodeDevices does: copy the written fields
+// into fresh structs and json.Marshal the slice of pointers.
+func hamiMarshal(devs []Device, shape Shape) string {
+	var data []byte
+	var err error
+	if shape == ShapeV290 {
+		list := []*hamiDeviceV290{}
+		for _, d := range devs {
+			list = append(list, &hamiDeviceV290{ID: d.ID, Count: d.Count, Devmem: d.Devmem, Devcore: d.Devcore,
+				Type: d.Type, Numa: d.Numa, Health: d.Health, Index: d.Index, Mode: d.Mode})
+		}
+		data, err = json.Marshal(list)
+	} else {
+		list := []*hamiDeviceMaster{}
+		for _, d := range devs {
+			list = append(list, &hamiDeviceMaster{ID: d.ID, Count: d.Count, Devmem: d.Devmem, Devcore: d.Devcore,
+				Type: d.Type, Numa: d.Numa, Health: d.Health, Index: d.Index, Mode: d.Mode,
+				MIGProfiles: toHAMiProfiles(d.MIGProfiles)})
+		}
+		data, err = json.Marshal(list)
+	}
+	if err != nil {
+		return ""
+	}
+	return string(data)
+}
+
+// hamiUnmarshal decodes value the way HAMi's UnMarshalNodeDevices does and converts the result.
+// hasNil reports a nil element (HAMi's scheduler panics on it).
+func hamiUnmarshal(value string, shape Shape) (devs []Device, hasNil bool, err error) {
+	if shape == ShapeV290 {
+		var list []*hamiDeviceV290
+		if err := json.Unmarshal([]byte(value), &list); err != nil {
+			return nil, false, err
+		}
+		if list == nil {
+			return nil, false, nil
+		}
+		devs = []Device{}
+		for _, d := range list {
+			if d == nil {
+				hasNil = true
+				devs = append(devs, Device{})
+				continue
+			}
+			devs = append(devs, d.device())
+		}
+		return devs, hasNil, nil
+	}
+	var list []*hamiDeviceMaster
+	if err := json.Unmarshal([]byte(value), &list); err != nil {
+		return nil, false, err
+	}
+	if list == nil {
+		return nil, false, nil
+	}
+	devs = []Device{}
+	for _, d := range list {
+		if d == nil {
+			hasNil = true
+			devs = append(devs, Device{})
+			continue
+		}
+		devs = append(devs, d.device())
+	}
+	return devs, hasNil, nil
+}

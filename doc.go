@@ -1,0 +1,32 @@
+// Package hamireg is an SDK for building components that are wire-compatible with HAMi, the
+// CNCF GPU-sharing project: device plugins, scheduler extenders and tools that make a GPU node
+// schedulable, and tell an operator why one is not.
+//
+// A HAMi GPU node becomes schedulable through three independent channels, and each can break
+// alone:
+//
+//   - Device count: the device plugin registers with the kubelet over kubelet.sock and streams
+//     its devices; the kubelet publishes status.allocatable["nvidia.com/gpu"] = physical GPUs ×
+//     split count. Served by package kubeletplugin.
+//   - Device specification: the device plugin writes the Node annotation
+//     hami.io/node-nvidia-register, a JSON list of GPUs. Encoded and decoded by package
+//     [github.com/hamireg/hamireg/annotation]; written by package register from what package
+//     nvmlscan reads out of NVML.
+//   - Liveness handshake: the scheduler stamps hami.io/node-handshake with
+//     "Requesting_<time>" and cleans nodes up whose handshake expired with nothing
+//     allocatable. Decided by package [github.com/hamireg/hamireg/handshake]; run by package
+//     schedcache, the scheduler's node cache.
+//
+// Package diagnose checks all three for one node and names the broken channel, the case of
+// HAMi's troubleshooting guide and the fix; examples/doctor is its command line.
+//
+// Data flows one way: NVML → nvmlscan → register (channel 2) and kubeletplugin (channel 1);
+// Node informer → schedcache → handshake (channel 3). The packages annotation and handshake are
+// pure (no I/O, no clock, no logging) and build without cgo; only nvmlscan uses cgo.
+//
+// The wire format is byte-identical to HAMi's for the same device list (master's shape by
+// default, v2.9.0's on request), and readers accept what HAMi accepts. Where HAMi crashes or
+// misbehaves (a null device element, a handshake without "_", random device order, a failed
+// patch cached as success) this SDK returns classified errors and does the right thing
+// without changing what is on the wire.
+package hamireg
