@@ -65,21 +65,30 @@ func TestSchedulerLeavesUnfittablePodPending(t *testing.T) {
 	if !strings.Contains(ev.Message, "Insufficient cpu") {
 		t.Errorf("FailedScheduling message = %q, want it to mention Insufficient cpu", ev.Message)
 	}
-	p, err := cp.AdminClient().CoreV1().Pods(test).Get(t.Context(), "too-big", metav1.GetOptions{})
+	// The scheduler records the event and updates the Pod's status separately.
+	var p *corev1.Pod
+	var cond *corev1.PodCondition
+	err = wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		p, err = cp.AdminClient().CoreV1().Pods(test).Get(ctx, "too-big", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		cond = nil
+		for i := range p.Status.Conditions {
+			if p.Status.Conditions[i].Type == corev1.PodScheduled {
+				cond = &p.Status.Conditions[i]
+			}
+		}
+		return cond != nil, nil
+	})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("no PodScheduled condition: %v", err)
+	}
+	if cond.Status != corev1.ConditionFalse || cond.Reason != corev1.PodReasonUnschedulable {
+		t.Errorf("PodScheduled condition = %+v, want False/Unschedulable", cond)
 	}
 	if p.Spec.NodeName != "" || p.Status.Phase != corev1.PodPending {
 		t.Errorf("pod node %q phase %s, want unbound and Pending", p.Spec.NodeName, p.Status.Phase)
-	}
-	var cond *corev1.PodCondition
-	for i := range p.Status.Conditions {
-		if p.Status.Conditions[i].Type == corev1.PodScheduled {
-			cond = &p.Status.Conditions[i]
-		}
-	}
-	if cond == nil || cond.Status != corev1.ConditionFalse || cond.Reason != corev1.PodReasonUnschedulable {
-		t.Errorf("PodScheduled condition = %+v, want False/Unschedulable", cond)
 	}
 	t.Logf("FailedScheduling: %s", ev.Message)
 }
