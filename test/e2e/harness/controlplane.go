@@ -37,8 +37,8 @@ import (
 // etcd and kube-scheduler binaries. hack/e2e.sh (run by `make e2e`) builds them and sets it.
 const EnvBinDir = "HAMIREG_K8S_BIN"
 
-// EnvKeep, when set to 1, keeps the control plane's temporary folder (logs, etcd data) after
-// Stop and prints where it is.
+// EnvKeep names the environment variable that, set to 1, keeps the control plane's
+// temporary folder (logs, etcd data) after Stop and prints where it is.
 const EnvKeep = "HAMIREG_E2E_KEEP"
 
 // ErrBinariesMissing is returned by [Start] when the peer binaries cannot be found.
@@ -251,7 +251,7 @@ func getJSON(ctx context.Context, hc *http.Client, url string, into any) error {
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("GET %s: %s", url, resp.Status)
 	}

@@ -32,7 +32,7 @@ func TestSchedulerBindsPodToNodeWithAllocatable(t *testing.T) {
 	createReadyNode(t, test+"-small", test, corev1.ResourceList{
 		corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi"), corev1.ResourcePods: resource.MustParse("110"),
 	})
-	createReadyNode(t, test+"-big", test, basicResources(nil))
+	createReadyNode(t, test+"-big", test, basicResources())
 	createPod(t, test, "plain", test, "", corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")})
 	if node := waitForBinding(t, test, "plain"); node != test+"-big" {
 		t.Errorf("pod bound to %s, want %s-big (the only node with 1 CPU allocatable)", node, test)
@@ -45,7 +45,7 @@ func TestSchedulerLeavesUnfittablePodPending(t *testing.T) {
 	t.Parallel()
 	defaultScheduler(t)
 	test := uniqueName("pending")
-	createReadyNode(t, test, test, basicResources(nil))
+	createReadyNode(t, test, test, basicResources())
 	createPod(t, test, "too-big", test, "", corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64")})
 
 	events := cp.AdminClient().CoreV1().Events(test)
@@ -102,8 +102,8 @@ func TestSchedulerUsesDeviceManagerAllocatable(t *testing.T) {
 	const gpu = "vendor.example.com/gpu"
 	test := uniqueName("devices")
 	withGPU, without := test+"-gpu", test+"-nogpu"
-	createReadyNode(t, withGPU, test, basicResources(nil))
-	createReadyNode(t, without, test, basicResources(nil))
+	createReadyNode(t, withGPU, test, basicResources())
+	createReadyNode(t, without, test, basicResources())
 
 	dm, err := kubeletpeer.StartDeviceManager(t.Context(), kubeletpeer.DeviceManagerOptions{})
 	if err != nil {
@@ -184,7 +184,7 @@ func TestSchedulerCallsConfiguredExtender(t *testing.T) {
 	t.Cleanup(func() { _ = s.Stop() })
 
 	for _, n := range []string{test + "-a", chosen, test + "-b"} {
-		createReadyNode(t, n, test, basicResources(nil))
+		createReadyNode(t, n, test, basicResources())
 	}
 	createPod(t, test, "filtered", test, schedulerName, corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")})
 	if node := waitForBinding(t, test, "filtered"); node != chosen {
