@@ -385,6 +385,16 @@ func (cp *ControlPlane) APIServerPid() int {
 	return cp.apiserver.Pid()
 }
 
+// EtcdPid returns the process id of etcd, or 0.
+func (cp *ControlPlane) EtcdPid() int {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	if cp.etcd == nil {
+		return 0
+	}
+	return cp.etcd.Pid()
+}
+
 // Stop stops every scheduler started through the control plane, kube-apiserver and etcd,
 // and removes the temporary folder (unless Options.KeepDir). It is safe to call more than
 // once.

@@ -130,6 +130,9 @@ func (cp *ControlPlane) StartScheduler(ctx context.Context, opts SchedulerOption
 // Stop stops kube-scheduler (SIGTERM, SIGKILL after 10 s). It is safe to call more than once.
 func (s *Scheduler) Stop() error { return s.p.Stop(10 * time.Second) }
 
+// Pid is kube-scheduler's process id.
+func (s *Scheduler) Pid() int { return s.p.Pid() }
+
 // LogPath is kube-scheduler's log file.
 func (s *Scheduler) LogPath() string { return s.p.LogPath() }
 
