@@ -223,7 +223,8 @@ func (cp *ControlPlane) startEtcd(ctx context.Context) error {
 	cp.mu.Lock()
 	cp.etcd = p
 	cp.mu.Unlock()
-	hc := &http.Client{Timeout: time.Second}
+	hc := &http.Client{Timeout: time.Second, Transport: &http.Transport{}}
+	defer hc.CloseIdleConnections()
 	err = p.WaitUntil(ctx, 20*time.Millisecond, func(ctx context.Context) bool {
 		var health struct {
 			Health string `json:"health"`
@@ -326,6 +327,7 @@ func (cp *ControlPlane) StartAPIServer(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	defer hc.CloseIdleConnections()
 	err = p.WaitUntil(ctx, 50*time.Millisecond, func(ctx context.Context) bool {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, cp.Host()+"/readyz", nil)
 		if err != nil {

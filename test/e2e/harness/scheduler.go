@@ -106,6 +106,7 @@ func (cp *ControlPlane) StartScheduler(ctx context.Context, opts SchedulerOption
 	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}, // self-signed, loopback only
 	}}
+	defer hc.CloseIdleConnections()
 	start := time.Now()
 	err = p.WaitUntil(ctx, 50*time.Millisecond, func(ctx context.Context) bool {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("https://127.0.0.1:%d/readyz", s.port), nil)
