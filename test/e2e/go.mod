@@ -9,6 +9,8 @@ go 1.26.0
 replace github.com/hamireg/hamireg => ../..
 
 require (
+	github.com/google/go-cmp v0.7.0
+	github.com/hamireg/hamireg v0.0.0-00010101000000-000000000000
 	golang.org/x/sync v0.22.0
 	google.golang.org/grpc v1.82.1
 	k8s.io/api v0.37.2
@@ -54,7 +56,6 @@ require (
 	github.com/google/cadvisor/lib v0.60.5 // indirect
 	github.com/google/cel-go v0.29.2 // indirect
 	github.com/google/gnostic-models v0.7.0 // indirect
-	github.com/google/go-cmp v0.7.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/gorilla/websocket v1.5.4-0.20250319132907-e064f32e3674 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/hamireg/hamireg/annotation"
 )
 
 // Two writers patch different annotations of one Node at the same time, as HAMi's device
@@ -19,8 +21,10 @@ func TestConcurrentAnnotationWritersBothSurvive(t *testing.T) {
 
 	const rounds = 25
 	writers := map[string]func(i int) string{
-		"hami.io/node-nvidia-register": func(i int) string { return fmt.Sprintf(`[{"id":"GPU-%d"}]`, i) },
-		"hami.io/node-handshake":       func(i int) string { return fmt.Sprintf("Requesting_2026-01-01 00:00:%02d", i) },
+		annotation.KeyNVIDIARegister: func(i int) string {
+			return annotation.Encode([]annotation.Device{{ID: fmt.Sprintf("GPU-%d", i), Count: 10, Devmem: 1024, Devcore: 100, Type: "NVIDIA-T4", Mode: "hami-core", Health: true}})
+		},
+		annotation.KeyNVIDIAHandshake: func(i int) string { return fmt.Sprintf("Requesting_2026-01-01 00:00:%02d", i) },
 	}
 	var wg sync.WaitGroup
 	errs := make(chan error, 2*rounds)

@@ -8,6 +8,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/hamireg/hamireg/annotation"
 )
 
 // A device plugin's ServiceAccount without "patch nodes" can read its Node but cannot
@@ -36,7 +38,7 @@ func TestServiceAccountWithoutPatchIsForbidden(t *testing.T) {
 		t.Fatalf("GET node with get/list/watch: %v", err)
 	}
 	_, err = limited.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType,
-		annotationMergePatch(map[string]string{"hami.io/node-nvidia-register": "[]"}), metav1.PatchOptions{})
+		annotationMergePatch(map[string]string{annotation.KeyNVIDIARegister: "[]"}), metav1.PatchOptions{})
 	if !apierrors.IsForbidden(err) {
 		t.Fatalf("PATCH node without patch permission: err = %v, want Forbidden", err)
 	}
@@ -59,7 +61,7 @@ func TestServiceAccountWithoutPatchIsForbidden(t *testing.T) {
 		t.Fatalf("service account client: %v", err)
 	}
 	_, err = allowed.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType,
-		annotationMergePatch(map[string]string{"hami.io/node-nvidia-register": "[]"}), metav1.PatchOptions{})
+		annotationMergePatch(map[string]string{annotation.KeyNVIDIARegister: "[]"}), metav1.PatchOptions{})
 	if err != nil {
 		t.Errorf("PATCH node with patch permission: %v", err)
 	}
