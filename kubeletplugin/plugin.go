@@ -206,7 +206,6 @@ func (l *loop) run(ctx context.Context, watcher *fsnotify.Watcher) error {
 	defer ticker.Stop()
 	defer l.stopRetry()
 	l.registerErrs = make(chan error, 1)
-	kubeletSock := p.KubeletSocketPath()
 
 	reconcile := func(reason string) error {
 		l.stopRetry()
@@ -214,6 +213,14 @@ func (l *loop) run(ctx context.Context, watcher *fsnotify.Watcher) error {
 		var rej *RegistrationError
 		if errors.As(err, &rej) {
 			return err
+		}
+		if errors.Is(err, errInterrupted) {
+			// The folder changed while registering (typically the kubelet restarting):
+			// try again at once, against what is there now. No stream can be open: the
+			// Register was not sent or failed for want of our socket.
+			l.logger.V(2).Info("Registration interrupted, retrying", "err", err)
+			l.retry = p.opts.Clock.NewTimer(0)
+			return nil
 		}
 		if err != nil {
 			p.stats.registrationFailures.Add(1)
@@ -239,14 +246,8 @@ func (l *loop) run(ctx context.Context, watcher *fsnotify.Watcher) error {
 			if !ok {
 				return nil
 			}
-			switch {
-			case ev.Name == kubeletSock && ev.Has(fsnotify.Create):
-				l.backoff = p.opts.InitialBackoff // a new kubelet: try at once
-				if err := reconcile("kubelet socket created"); err != nil {
-					return err
-				}
-			case ev.Name == p.socketPath && (ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename)):
-				if err := reconcile("plugin socket removed"); err != nil {
+			if reason := l.trigger(ev); reason != "" {
+				if err := reconcile(reason); err != nil {
 					return err
 				}
 			}
@@ -256,10 +257,16 @@ func (l *loop) run(ctx context.Context, watcher *fsnotify.Watcher) error {
 			}
 			l.logger.Error(err, "Watching the plugin folder failed; relying on the periodic check")
 		case <-l.streamLost:
-			l.streamLost = nil
-			if err := reconcile("ListAndWatch stream closed by the kubelet"); err != nil {
-				return err
-			}
+			// The kubelet went away (or dropped us). Stop serving now, so that it forgets the
+			// endpoint, but register again only after InitialBackoff: a kubelet that is
+			// restarting first deletes every socket in the folder, and a socket created
+			// before that would be dialled in vain. Its CREATE of kubelet.sock (emitted after
+			// the cleanup) usually comes first and triggers at once.
+			l.logger.V(2).Info("ListAndWatch stream closed by the kubelet")
+			l.registered = false
+			l.stopServer(ctx)
+			l.stopRetry()
+			l.retry = p.opts.Clock.NewTimer(p.opts.InitialBackoff)
 		case <-retryC:
 			l.retry = nil
 			if err := reconcile("retry"); err != nil {
@@ -276,6 +283,27 @@ func (l *loop) run(ctx context.Context, watcher *fsnotify.Watcher) error {
 		}
 	}
 }
+
+// trigger says why ev calls for a reconcile, or "" when it does not.
+func (l *loop) trigger(ev fsnotify.Event) string {
+	switch {
+	case ev.Name == l.p.KubeletSocketPath() && ev.Has(fsnotify.Create):
+		l.backoff = l.p.opts.InitialBackoff // a new kubelet: try at once
+		return "kubelet socket created"
+	case ev.Name == l.p.socketPath && (ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename)):
+		// Only the loss of the current server's socket counts: the plugin removes its own
+		// old sockets when it restarts, and those events arrive later.
+		if l.srv != nil && !l.srv.socketIntact() {
+			return "plugin socket removed"
+		}
+		return ""
+	default:
+		return ""
+	}
+}
+
+// errInterrupted marks a registration abandoned because the folder changed under it.
+var errInterrupted = errors.New("registration interrupted")
 
 func (l *loop) stopRetry() {
 	if l.retry != nil {
@@ -321,7 +349,23 @@ func (l *loop) reconcile(ctx context.Context, reason string) error {
 	if err := l.startServer(ctx); err != nil {
 		return err
 	}
+	// The socket must still be there once kubelet.sock is: a kubelet that starts deletes
+	// every socket before it creates kubelet.sock, and would wait 10 s dialling a deleted one.
+	kfi, err = os.Stat(kubeletSock)
+	if err != nil || !l.srv.socketIntact() {
+		l.stopServer(ctx)
+		return fmt.Errorf("register with kubelet: the folder changed while serving: %w", errInterrupted)
+	}
+	// A Register in flight is never cancelled (only its own timeout ends it): a cancelled
+	// call may still complete inside the kubelet and open a stream the plugin does not
+	// know about, and the next Register would then be a duplicate.
 	if err := p.register(ctx); err != nil {
+		var rej *RegistrationError
+		if errors.As(err, &rej) && !l.srv.socketIntact() {
+			// The kubelet could not dial back because our socket vanished (a kubelet
+			// restart's cleanup): not a verdict on the plugin.
+			err = fmt.Errorf("register with kubelet: plugin socket removed during the call: %w: %w", errInterrupted, rej.Err)
+		}
 		// The kubelet may have connected before the failure surfaced here: the next attempt
 		// starts from a fresh server, so it never meets a stream of this one.
 		l.stopServer(ctx)

@@ -220,14 +220,16 @@ func TestRunReregistersAfterKubeletRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitFor(t, k, "re-registration", func(s kubelettest.State) bool {
-			return s.Registrations == i+2 && devicesWithHealthy(3, 3)(s)
+			return s.Restarts == i+1 && devicesWithHealthy(3, 3)(s)
 		})
 	}
 	s := k.State()
 	if s.Duplicates != 0 {
 		t.Errorf("Duplicates = %d, want 0", s.Duplicates)
 	}
-	waitForStats(t, p, func(st kubeletplugin.Stats) bool { return st.Registrations == 4 })
+	// A restart can end a Register the kubelet had already accepted (the plugin then sees
+	// an error and registers again), so count at least one registration per kubelet.
+	waitForStats(t, p, func(st kubeletplugin.Stats) bool { return st.Registrations >= 4 })
 }
 
 func TestRunRecreatesDeletedSocket(t *testing.T) {
