@@ -32,28 +32,28 @@ func gpus(healthy ...bool) []annotation.Device {
 }
 
 // shortTempDir keeps unix socket paths far below 108 bytes (t.TempDir embeds the test name).
-func shortTempDir(t testing.TB) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "kp") //nolint:usetesting // t.TempDir embeds the test name; socket paths must stay < 108 bytes
+func shortTempDir(tb testing.TB) string {
+	tb.Helper()
+	dir, err := os.MkdirTemp("", "kp") //nolint:usetesting // tb.TempDir embeds the test name; socket paths must stay < 108 bytes
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	tb.Cleanup(func() { _ = os.RemoveAll(dir) })
 	return dir
 }
 
-func startDeviceManager(t testing.TB) *kubeletpeer.DeviceManager {
-	t.Helper()
-	dm, err := kubeletpeer.StartDeviceManager(t.Context(), kubeletpeer.DeviceManagerOptions{})
+func startDeviceManager(tb testing.TB) *kubeletpeer.DeviceManager {
+	tb.Helper()
+	dm, err := kubeletpeer.StartDeviceManager(tb.Context(), kubeletpeer.DeviceManagerOptions{})
 	if err != nil {
-		t.Fatalf("start the kubelet device manager: %v", err)
+		tb.Fatalf("start the kubelet device manager: %v", err)
 	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("device manager log:\n%s", dm.LogTail(60))
+	tb.Cleanup(func() {
+		if tb.Failed() {
+			tb.Logf("device manager log:\n%s", dm.LogTail(60))
 		}
 		if err := dm.Stop(); err != nil {
-			t.Errorf("stop device manager: %v", err)
+			tb.Errorf("stop device manager: %v", err)
 		}
 	})
 	return dm
@@ -79,48 +79,48 @@ func (r *running) stop() error {
 }
 
 // wait returns Run's error once Run returned on its own, or fails after timeout.
-func (r *running) wait(t testing.TB, timeout time.Duration) error {
-	t.Helper()
+func (r *running) wait(tb testing.TB, timeout time.Duration) error {
+	tb.Helper()
 	select {
 	case r.err = <-r.done:
 		r.ended = true
 		return r.err
 	case <-time.After(timeout):
-		t.Fatalf("Run did not return within %v", timeout)
+		tb.Fatalf("Run did not return within %v", timeout)
 		return nil
 	}
 }
 
-func startPlugin(t testing.TB, opts kubeletplugin.Options, devices []annotation.Device) *running {
-	t.Helper()
+func startPlugin(tb testing.TB, opts kubeletplugin.Options, devices []annotation.Device) *running {
+	tb.Helper()
 	if opts.SplitCount == 0 {
 		opts.SplitCount = split
 	}
 	p, err := kubeletplugin.New(opts)
 	if err != nil {
-		t.Fatalf("New: %v", err)
+		tb.Fatalf("New: %v", err)
 	}
 	p.SetDevices(devices)
-	_, ctx := ktesting.NewTestContext(t)
+	_, ctx := ktesting.NewTestContext(tb)
 	ctx, cancel := context.WithCancel(ctx)
 	r := &running{Plugin: p, cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- p.Run(ctx) }()
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		if r.ended { // the test read Run's error with wait
 			return
 		}
 		if err := r.stop(); err != nil {
-			t.Errorf("Run: %v", err)
+			tb.Errorf("Run: %v", err)
 		}
 	})
 	return r
 }
 
 // waitForResources polls the device manager until the resource reads capacity/allocatable.
-func waitForResources(t testing.TB, dm *kubeletpeer.DeviceManager, capacity, allocatable int64) {
-	t.Helper()
+func waitForResources(tb testing.TB, dm *kubeletpeer.DeviceManager, capacity, allocatable int64) {
+	tb.Helper()
 	var last kubeletpeer.Resources
-	err := wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 20*time.Second, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(tb.Context(), 10*time.Millisecond, 20*time.Second, true, func(ctx context.Context) (bool, error) {
 		r, err := dm.Capacity(ctx)
 		if err != nil {
 			return false, err
@@ -129,17 +129,17 @@ func waitForResources(t testing.TB, dm *kubeletpeer.DeviceManager, capacity, all
 		return r.Capacity[resource] == capacity && r.Allocatable[resource] == allocatable, nil
 	})
 	if err != nil {
-		t.Fatalf("%s: want capacity %d allocatable %d, last read %+v: %v", resource, capacity, allocatable, last, err)
+		tb.Fatalf("%s: want capacity %d allocatable %d, last read %+v: %v", resource, capacity, allocatable, last, err)
 	}
 }
 
-func waitForEvent(t testing.TB, srv *kubeletpeer.RegistrationServer, what string, match func(kubeletpeer.Event) bool) kubeletpeer.Event {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+func waitForEvent(tb testing.TB, srv *kubeletpeer.RegistrationServer, what string, match func(kubeletpeer.Event) bool) kubeletpeer.Event {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(tb.Context(), 20*time.Second)
 	defer cancel()
 	ev, err := srv.WaitFor(ctx, match)
 	if err != nil {
-		t.Fatalf("waiting for %s: %v", what, err)
+		tb.Fatalf("waiting for %s: %v", what, err)
 	}
 	return ev
 }
