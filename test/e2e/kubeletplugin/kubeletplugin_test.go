@@ -191,6 +191,12 @@ func TestKubeletDuplicateRegisterTrap(t *testing.T) {
 		t.Fatalf("second plugin on the same socket: %v, want ErrSocketInUse", err)
 	}
 
+	// The kubelet sees the devices before Register returns to the plugin: wait for the count.
+	if err := wait.PollUntilContextTimeout(t.Context(), 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return p.Stats().Registrations == 1, nil
+	}); err != nil {
+		t.Fatalf("Registrations = %d, want 1", p.Stats().Registrations)
+	}
 	for i := range 5 { // the plugin re-registers with the same kubelet instance
 		before := p.Stats().Registrations
 		if err := os.Remove(p.SocketPath()); err != nil {
