@@ -24,11 +24,13 @@
 //     serves, and only then calls Register (the kubelet dials the plugin back before it
 //     answers).
 //  3. It watches the folder with fsnotify. A kubelet restart deletes every socket in the folder
-//     and re-creates kubelet.sock; the plugin reacts to the CREATE of kubelet.sock, to the
-//     removal of its own socket, to the kubelet closing the stream, and, every
-//     [Options.ResyncPeriod], to a stat of both sockets (kubelet.sock is compared by inode, so
-//     a missed event is caught too). It then stops the old server, serves again and registers
-//     again. Failures are retried with exponential backoff ([Options.InitialBackoff] to
+//     and re-creates kubelet.sock; the plugin reacts at once to the CREATE of kubelet.sock and
+//     to the removal of its own socket, and every [Options.ResyncPeriod] stats both sockets
+//     (so a missed event is caught too). It then stops the old server, serves again and
+//     registers again. When the kubelet closes the stream, the plugin stops serving at once
+//     and registers again after [Options.InitialBackoff] (or at the CREATE, if sooner), so it
+//     does not serve a socket that a starting kubelet is about to delete. A Register in flight
+//     is never cancelled. Failures are retried with exponential backoff ([Options.InitialBackoff] to
 //     [Options.MaxBackoff], reset when kubelet.sock is re-created); a rejection by the kubelet
 //     (invalid resource name, unsupported version, no dial-back) ends Run with a
 //     [*RegistrationError], as the device-plugin API asks plugins to terminate.
