@@ -1,0 +1,64 @@
+package kubeletplugin_test
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/hamireg/hamireg/annotation"
+	"github.com/hamireg/hamireg/kubeletplugin"
+	"github.com/hamireg/hamireg/kubeletplugin/kubelettest"
+)
+
+// A plugin registers two GPUs split 4 ways with a (fake) kubelet; one GPU turns unhealthy
+// and the kubelet sees allocatable drop; a kubelet restart is followed by re-registration.
+func ExamplePlugin() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	kubelet, err := kubelettest.NewServer(ctx) // in tests: kubelettest.Start(t)
+	if err != nil {
+		panic(err)
+	}
+	defer kubelet.Close()
+
+	p, err := kubeletplugin.New(kubeletplugin.Options{PluginDir: kubelet.Dir(), SplitCount: 4})
+	if err != nil {
+		panic(err)
+	}
+	gpus := []annotation.Device{
+		{ID: "GPU-0fc1", Index: 0, Health: true},
+		{ID: "GPU-7a2e", Index: 1, Numa: 1, Health: true},
+	}
+	p.SetDevices(gpus)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+
+	show := func(want func(kubelettest.Plugin) bool) {
+		s, err := kubelet.WaitFor(ctx, func(s kubelettest.State) bool {
+			pl, ok := s.Resource("nvidia.com/gpu")
+			return ok && want(pl)
+		})
+		if err != nil {
+			panic(err)
+		}
+		pl, _ := s.Resource("nvidia.com/gpu")
+		fmt.Printf("registrations %d: capacity %d, allocatable %d, first %s\n", s.Registrations, len(pl.Devices), pl.Healthy(), pl.Devices[0].GetID())
+	}
+	show(func(pl kubelettest.Plugin) bool { return pl.Healthy() == 8 })
+
+	gpus[1].Health = false
+	p.SetDevices(gpus)
+	show(func(pl kubelettest.Plugin) bool { return pl.Healthy() == 4 })
+
+	if err := kubelet.Restart(); err != nil {
+		panic(err)
+	}
+	show(func(pl kubelettest.Plugin) bool { return pl.Healthy() == 4 })
+
+	cancel()
+	fmt.Println("Run:", <-done)
+	// Output:
+	// registrations 1: capacity 8, allocatable 8, first GPU-0fc1-0
+	// registrations 1: capacity 8, allocatable 4, first GPU-0fc1-0
+	// registrations 2: capacity 8, allocatable 4, first GPU-0fc1-0
+	// Run: <nil>
+}

@@ -1,0 +1,145 @@
+package kubeletplugin_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/hamireg/hamireg/annotation"
+	"github.com/hamireg/hamireg/kubeletplugin"
+	"github.com/hamireg/hamireg/test/e2e/kubeletpeer"
+)
+
+const (
+	resource = "nvidia.com/gpu"
+	split    = 4
+)
+
+// gpus returns GPUs with the given health; each is published as split virtual devices.
+func gpus(healthy ...bool) []annotation.Device {
+	out := make([]annotation.Device, len(healthy))
+	for i, h := range healthy {
+		out[i] = annotation.Device{
+			ID: fmt.Sprintf("GPU-%08d-303d-558d-435e-99a160631fe4", i), Index: uint(i), Count: split, Numa: i % 2, Health: h,
+		}
+	}
+	return out
+}
+
+// shortTempDir keeps unix socket paths far below 108 bytes (t.TempDir embeds the test name).
+func shortTempDir(tb testing.TB) string {
+	tb.Helper()
+	dir, err := os.MkdirTemp("", "kp") //nolint:usetesting // tb.TempDir embeds the test name; socket paths must stay < 108 bytes
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
+}
+
+func startDeviceManager(tb testing.TB) *kubeletpeer.DeviceManager {
+	tb.Helper()
+	dm, err := kubeletpeer.StartDeviceManager(tb.Context(), kubeletpeer.DeviceManagerOptions{})
+	if err != nil {
+		tb.Fatalf("start the kubelet device manager: %v", err)
+	}
+	tb.Cleanup(func() {
+		if tb.Failed() {
+			tb.Logf("device manager log:\n%s", dm.LogTail(60))
+		}
+		if err := dm.Stop(); err != nil {
+			tb.Errorf("stop device manager: %v", err)
+		}
+	})
+	return dm
+}
+
+// running is a Plugin whose Run goroutine the test controls.
+type running struct {
+	*kubeletplugin.Plugin
+	cancel context.CancelFunc
+	done   chan error
+	err    error
+	ended  bool
+}
+
+// stop cancels Run and returns its error.
+func (r *running) stop() error {
+	if !r.ended {
+		r.cancel()
+		r.err = <-r.done
+		r.ended = true
+	}
+	return r.err
+}
+
+// wait returns Run's error once Run returned on its own, or fails after timeout.
+func (r *running) wait(tb testing.TB, timeout time.Duration) error {
+	tb.Helper()
+	select {
+	case r.err = <-r.done:
+		r.ended = true
+		return r.err
+	case <-time.After(timeout):
+		tb.Fatalf("Run did not return within %v", timeout)
+		return nil
+	}
+}
+
+func startPlugin(tb testing.TB, opts kubeletplugin.Options, devices []annotation.Device) *running {
+	tb.Helper()
+	if opts.SplitCount == 0 {
+		opts.SplitCount = split
+	}
+	p, err := kubeletplugin.New(opts)
+	if err != nil {
+		tb.Fatalf("New: %v", err)
+	}
+	p.SetDevices(devices)
+	_, ctx := ktesting.NewTestContext(tb)
+	ctx, cancel := context.WithCancel(ctx)
+	r := &running{Plugin: p, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- p.Run(ctx) }()
+	tb.Cleanup(func() {
+		if r.ended { // the test read Run's error with wait
+			return
+		}
+		if err := r.stop(); err != nil {
+			tb.Errorf("Run: %v", err)
+		}
+	})
+	return r
+}
+
+// waitForResources polls the device manager until the resource reads capacity/allocatable.
+func waitForResources(tb testing.TB, dm *kubeletpeer.DeviceManager, capacity, allocatable int64) {
+	tb.Helper()
+	var last kubeletpeer.Resources
+	err := wait.PollUntilContextTimeout(tb.Context(), 10*time.Millisecond, 20*time.Second, true, func(ctx context.Context) (bool, error) {
+		r, err := dm.Capacity(ctx)
+		if err != nil {
+			return false, err
+		}
+		last = r
+		return r.Capacity[resource] == capacity && r.Allocatable[resource] == allocatable, nil
+	})
+	if err != nil {
+		tb.Fatalf("%s: want capacity %d allocatable %d, last read %+v: %v", resource, capacity, allocatable, last, err)
+	}
+}
+
+func waitForEvent(tb testing.TB, srv *kubeletpeer.RegistrationServer, what string, match func(kubeletpeer.Event) bool) kubeletpeer.Event {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(tb.Context(), 20*time.Second)
+	defer cancel()
+	ev, err := srv.WaitFor(ctx, match)
+	if err != nil {
+		tb.Fatalf("waiting for %s: %v", what, err)
+	}
+	return ev
+}

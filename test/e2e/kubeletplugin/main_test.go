@@ -1,0 +1,17 @@
+// Package kubeletplugin_test runs package kubeletplugin against the kubelet's own code: the
+// registration server (plugin/v1beta1) and the complete device manager (ManagerImpl), with
+// kubelet restarts, plugin restarts, health changes, relocated folders and the
+// duplicate-Register trap; BenchmarkKubeletRestart measures re-registration latency.
+package kubeletplugin_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/hamireg/hamireg/test/e2e/kubeletpeer"
+)
+
+func TestMain(m *testing.M) {
+	kubeletpeer.ReexecIfChild() // the device-manager child runs here and exits
+	os.Exit(m.Run())
+}
