@@ -28,7 +28,7 @@ cgo0:
 ## lint: gofmt, go vet and golangci-lint (config .golangci.yml) over every module.
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	@for m in $(MODULES); do echo "== lint $$m"; (cd $$m && $(GO) vet ./... && $(LINT) run --config $(CURDIR)/.golangci.yml ./...) || exit 1; done
+	@for m in $(MODULES); do echo "== lint $$m"; (cd $$m && $(GO) vet ./... && $(LINT) run --allow-parallel-runners --config $(CURDIR)/.golangci.yml ./...) || exit 1; done
 
 ## bench: benchmarks with their baselines in the same run (ratios readable from one output).
 bench:
