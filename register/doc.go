@@ -11,11 +11,12 @@
 //   - Devices are encoded in canonical order ([annotation.Canonical]), so an unchanged device
 //     set always encodes to the same bytes.
 //   - The encoded value is compared with the live value on the Node, read from a watch of that
-//     one Node (field selector metadata.name=<node>), not from a GET per cycle. Until the
-//     watch has delivered the Node version that follows the Writer's own last patch, the value
-//     last written successfully stands in for the live one, so a sync racing with the echo of
-//     a write does not write again. A JSON merge patch of the Writer's own key (and nothing
-//     else) is sent only when they differ; other annotations are never touched.
+//     one Node (field selector metadata.name=<node>), not from a GET per cycle. While the
+//     watch's copy is older (by resourceVersion) than the Node the Writer's last patch
+//     produced, the value last written successfully stands in for the live one, so a sync or
+//     an echo racing with a write does not cause a second write. A JSON merge patch of the
+//     Writer's own key (and nothing else) is sent only when they differ; other annotations
+//     are never touched.
 //   - The value remembered as written is updated only after the API server accepted the
 //     patch; a failed write is retried after 1 s, doubling up to 5 s (HAMi's fixed retry
 //     period), until it succeeds.
@@ -28,8 +29,9 @@
 // [NodeNameFromEnv] resolves the node name (NODE_NAME, else the legacy NodeName with a
 // warning); an empty name is an error at construction ([ErrNoNodeName]), not a retry loop.
 // [New] validates and starts nothing. [Writer.Run] starts the watch, syncs once the Node has
-// been listed, then rescans the [DeviceSource] every Options.Period (30 s), on drift and when
-// the Node appears, and returns nil when its context is done, after every goroutine it started
+// been listed, then rescans the [DeviceSource] every Options.Period (30 s), on drift, when
+// the Node appears and when asked with [Writer.Rescan] (say, on a GPU health event), and
+// returns nil when its context is done, after every goroutine it started
 // (the watch, the Event broadcaster) has ended. [Writer.Sync] does one rescan-compare-write
 // for callers that drive the Writer themselves; outside Run it GETs the Node.
 //
@@ -37,7 +39,7 @@
 //
 // One Run at a time per Writer ([ErrAlreadyRunning]); Sync may be called concurrently with
 // Run, syncs are serialised. The device source is called from one goroutine at a time.
-// [Writer.Stats] is safe at any time.
+// [Writer.Rescan] and [Writer.Stats] are safe at any time.
 //
 // # Errors, logs, Events, metrics
 //

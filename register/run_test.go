@@ -92,6 +92,35 @@ func TestRunSteadyStateAndRescan(t *testing.T) {
 	}
 }
 
+// Rescan syncs at once, without waiting for the period (e.g. a GPU turned unhealthy).
+func TestRunRescan(t *testing.T) {
+	t.Parallel()
+	_, ctx := ktesting.NewTestContext(t)
+	cs := newClientset(newNode(nil))
+	src := newSource(gpus(2))
+	clk := testingclock.NewFakeClock(time.Unix(0, 0))
+	w, err := register.New(cs, "gpu-1", src, register.Options{Clock: clk, EventRecorder: &record.FakeRecorder{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Rescan() // before Run: absorbed by the first sync
+	startRun(ctx, t, w)
+	eventually(t, "the first write", func() bool { return w.Stats().Writes == 1 })
+	devs := gpus(2)
+	devs[1].Health = false
+	src.set(devs)
+	w.Rescan()
+	w.Rescan() // coalesced
+	eventually(t, "the write after Rescan", func() bool { return w.Stats().Writes >= 2 })
+	if got, _ := nodeAnnotation(t, cs, annotation.KeyNVIDIARegister); got != want(devs) {
+		t.Errorf("annotation = %s, want %s", got, want(devs))
+	}
+	time.Sleep(50 * time.Millisecond)
+	if s := w.Stats(); s.Writes != 2 {
+		t.Errorf("Stats = %+v, want 2 writes", s)
+	}
+}
+
 // A hand-deleted or hand-edited annotation is restored from the watch, without the clock
 // moving and without a GET; a change of another annotation triggers nothing.
 func TestRunHealsDrift(t *testing.T) {

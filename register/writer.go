@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -126,19 +127,22 @@ type Writer struct {
 	metrics  *metrics             // nil without a Registerer
 
 	running atomic.Bool
+	// rescan wakes Run for an immediate sync: drift seen on the watch, the Node appearing,
+	// or a caller's Rescan. Capacity 1: requests coalesce.
+	rescan chan struct{}
 	// expect is the value this Writer wrote last, or is writing now; the watch handler
 	// ignores changes to it (they are the echo of its own write).
 	expect atomic.Pointer[string]
+	// writtenRV is the resourceVersion the API server gave the Node in answer to the last
+	// successful patch. A copy of the Node from the watch with an older resourceVersion
+	// predates that write: its value of the key is stale (see staleCopy).
+	writtenRV atomic.Pointer[string]
 
 	// mu serialises syncs and guards the fields below.
 	mu sync.Mutex
 	// written is the value of the last successful write or of a sync that found it in
 	// place; nil before the first.
 	written *string
-	// basedOn is the resourceVersion of the Node that the last successful patch was computed
-	// from. While the informer's copy still has it, the patch's echo has not arrived and the
-	// informer's value is stale.
-	basedOn string
 	// store is the informer's cache of the Node while Run runs (nil otherwise: Sync GETs).
 	store cache.Store
 	// activeRecorder is recorder, or Run's own while Run runs; nil records nothing.
@@ -189,6 +193,7 @@ func New(client kubernetes.Interface, nodeName string, source DeviceSource, opts
 		retryMax: opts.RetryMax,
 		clock:    opts.Clock,
 		recorder: opts.EventRecorder,
+		rescan:   make(chan struct{}, 1),
 	}
 	for _, d := range []struct {
 		name string
@@ -226,6 +231,17 @@ func (w *Writer) NodeName() string { return w.node }
 
 // Key returns the annotation key the Writer writes.
 func (w *Writer) Key() string { return w.key }
+
+// Rescan asks Run to rescan the device source and sync now instead of at the next period,
+// e.g. when the source has learnt that a GPU's health changed. It never blocks; requests made
+// while a sync is pending coalesce into one. Without a running Run it has no effect beyond
+// the first sync every Run does anyway.
+func (w *Writer) Rescan() {
+	select {
+	case w.rescan <- struct{}{}:
+	default:
+	}
+}
 
 // Stats returns a snapshot of the Writer's counters.
 func (w *Writer) Stats() Stats {
@@ -265,7 +281,7 @@ func (w *Writer) syncLocked(ctx context.Context) error {
 		return err
 	}
 	live, present := node.Annotations[w.key]
-	if w.store != nil && w.written != nil && w.basedOn != "" && node.ResourceVersion == w.basedOn {
+	if w.written != nil && w.staleCopy(node) {
 		// The watch has not delivered our last patch yet: what we wrote is on the Node.
 		live, present = *w.written, true
 	}
@@ -288,7 +304,7 @@ func (w *Writer) syncLocked(ctx context.Context) error {
 		return fmt.Errorf("encode patch of node %q: %w", w.node, err)
 	}
 	w.expect.Store(&want)
-	_, err = w.client.CoreV1().Nodes().Patch(ctx, w.node, types.MergePatchType, body, metav1.PatchOptions{FieldManager: FieldManager})
+	updated, err := w.client.CoreV1().Nodes().Patch(ctx, w.node, types.MergePatchType, body, metav1.PatchOptions{FieldManager: FieldManager})
 	if err != nil {
 		w.expect.Store(w.written)
 		we := classify("patch", w.node, w.key, err)
@@ -299,7 +315,10 @@ func (w *Writer) syncLocked(ctx context.Context) error {
 		return we
 	}
 	w.written = &want
-	w.basedOn = node.ResourceVersion
+	if updated != nil {
+		rv := updated.ResourceVersion
+		w.writtenRV.Store(&rv)
+	}
 	w.metrics.write(heal)
 	w.count(func(s *Stats) {
 		s.Writes++
@@ -328,6 +347,19 @@ func (w *Writer) liveNode(ctx context.Context) (*corev1.Node, error) {
 		return nil, classify("get", w.node, w.key, err)
 	}
 	return node, nil
+}
+
+// staleCopy reports whether node is a copy older than the Node the Writer's last patch
+// produced, going by resourceVersion (comparable between versions of one object since
+// Kubernetes 1.35, KEP-5504). When either version is not a well-formed number, as with fake
+// clientsets, the copy is taken as current.
+func (w *Writer) staleCopy(node *corev1.Node) bool {
+	rv := w.writtenRV.Load()
+	if rv == nil {
+		return false
+	}
+	c, err := resourceversion.CompareResourceVersion(node.ResourceVersion, *rv)
+	return err == nil && c < 0
 }
 
 func reasonOf(err error) string {
@@ -370,7 +402,8 @@ func (w *Writer) event(node *corev1.Node, err error) {
 // Run keeps the annotation right until ctx is done, then returns nil after every goroutine it
 // started has ended. It watches only its own Node (field selector metadata.name), syncs once
 // the watch has listed it, then again every Period, whenever the annotation on the Node
-// changes to anything but what the Writer wrote (drift), and when the Node appears. A failed
+// changes to anything but what the Writer wrote (drift), when the Node appears, and on
+// [Writer.Rescan]. A failed
 // sync is retried after RetryInitial, doubling up to RetryMax; a missing Node is waited for
 // on the watch instead. Errors are logged, counted, and recorded as Events on the Node; see
 // [Writer.Stats] for the last one. Calling Run while another Run of w has not returned gives
@@ -395,17 +428,10 @@ func (w *Writer) Run(ctx context.Context) error {
 		recorder = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: EventComponent, Host: w.node})
 	}
 
-	trigger := make(chan struct{}, 1)
-	poke := func() {
-		select {
-		case trigger <- struct{}{}:
-		default:
-		}
-	}
 	store, informer := cache.NewInformerWithOptions(cache.InformerOptions{
 		ListerWatcher: cache.ToListWatcherWithWatchListSemantics(w.listWatch(), w.client),
 		ObjectType:    &corev1.Node{},
-		Handler:       w.handler(logger, poke),
+		Handler:       w.handler(logger),
 	})
 	var wg sync.WaitGroup
 	wg.Go(func() { informer.RunWithContext(ctx) })
@@ -426,7 +452,7 @@ func (w *Writer) Run(ctx context.Context) error {
 	w.activeRecorder = recorder
 	w.mu.Unlock()
 	select { // the first sync covers whatever the initial list reported
-	case <-trigger:
+	case <-w.rescan:
 	default:
 	}
 
@@ -457,7 +483,7 @@ func (w *Writer) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-timer.C():
-		case <-trigger:
+		case <-w.rescan:
 			if !timer.Stop() {
 				select { // a fake clock's timer may have fired into its buffer
 				case <-timer.C():
@@ -502,12 +528,12 @@ func (w *Writer) listWatch() *cache.ListWatch {
 
 // handler turns watch events of the Node into rescans: when the Node appears, and when the
 // annotation changes to anything but what this Writer wrote.
-func (w *Writer) handler(logger klog.Logger, poke func()) cache.ResourceEventHandler {
+func (w *Writer) handler(logger klog.Logger) cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if n, ok := obj.(*corev1.Node); ok && n.Name == w.node {
 				logger.V(4).Info("Node observed")
-				poke()
+				w.Rescan()
 			}
 		},
 		UpdateFunc: func(oldObj, newObj any) {
@@ -524,8 +550,11 @@ func (w *Writer) handler(logger klog.Logger, poke func()) cache.ResourceEventHan
 			if exp := w.expect.Load(); exp != nil && np && nv == *exp {
 				return // the echo of our own write
 			}
+			if w.staleCopy(n) {
+				return // a change from before our last write, which has overwritten it
+			}
 			logger.V(2).Info("Register annotation changed on the Node, rescanning", "present", np)
-			poke()
+			w.Rescan()
 		},
 		DeleteFunc: func(any) {
 			logger.V(2).Info("Node deleted; waiting for it to appear again")
