@@ -1,0 +1,192 @@
+package register_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/hamireg/hamireg/annotation"
+)
+
+// TestMain fails the binary if any test leaves a goroutine behind: every Run must join what
+// it started.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// source is a DeviceSource whose devices and error tests change; it returns the devices in a
+// new random order on every call, as HAMi's map iteration does.
+type source struct {
+	mu    sync.Mutex
+	devs  []annotation.Device
+	err   error
+	calls int
+}
+
+func newSource(devs []annotation.Device) *source { return &source{devs: devs} }
+
+func (s *source) Devices(context.Context) ([]annotation.Device, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls++
+	if s.err != nil {
+		return nil, s.err
+	}
+	out := slices.Clone(s.devs)
+	rand.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	return out, nil
+}
+
+func (s *source) set(devs []annotation.Device) {
+	s.mu.Lock()
+	s.devs = devs
+	s.mu.Unlock()
+}
+
+func (s *source) setErr(err error) {
+	s.mu.Lock()
+	s.err = err
+	s.mu.Unlock()
+}
+
+// gpus returns n healthy A100s.
+func gpus(n int) []annotation.Device {
+	devs := make([]annotation.Device, n)
+	for i := range devs {
+		devs[i] = annotation.Device{
+			ID: fmt.Sprintf("GPU-%08d-0000-0000-0000-000000000000", i), Index: uint(i), Count: 10,
+			Devmem: 81920, Devcore: 100, Type: "NVIDIA-A100-SXM4-80GB", Numa: i / 4, Mode: "hami-core", Health: true,
+		}
+	}
+	return devs
+}
+
+func want(devs []annotation.Device) string { return annotation.Encode(annotation.Canonical(devs)) }
+
+// nodeName is the Node every unit test writes to.
+const nodeName = "gpu-1"
+
+func newNode(annotations map[string]string) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, Annotations: annotations, ResourceVersion: nextRV()}}
+}
+
+// resourceVersion numbers objects the way the API server does and the fake tracker does not.
+var resourceVersion atomic.Int64
+
+func nextRV() string { return strconv.FormatInt(resourceVersion.Add(1)+1000, 10) }
+
+// newClientset returns a fake clientset holding objs whose node patches, like the API
+// server's, give the Node a new resourceVersion (the fake's own leave it unchanged).
+func newClientset(objs ...runtime.Object) *fake.Clientset {
+	cs := fake.NewClientset(objs...)
+	gvr := corev1.SchemeGroupVersion.WithResource("nodes")
+	var mu sync.Mutex
+	cs.PrependReactor("patch", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		p, ok := a.(k8stesting.PatchAction)
+		if !ok || p.GetPatchType() != types.MergePatchType {
+			return false, nil, nil
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		obj, err := cs.Tracker().Get(gvr, "", p.GetName())
+		if err != nil {
+			return true, nil, err
+		}
+		orig, err := json.Marshal(obj)
+		if err != nil {
+			return true, nil, err
+		}
+		patched, err := jsonpatch.MergePatch(orig, p.GetPatch())
+		if err != nil {
+			return true, nil, err
+		}
+		n := &corev1.Node{}
+		if err := json.Unmarshal(patched, n); err != nil {
+			return true, nil, err
+		}
+		n.ResourceVersion = nextRV()
+		return true, n, cs.Tracker().Update(gvr, n, "")
+	})
+	return cs
+}
+
+// count returns how many actions with verb on nodes the fake clientset has seen.
+func count(cs *fake.Clientset, verb string) int {
+	n := 0
+	for _, a := range cs.Actions() {
+		if a.GetVerb() == verb && a.GetResource().Resource == "nodes" {
+			n++
+		}
+	}
+	return n
+}
+
+// nodeAnnotation reads the node's annotation straight from the fake's tracker.
+func nodeAnnotation(t *testing.T, cs *fake.Clientset, key string) (string, bool) {
+	t.Helper()
+	obj, err := cs.Tracker().Get(corev1.SchemeGroupVersion.WithResource("nodes"), "", nodeName)
+	if err != nil {
+		t.Fatalf("get node from the tracker: %v", err)
+	}
+	v, ok := obj.(*corev1.Node).Annotations[key]
+	return v, ok
+}
+
+// setAnnotations replaces the node's annotations the way kubectl annotate would (an update
+// that the writer's watch sees), bypassing the reactors.
+func setAnnotations(t *testing.T, cs *fake.Clientset, annotations map[string]string) {
+	t.Helper()
+	gvr := corev1.SchemeGroupVersion.WithResource("nodes")
+	obj, err := cs.Tracker().Get(gvr, "", nodeName)
+	if err != nil {
+		t.Fatalf("get node from the tracker: %v", err)
+	}
+	n := obj.(*corev1.Node).DeepCopy()
+	n.Annotations = annotations
+	n.ResourceVersion = nextRV()
+	if err := cs.Tracker().Update(gvr, n, ""); err != nil {
+		t.Fatalf("update node: %v", err)
+	}
+}
+
+// failPatches makes the next n patches of nodes fail with err (n < 0: all).
+func failPatches(cs *fake.Clientset, n int, err error) {
+	var mu sync.Mutex
+	cs.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if n == 0 {
+			return false, nil, nil
+		}
+		n--
+		return true, nil, err
+	})
+}
+
+// eventually polls cond every 5 ms for up to 10 s.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -1,0 +1,263 @@
+package register_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/hamireg/hamireg/annotation"
+	"github.com/hamireg/hamireg/register"
+)
+
+// uniqueName returns prefix-<random>, a valid Node name that isolates a test's objects.
+func uniqueName(prefix string) string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return prefix + "-" + hex.EncodeToString(b)
+}
+
+// counter is an http.RoundTripper wrapper that counts the requests a client sends, by kind
+// ("GET nodes", "LIST nodes", "WATCH nodes", "PATCH nodes", "POST events", …).
+//
+// With watchScale > 1 it also divides the timeoutSeconds of every watch request by
+// watchScale (at least 1 s), so that the watch renewals of a compressed hour happen for real
+// (client-go's reflector asks for 300–600 s and will not go lower).
+type counter struct {
+	watchScale float64
+
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+func newCounter(watchScale float64) *counter {
+	return &counter{watchScale: watchScale, counts: map[string]int{}}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func (c *counter) wrap(next http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		q := req.URL.Query()
+		kind := req.Method
+		watching := q.Get("watch") == "true" || q.Get("watch") == "1"
+		if watching {
+			kind = "WATCH"
+			if s, err := strconv.Atoi(q.Get("timeoutSeconds")); err == nil && c.watchScale > 1 {
+				q.Set("timeoutSeconds", strconv.Itoa(max(1, int(math.Round(float64(s)/c.watchScale)))))
+				req = req.Clone(req.Context())
+				req.URL.RawQuery = q.Encode()
+			}
+		}
+		segs := strings.Split(strings.Trim(req.URL.Path, "/"), "/")
+		resource := "other"
+		for i, s := range segs {
+			if s == "nodes" || s == "events" {
+				resource = s
+				if req.Method == http.MethodGet && !watching && i == len(segs)-1 {
+					kind = "LIST"
+				}
+			}
+		}
+		c.mu.Lock()
+		c.counts[kind+" "+resource]++
+		c.mu.Unlock()
+		return next.RoundTrip(req)
+	})
+}
+
+// snapshot returns the counts so far.
+func (c *counter) snapshot() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]int, len(c.counts))
+	for k, v := range c.counts {
+		out[k] = v
+	}
+	return out
+}
+
+// since returns the counts added after before, and their total.
+func (c *counter) since(before map[string]int) (map[string]int, int) {
+	now := c.snapshot()
+	total := 0
+	for k, v := range now {
+		now[k] = v - before[k]
+		total += now[k]
+		if now[k] == 0 {
+			delete(now, k)
+		}
+	}
+	return now, total
+}
+
+// countingClient returns an admin clientset whose requests c counts.
+func countingClient(tb testing.TB, c *counter) kubernetes.Interface {
+	tb.Helper()
+	return countingClientFor(tb, cp.RESTConfig(), c)
+}
+
+func countingClientFor(tb testing.TB, cfg *rest.Config, c *counter) kubernetes.Interface {
+	tb.Helper()
+	cfg.Wrap(c.wrap)
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		tb.Fatalf("new clientset: %v", err)
+	}
+	return cs
+}
+
+// source is a DeviceSource whose devices tests change; it returns them in Go map iteration
+// order, as HAMi's agent builds its list.
+type source struct {
+	mu   sync.Mutex
+	devs map[string]annotation.Device
+}
+
+func newSource(devs []annotation.Device) *source {
+	s := &source{}
+	s.set(devs)
+	return s
+}
+
+func (s *source) Devices(context.Context) ([]annotation.Device, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]annotation.Device, 0, len(s.devs))
+	for _, d := range s.devs { // random order, like HAMi's range over rm.Devices
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+func (s *source) set(devs []annotation.Device) {
+	m := make(map[string]annotation.Device, len(devs))
+	for _, d := range devs {
+		m[d.ID] = d
+	}
+	s.mu.Lock()
+	s.devs = m
+	s.mu.Unlock()
+}
+
+// gpus returns n healthy H100s.
+func gpus(n int) []annotation.Device {
+	devs := make([]annotation.Device, n)
+	for i := range devs {
+		devs[i] = annotation.Device{
+			ID: fmt.Sprintf("GPU-%08x-1111-2222-3333-444444444444", i), Index: uint(i), Count: 10,
+			Devmem: 81559, Devcore: 100, Type: "NVIDIA-H100-80GB-HBM3", Numa: i / 4, Mode: "hami-core", Health: true,
+		}
+	}
+	return devs
+}
+
+// want is the value the writer must publish for devs.
+func want(devs []annotation.Device) string { return annotation.Encode(annotation.Canonical(devs)) }
+
+// testContext returns a context whose logger writes to t (V(2)), cancelled at cleanup.
+func testContext(t *testing.T) context.Context {
+	t.Helper()
+	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(2)))
+	return klog.NewContext(t.Context(), logger)
+}
+
+// createNode creates a Node with the given annotations.
+func createNode(tb testing.TB, name string, annotations map[string]string) {
+	tb.Helper()
+	_, err := cp.AdminClient().CoreV1().Nodes().Create(tb.Context(), &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		tb.Fatalf("create node %s: %v", name, err)
+	}
+	tb.Cleanup(func() {
+		_ = cp.AdminClient().CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+}
+
+// annotations reads the Node's annotations with the admin client.
+func annotations(tb testing.TB, name string) map[string]string {
+	tb.Helper()
+	n, err := cp.AdminClient().CoreV1().Nodes().Get(tb.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		tb.Fatalf("get node %s: %v", name, err)
+	}
+	return n.Annotations
+}
+
+// handPatch merge-patches annotations as an operator would with kubectl annotate; a nil
+// value deletes the key.
+func handPatch(tb testing.TB, name string, annotations map[string]*string) {
+	tb.Helper()
+	if err := patchAnnotations(tb.Context(), name, annotations); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+func patchAnnotations(ctx context.Context, name string, annotations map[string]*string) error {
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
+	if err != nil {
+		return err
+	}
+	if _, err := cp.AdminClient().CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, body, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("patch node %s: %w", name, err)
+	}
+	return nil
+}
+
+// run runs w until the test ends, and checks that Run returns nil promptly on cancellation.
+func run(ctx context.Context, tb testing.TB, w *register.Writer) (stop func()) {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					tb.Errorf("Run returned %v, want nil", err)
+				}
+			case <-time.After(15 * time.Second):
+				tb.Errorf("Run did not return within 15 s of cancellation")
+			}
+		})
+	}
+	tb.Cleanup(stop)
+	return stop
+}
+
+// waitFor polls cond every 10 ms until it holds or timeout passes, and returns how long it
+// took.
+func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) time.Duration {
+	tb.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > timeout {
+			tb.Fatalf("%s: not within %v", what, timeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return time.Since(start)
+}

@@ -1,0 +1,323 @@
+package register_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/hamireg/hamireg/annotation"
+	"github.com/hamireg/hamireg/register"
+)
+
+const key = annotation.KeyNVIDIARegister
+
+// First write, then many rescans with nothing changed (the source returns the 8 GPUs in
+// random order every time): no PATCH, no GET, not even a LIST; only the one watch.
+func TestRegisterFirstWriteThenNoRequests(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	node := uniqueName("reg-steady")
+	createNode(t, node, map[string]string{"owner": "ops"})
+	c := newCounter(1)
+	w, err := register.New(countingClient(t, c), node, newSource(gpus(8)), register.Options{Period: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(ctx, t, w)
+	waitFor(t, 10*time.Second, "first write", func() bool { return annotations(t, node)[key] == want(gpus(8)) })
+	if got := annotations(t, node)["owner"]; got != "ops" {
+		t.Errorf("other annotation = %q after the write, want ops", got)
+	}
+	startup := c.snapshot()
+	t.Logf("startup requests: %v", startup)
+	noops := w.Stats().NoOps
+	waitFor(t, 20*time.Second, "30 unchanged rescans", func() bool { return w.Stats().NoOps >= noops+30 })
+	if got, total := c.since(startup); total != 0 {
+		t.Errorf("requests during 30 unchanged rescans: %v, want none", got)
+	}
+	if s := w.Stats(); s.Writes != 1 || s.Failures != 0 {
+		t.Errorf("Stats = %+v, want 1 write and no failure", s)
+	}
+}
+
+// A hand-deleted and a hand-edited annotation are restored from the watch within seconds,
+// with the rescan period at one hour (so no periodic rescan can be what restores them), and
+// without a GET.
+func TestRegisterRestoresHandDeletedAndEditedAnnotation(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	node := uniqueName("reg-heal")
+	createNode(t, node, nil)
+	c := newCounter(1)
+	w, err := register.New(countingClient(t, c), node, newSource(gpus(8)), register.Options{Period: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(ctx, t, w)
+	waitFor(t, 10*time.Second, "first write", func() bool { return annotations(t, node)[key] == want(gpus(8)) })
+
+	handPatch(t, node, map[string]*string{key: nil}) // kubectl annotate node NODE hami.io/node-nvidia-register-
+	d := waitFor(t, 5*time.Second, "restore after deletion", func() bool { return annotations(t, node)[key] == want(gpus(8)) })
+	t.Logf("deleted annotation restored in %v", d)
+
+	garbage := `[{"id":"GPU-edited-by-hand","count":1}]`
+	handPatch(t, node, map[string]*string{key: &garbage})
+	d = waitFor(t, 5*time.Second, "restore after edit", func() bool { return annotations(t, node)[key] == want(gpus(8)) })
+	t.Logf("edited annotation restored in %v", d)
+
+	if s := w.Stats(); s.Heals != 2 || s.Writes != 3 {
+		t.Errorf("Stats = %+v, want 3 writes of which 2 heals", s)
+	}
+	if n := c.snapshot()["GET nodes"]; n != 0 {
+		t.Errorf("%d GETs of the node, want 0", n)
+	}
+}
+
+// The Node does not exist when the writer starts: it waits on its watch (no retry loop of
+// requests) and writes as soon as the Node is created.
+func TestRegisterNodeAppearsLater(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	node := uniqueName("reg-late")
+	c := newCounter(1)
+	w, err := register.New(countingClient(t, c), node, newSource(gpus(2)), register.Options{Period: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(ctx, t, w)
+	waitFor(t, 10*time.Second, "ErrNodeNotFound", func() bool { return errors.Is(w.Stats().LastError, register.ErrNodeNotFound) })
+	time.Sleep(time.Second)
+	before := c.snapshot()
+	if before["PATCH nodes"] != 0 || before["GET nodes"] != 0 {
+		t.Errorf("requests while the node is missing: %v", before)
+	}
+	createNode(t, node, nil)
+	d := waitFor(t, 5*time.Second, "write after the node appeared", func() bool { return annotations(t, node)[key] == want(gpus(2)) })
+	t.Logf("written %v after the node was created; requests before: %v", d, before)
+}
+
+// Another writer patches other annotations of the same Node as fast as it can while the
+// writer writes, heals and rewrites its key: merge patches of disjoint keys lose nothing.
+func TestRegisterConcurrentWriterLosesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	node := uniqueName("reg-concurrent")
+	createNode(t, node, nil)
+	src := newSource(gpus(4))
+	w, err := register.New(cp.AdminClient(), node, src, register.Options{Period: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(ctx, t, w)
+
+	const others = 100
+	var wg sync.WaitGroup
+	wg.Go(func() { // the scheduler, another agent, an operator: keys of their own
+		for i := range others {
+			v := fmt.Sprint(i)
+			if err := patchAnnotations(ctx, node, map[string]*string{fmt.Sprintf("other.example/k%d", i%10): &v}); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	})
+	for i := range 20 { // meanwhile the device list changes and the key is deleted by hand
+		devs := gpus(4)
+		devs[i%4].Health = i%2 == 0
+		src.set(devs)
+		if i%5 == 0 {
+			handPatch(t, node, map[string]*string{key: nil})
+		}
+		time.Sleep(15 * time.Millisecond)
+	}
+	final := gpus(4)
+	final[0].Devmem = 40000
+	src.set(final)
+	wg.Wait()
+
+	waitFor(t, 10*time.Second, "final device list", func() bool { return annotations(t, node)[key] == want(final) })
+	got := annotations(t, node)
+	for k := range 10 {
+		wantV := fmt.Sprint(others - 10 + k)
+		if v := got[fmt.Sprintf("other.example/k%d", k)]; v != wantV {
+			t.Errorf("other.example/k%d = %q, want %q (lost by a concurrent write)", k, v, wantV)
+		}
+	}
+	t.Logf("stats: %+v", w.Stats())
+}
+
+// The ClusterRole of the package documentation (register.ClusterRoleRules) is all the writer
+// needs: list/watch to see its Node, patch to write and heal, create events for a failed
+// write (here a value the apiserver rejects as too large).
+func TestRegisterMinimalClusterRole(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	role := uniqueName("hamireg-register")
+	_, err := cp.AdminClient().RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: role},
+		Rules:      register.ClusterRoleRules(),
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create cluster role: %v", err)
+	}
+	ns := uniqueName("reg-rbac")
+	client, err := cp.ServiceAccountClient(ctx, ns, "device-plugin", role)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := uniqueName("reg-rbac")
+	createNode(t, node, nil)
+	src := newSource(gpus(2))
+	w, err := register.New(client, node, src, register.Options{Period: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(ctx, t, w)
+	waitFor(t, 10*time.Second, "write with the minimal role", func() bool { return annotations(t, node)[key] == want(gpus(2)) })
+	handPatch(t, node, map[string]*string{key: nil})
+	waitFor(t, 5*time.Second, "heal with the minimal role", func() bool { return annotations(t, node)[key] == want(gpus(2)) })
+
+	huge := gpus(1)
+	huge[0].Type = strings.Repeat("X", 300<<10) // annotations are limited to 256 KiB in all
+	src.set(huge)
+	waitFor(t, 10*time.Second, "the rejected write", func() bool { return errors.Is(w.Stats().LastError, register.ErrAPI) })
+	if err := w.Stats().LastError; !apierrors.IsInvalid(err) {
+		t.Errorf("LastError = %v, want an Invalid error from the apiserver", err)
+	}
+	ev := waitForEvent(t, node)
+	t.Logf("event recorded by the service account: %s %s %.120s…", ev.Type, ev.Reason, ev.Message)
+}
+
+// A ServiceAccount that may not patch nodes gets the classified error naming itself and the
+// check to run, and the writer records a Warning Event on the Node.
+func TestRegisterForbiddenNamesServiceAccount(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	role := uniqueName("reg-readonly")
+	_, err := cp.AdminClient().RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: role},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create cluster role: %v", err)
+	}
+	ns := uniqueName("reg-forbidden")
+	client, err := cp.ServiceAccountClient(ctx, ns, "limited", role)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := uniqueName("reg-forbidden")
+	createNode(t, node, nil)
+
+	// One-shot Sync (GET + PATCH) returns the error.
+	w, err := register.New(client, node, newSource(gpus(1)), register.Options{EventRecorder: &record.FakeRecorder{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = w.Sync(ctx)
+	if !errors.Is(err, register.ErrForbidden) || !apierrors.IsForbidden(err) {
+		t.Fatalf("Sync: %v, want ErrForbidden wrapping the apiserver's Forbidden", err)
+	}
+	check := fmt.Sprintf("kubectl auth can-i patch nodes --as=system:serviceaccount:%s:limited", ns)
+	if !strings.Contains(err.Error(), check) || !strings.Contains(err.Error(), "ServiceAccount "+ns+"/limited") {
+		t.Errorf("error %q does not name the ServiceAccount and %q", err, check)
+	}
+	t.Logf("classified error: %v", err)
+
+	// Run keeps retrying, keeps the error, and records the Warning Event on the Node.
+	w2, err := register.New(client, node, newSource(gpus(1)), register.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(ctx, t, w2)
+	waitFor(t, 10*time.Second, "the forbidden error in Stats", func() bool { return errors.Is(w2.Stats().LastError, register.ErrForbidden) })
+	ev := waitForEvent(t, node)
+	if !strings.Contains(ev.Message, check) {
+		t.Errorf("event message %q lacks %q", ev.Message, check)
+	}
+	if _, ok := annotations(t, node)[key]; ok {
+		t.Error("annotation written without permission")
+	}
+}
+
+// waitForEvent waits for the writer's Warning Event on node and returns it.
+func waitForEvent(t *testing.T, node string) corev1.Event {
+	t.Helper()
+	var ev corev1.Event
+	sel := fields.Set{"involvedObject.kind": "Node", "involvedObject.name": node, "reason": register.EventReasonFailed}.AsSelector().String()
+	waitFor(t, 20*time.Second, "the Warning event on the node", func() bool {
+		list, err := cp.AdminClient().CoreV1().Events(metav1.NamespaceDefault).List(t.Context(), metav1.ListOptions{FieldSelector: sel})
+		if err != nil || len(list.Items) == 0 {
+			return false
+		}
+		ev = list.Items[0]
+		return true
+	})
+	if ev.Type != corev1.EventTypeWarning || ev.Source.Component != register.EventComponent {
+		t.Errorf("event = %s %s from %q", ev.Type, ev.Reason, ev.Source.Component)
+	}
+	return ev
+}
+
+// The apiserver is stopped while the writer runs and the device list changes; the writes
+// fail and are retried with backoff; once the apiserver is back, the writer recovers by
+// itself and the final annotation is the current device list. Not parallel: the apiserver is
+// down for a while.
+func TestRegisterRecoversFromAPIServerRestart(t *testing.T) {
+	ctx := testContext(t)
+	node := uniqueName("reg-restart")
+	createNode(t, node, nil)
+	src := newSource(gpus(8))
+	w, err := register.New(cp.AdminClient(), node, src, register.Options{Period: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(ctx, t, w)
+	waitFor(t, 10*time.Second, "first write", func() bool { return annotations(t, node)[key] == want(gpus(8)) })
+
+	t.Cleanup(func() { // whatever happens, leave the apiserver running for the other tests
+		if cp.APIServerPid() == 0 {
+			if err := cp.StartAPIServer(context.Background()); err != nil {
+				t.Errorf("start apiserver: %v", err)
+			}
+		}
+	})
+	stopStart := time.Now()
+	if err := cp.StopAPIServer(); err != nil {
+		// Killed after the harness's grace period: stopped all the same, like a crash.
+		t.Logf("stop apiserver: %v", err)
+	}
+	t.Logf("apiserver stopped in %v", time.Since(stopStart))
+	changed := gpus(8)
+	changed[5].Health = false // a GPU fell off the bus while the control plane was down
+	src.set(changed)
+	waitFor(t, 10*time.Second, "a failed write", func() bool { return w.Stats().Failures >= 1 })
+	time.Sleep(3 * time.Second) // a few retries with backoff
+	failures := w.Stats().Failures
+	if err := cp.StartAPIServer(ctx); err != nil {
+		t.Fatalf("start apiserver: %v", err)
+	}
+	d := waitFor(t, 30*time.Second, "recovery", func() bool {
+		n, err := cp.AdminClient().CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		return err == nil && n.Annotations[key] == want(changed)
+	})
+	t.Logf("recovered %v after the apiserver was ready; %d failed attempts while it was down", d, failures)
+	waitFor(t, 10*time.Second, "LastError cleared", func() bool { return w.Stats().LastError == nil })
+	// The watch is back too: a hand deletion is healed.
+	handPatch(t, node, map[string]*string{key: nil})
+	waitFor(t, 10*time.Second, "heal after the restart", func() bool { return annotations(t, node)[key] == want(changed) })
+}
