@@ -110,6 +110,7 @@ type vendorEntry struct {
 	hs                   handshake.Value
 	allocatable          int64
 	reported             int64
+	zeroSince            time.Time // when a stamp was first decided with allocatable 0
 	registered           bool
 	state                State
 	reason               string
@@ -659,6 +660,20 @@ func (c *Cache) evaluate(ctx context.Context, e *nodeEntry, i int, now time.Time
 		RegisterChanged: registerChanged, Registered: ve.registered, Now: now,
 	}, c.opts.Handshake)
 	ve.reported = d.Reported
+	// Decide keeps a node with allocatable 0 out when it stamps; the stamp must not bring it
+	// back once it is seen fresh either: the node stays out until allocatable returns (§13.13).
+	// A stamp is recognised by its time: not before this cache first decided to stamp the node
+	// with allocatable 0, so the leader's stamp counts on followers too.
+	switch {
+	case ve.allocatable > 0:
+		ve.zeroSince = time.Time{}
+	case d.Action == handshake.ActionStamp && ve.zeroSince.IsZero():
+		ve.zeroSince = now.Truncate(time.Second)
+	case d.Healthy && !ve.registered && !ve.zeroSince.IsZero() && ve.hs.State == handshake.StateRequesting &&
+		ve.hs.TimeOK && !ve.hs.Time.Before(ve.zeroSince):
+		d.Healthy = false
+		d.Reason = "handshake stamped while allocatable is 0: the node is not added until allocatable returns"
+	}
 	switch d.Action {
 	case handshake.ActionNone:
 		c.dropPending(k)

@@ -52,9 +52,12 @@ func (c *Cache) writeLimiter() workqueue.TypedRateLimiter[writeKey] {
 func (c *Cache) want(ctx context.Context, k writeKey, w pendingWrite) {
 	c.wmu.Lock()
 	p := c.pending[k]
-	if p == nil || !p.sameDecision(&w) {
+	switch {
+	case p == nil || !p.sameDecision(&w):
 		p = &w
 		c.pending[k] = p
+	case !p.done:
+		p.value = w.value // not written yet: write the latest decision's time
 	}
 	skip := p.done || p.queued
 	c.wmu.Unlock()
