@@ -82,7 +82,7 @@ type Cache struct {
 
 	stats struct {
 		decodes, decodeFailures, eventsQueued, eventsFiltered, cycles atomic.Uint64
-		stamps, cleanups, writeErrors, skippedNotLeader              atomic.Uint64
+		stamps, cleanups, writeErrors, skippedNotLeader               atomic.Uint64
 	}
 }
 

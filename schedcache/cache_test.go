@@ -179,7 +179,10 @@ func TestDecodeOnlyOnChange(t *testing.T) {
 	})
 	e.eventually("the filtered event", func() bool { return e.cache.Stats().EventsFiltered > base.EventsFiltered })
 	e.update("n", func(n *corev1.Node) { n.Annotations[annotation.KeyNVIDIAHandshake] = requesting(t0.Add(time.Second)) })
-	e.eventually("the handshake", func() bool { n, _ := e.cache.Node("n"); return n.Registrations[0].Handshake == requesting(t0.Add(time.Second)) })
+	e.eventually("the handshake", func() bool {
+		n, _ := e.cache.Node("n")
+		return n.Registrations[0].Handshake == requesting(t0.Add(time.Second))
+	})
 	e.update("n", func(n *corev1.Node) {
 		n.Status.Allocatable[corev1.ResourceName(annotation.ResourceNVIDIAGPU)] = resource.MustParse("70")
 	})
@@ -280,7 +283,9 @@ func TestHandshakeSequence(t *testing.T) {
 		t.Fatalf("step 3: state %s", e.state("n"))
 	}
 	// Step 4: allocatable drops to 0 with an expired handshake: cleanup, the key is deleted.
-	e.update("n", func(n *corev1.Node) { n.Status.Allocatable[corev1.ResourceName(annotation.ResourceNVIDIAGPU)] = resource.MustParse("0") })
+	e.update("n", func(n *corev1.Node) {
+		n.Status.Allocatable[corev1.ResourceName(annotation.ResourceNVIDIAGPU)] = resource.MustParse("0")
+	})
 	e.waitState("n", StateUnhealthy)
 	e.eventually("cleanup", func() bool { return e.cache.Stats().Cleanups == 1 })
 	if !e.logs.has("Device is unhealthy, cleaning up node", -1) && !strings.Contains(e.logs.String(), `"msg"="Device is unhealthy, cleaning up node"`) {
@@ -299,7 +304,9 @@ func TestHandshakeSequence(t *testing.T) {
 		t.Errorf("cleanups = %d, want 1 (no flap)", c)
 	}
 	// Step 7: allocatable returns: registered again.
-	e.update("n", func(n *corev1.Node) { n.Status.Allocatable[corev1.ResourceName(annotation.ResourceNVIDIAGPU)] = resource.MustParse("10") })
+	e.update("n", func(n *corev1.Node) {
+		n.Status.Allocatable[corev1.ResourceName(annotation.ResourceNVIDIAGPU)] = resource.MustParse("10")
+	})
 	e.waitState("n", StateRegistered)
 	var reasons []string
 	for _, ev := range e.events() {
@@ -323,7 +330,9 @@ func TestHandshakeV290Cleanup(t *testing.T) {
 	t.Parallel()
 	e := start(t, Options{Handshake: handshake.Options{Version: handshake.VersionV290}}, gpuNode("n", 8, 10, requesting(t0.Add(-time.Hour))))
 	e.waitState("n", StateRegistered)
-	e.update("n", func(n *corev1.Node) { n.Status.Allocatable[corev1.ResourceName(annotation.ResourceNVIDIAGPU)] = resource.MustParse("0") })
+	e.update("n", func(n *corev1.Node) {
+		n.Status.Allocatable[corev1.ResourceName(annotation.ResourceNVIDIAGPU)] = resource.MustParse("0")
+	})
 	e.waitState("n", StateUnhealthy)
 	e.eventually("cleanup", func() bool { hs, _ := e.handshakeOf("n"); return hs == handshake.Deleted(t0, time.UTC) })
 }

@@ -49,7 +49,7 @@ func gpuNode(name string, n int, alloc int64, hs string) *corev1.Node {
 		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name), Labels: map[string]string{"gpu": "on"},
 			Annotations: map[string]string{annotation.KeyNVIDIARegister: annotation.Encode(devices(n, name))}},
 		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{
-			corev1.ResourceCPU:                           resource.MustParse("64"),
+			corev1.ResourceCPU: resource.MustParse("64"),
 			corev1.ResourceName(annotation.ResourceNVIDIAGPU): *resource.NewQuantity(alloc, resource.DecimalSI),
 		}},
 	}
@@ -248,3 +248,5 @@ func (e *env) tick(d time.Duration) {
 }
 
 var metaDelete = metav1.DeleteOptions{}
+
+func resourceQuantity(n int64) *resource.Quantity { return resource.NewQuantity(n, resource.DecimalSI) }
