@@ -27,9 +27,10 @@ import (
 )
 
 // realisticNode is a GPU node as a real cluster stores it: kubelet labels and annotations, four
-// field managers, conditions, node info, 50 images, and the register annotation of gpus GPUs
+// field managers, conditions, node info, 50 images, and the register annotation of 8 GPUs
 // with a handshake stamped an hour ago (the steady state: nobody refreshes it).
-func realisticNode(name string, gpus int) *corev1.Node {
+func realisticNode(name string) *corev1.Node {
+	const gpus = 8
 	q := resource.MustParse
 	labelSet := map[string]string{
 		"kubernetes.io/arch": "amd64", "kubernetes.io/os": "linux", "kubernetes.io/hostname": name,
@@ -48,7 +49,7 @@ func realisticNode(name string, gpus int) *corev1.Node {
 		}
 		b.WriteString(`".":{}}},"f:status":{"f:conditions":{"k:{\"type\":\"Ready\"}":{"f:lastHeartbeatTime":{},"f:status":{}}}}}`)
 		return metav1.ManagedFieldsEntry{Manager: fmt.Sprintf("manager-%d", n), Operation: metav1.ManagedFieldsOperationUpdate,
-			APIVersion: "v1", Time: &metav1.Time{Time: t0}, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(b.String())}}
+			APIVersion: "v1", Time: &metav1.Time{Time: t0}, FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(b.String())}
 	}
 	images := make([]corev1.ContainerImage, 50)
 	for i := range images {
@@ -201,7 +202,7 @@ func BenchmarkSteadyCycle(b *testing.B) {
 	const n = 5000
 	nodes := make([]*corev1.Node, n)
 	for i := range nodes {
-		node := realisticNode(fmt.Sprintf("gpu-%05d", i), 8)
+		node := realisticNode(fmt.Sprintf("gpu-%05d", i))
 		_, _ = TrimNode(node)
 		nodes[i] = node
 	}
@@ -241,7 +242,7 @@ func BenchmarkHeapPerNode(b *testing.B) {
 	raw := make([][]byte, n)
 	for i := range raw {
 		var err error
-		if raw[i], err = json.Marshal(realisticNode(fmt.Sprintf("gpu-%05d", i), 8)); err != nil {
+		if raw[i], err = json.Marshal(realisticNode(fmt.Sprintf("gpu-%05d", i))); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -282,7 +283,6 @@ func BenchmarkHeapPerNode(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
-				nodes = nil
 				stored := heap()
 				c.fullSync(klog.NewContext(b.Context(), logr.Discard()))
 				if c.Snapshot().Len() != n {

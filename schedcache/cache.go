@@ -98,25 +98,24 @@ type nodeEntry struct {
 // vendorEntry is the cycle-owned state of one vendor on one node.
 type vendorEntry struct {
 	// Raw annotation values at the last decode; the decode is reused while they are equal.
-	decoded              bool
-	regRaw, scoreRaw     string
-	regOK, scoreOK       bool
-	devices              []annotation.Device
-	decodeState          State
-	decodeErr            error
-	decodeReason         string
-	hsInit, hsOK         bool
-	hsRaw                string
-	hs                   handshake.Value
-	allocatable          int64
-	reported             int64
-	zeroSince            time.Time // when a stamp was first decided with allocatable 0
-	registered           bool
-	state                State
-	reason               string
-	err                  error
-	everPresent          bool
-	everRegisteredDevice bool
+	decoded          bool
+	regRaw, scoreRaw string
+	regOK, scoreOK   bool
+	devices          []annotation.Device
+	decodeState      State
+	decodeErr        error
+	decodeReason     string
+	hsInit, hsOK     bool
+	hsRaw            string
+	hs               handshake.Value
+	allocatable      int64
+	reported         int64
+	zeroSince        time.Time // when a stamp was first decided with allocatable 0
+	registered       bool
+	state            State
+	reason           string
+	err              error
+	everPresent      bool
 }
 
 // Stats are counters for tests, benchmarks and debugging.
@@ -198,6 +197,7 @@ func (c *Cache) Run(ctx context.Context) error {
 	c.qmu.Lock()
 	c.events, c.writes = events, writes
 	c.qmu.Unlock()
+	defer c.synced.Store(false) // a stopped cache is no longer kept up to date
 	defer writes.ShutDown()
 	defer events.ShutDown()
 
@@ -604,7 +604,7 @@ func (c *Cache) decode(ctx context.Context, e *nodeEntry, i int, node *corev1.No
 		ve.decodeState = StateAbsent
 		logger.V(5).Info("Failed to get node devices", "nodeName", node.Name, "deviceVendor", v.Name, "err", verdict.Err)
 		if wasPresent {
-			c.event(e, corev1.EventTypeWarning, ReasonRegisterRemoved, "%s register annotation %s was removed: the node's %s devices are no longer schedulable", v.Name, v.RegisterKey, v.Name)
+			c.warn(e, ReasonRegisterRemoved, "%s register annotation %s was removed: the node's %s devices are no longer schedulable", v.Name, v.RegisterKey, v.Name)
 		}
 		return
 	case errors.Is(verdict.Err, annotation.ErrNoDevices):
@@ -614,11 +614,11 @@ func (c *Cache) decode(ctx context.Context, e *nodeEntry, i int, node *corev1.No
 			msg = "no " + v.Name + " device found"
 		}
 		logger.Info(msg, "node", klog.KObj(node), "deviceAnnotation", raw)
-		c.event(e, corev1.EventTypeWarning, ReasonRegisterEmpty, "%s register annotation %s lists no devices (%q): the node has no schedulable %s devices", v.Name, v.RegisterKey, truncate(raw), v.Name)
+		c.warn(e, ReasonRegisterEmpty, "%s register annotation %s lists no devices (%q): the node has no schedulable %s devices", v.Name, v.RegisterKey, truncate(raw), v.Name)
 	case errors.Is(verdict.Err, annotation.ErrInvalidElement):
 		ve.decodeState = StateInvalidElement
 		logger.Error(verdict.Err, "failed to decode node devices", "node", klog.KObj(node), "deviceAnnotation", truncate(raw))
-		c.event(e, corev1.EventTypeWarning, ReasonRegisterInvalid, "%s register annotation %s holds an invalid device (HAMi's scheduler would crash on it); devices removed from scheduling: %v", v.Name, v.RegisterKey, verdict.Err)
+		c.warn(e, ReasonRegisterInvalid, "%s register annotation %s holds an invalid device (HAMi's scheduler would crash on it); devices removed from scheduling: %v", v.Name, v.RegisterKey, verdict.Err)
 	default:
 		ve.decodeState = StateMalformed
 		msg := verdict.HAMiLog
@@ -626,7 +626,7 @@ func (c *Cache) decode(ctx context.Context, e *nodeEntry, i int, node *corev1.No
 			msg = "failed to decode node devices"
 		}
 		logger.Error(verdict.Err, msg, "node", klog.KObj(node), "deviceAnnotation", truncate(raw))
-		c.event(e, corev1.EventTypeWarning, ReasonRegisterMalformed, "%s register annotation does not decode; devices removed from scheduling: %v", v.Name, verdict.Err)
+		c.warn(e, ReasonRegisterMalformed, "%s register annotation does not decode; devices removed from scheduling: %v", v.Name, verdict.Err)
 	}
 	c.stats.decodeFailures.Add(1)
 	c.metrics.decodeFailure(v.Name, ve.decodeState)
@@ -681,7 +681,7 @@ func (c *Cache) evaluate(ctx context.Context, e *nodeEntry, i int, now time.Time
 		c.want(ctx, k, pendingWrite{action: handshake.ActionStamp, value: d.NewValue, basisRaw: ve.hsRaw, basisOK: ve.hsOK})
 	case handshake.ActionCleanup:
 		klog.FromContext(ctx).Error(nil, "Device is unhealthy, cleaning up node", "nodeName", e.name, "deviceVendor", c.vendors[i].Name, "reason", d.Reason)
-		c.event(e, corev1.EventTypeWarning, ReasonDeviceUnhealthy, "%s devices removed from scheduling: %s", c.vendors[i].Name, d.Reason)
+		c.warn(e, ReasonDeviceUnhealthy, "%s devices removed from scheduling: %s", c.vendors[i].Name, d.Reason)
 		c.want(ctx, k, pendingWrite{action: handshake.ActionCleanup, value: d.NewValue, delete: d.Delete, basisRaw: ve.hsRaw, basisOK: ve.hsOK})
 	}
 	ve.registered = d.Healthy
@@ -762,11 +762,11 @@ func (c *Cache) publish(e *nodeEntry) {
 	c.mu.Unlock()
 }
 
-// event records an Event on the node, if a recorder was given.
-func (c *Cache) event(e *nodeEntry, eventType, reason, format string, args ...any) {
+// warn records a Warning Event on the node, if a recorder was given.
+func (c *Cache) warn(e *nodeEntry, reason, format string, args ...any) {
 	if c.opts.Recorder == nil {
 		return
 	}
 	ref := &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: e.name, UID: e.uid}
-	c.opts.Recorder.Eventf(ref, eventType, reason, format, args...)
+	c.opts.Recorder.Eventf(ref, corev1.EventTypeWarning, reason, format, args...)
 }

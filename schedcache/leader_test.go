@@ -63,7 +63,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 // runLeader runs r until the test ends and checks that Run returns nil.
-func runLeader(t *testing.T, ctx context.Context, r interface{ Run(context.Context) error }) context.CancelFunc {
+func runLeader(ctx context.Context, t *testing.T, r interface{ Run(context.Context) error }) context.CancelFunc {
 	t.Helper()
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -90,7 +90,7 @@ func TestLeaseFollower(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runLeader(t, ctx, f)
+	runLeader(ctx, t, f)
 	waitFor(t, "leading", f.IsLeader)
 	term := f.Term()
 	if !term.Leading || term.Seq != 1 {
@@ -150,9 +150,9 @@ func TestElectorTakeover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stopA := runLeader(t, ctx, a)
+	stopA := runLeader(ctx, t, a)
 	waitFor(t, "a leads", a.IsLeader)
-	runLeader(t, ctx, b)
+	runLeader(ctx, t, b)
 	time.Sleep(200 * time.Millisecond)
 	if b.IsLeader() {
 		t.Fatal("b leads while a holds the lease")

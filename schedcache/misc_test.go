@@ -85,7 +85,7 @@ func TestNewValidation(t *testing.T) {
 
 func TestTrimNode(t *testing.T) {
 	t.Parallel()
-	n := realisticNode("n", 8)
+	n := realisticNode("n")
 	if len(n.ManagedFields) == 0 || len(n.Status.Images) == 0 {
 		t.Fatal("test node lacks managedFields or images")
 	}
@@ -109,7 +109,7 @@ func TestTrimNode(t *testing.T) {
 // TestInformerTransformInstalled: objects in the informer come trimmed.
 func TestInformerTransformInstalled(t *testing.T) {
 	t.Parallel()
-	e := start(t, Options{}, realisticNode("n", 8))
+	e := start(t, Options{}, realisticNode("n"))
 	e.waitState("n", StateRegistered)
 	obj, ok, _ := e.cache.informer.GetStore().GetByKey("n")
 	if !ok {
