@@ -1,0 +1,114 @@
+package nvmlscan
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+)
+
+// Sentinel errors for the classes callers branch on (test with errors.Is). The errors that
+// come from NVML also match the [nvml.Return] code, e.g.
+// errors.Is(err, nvml.ERROR_LIBRARY_NOT_FOUND).
+var (
+	// ErrInit means NVML could not be initialised; [New] returns it inside an [*InitError].
+	ErrInit = errors.New("nvml init failed")
+	// ErrClosed means the scanner was closed.
+	ErrClosed = errors.New("scanner closed")
+	// ErrRunning means [Scanner.Run] was called while another Run of the same scanner is
+	// still running.
+	ErrRunning = errors.New("scanner already running")
+	// ErrMemoryNotSupported means the GPU does not report its memory (NVML returns
+	// ERROR_NOT_SUPPORTED, e.g. on unified-memory parts such as GB10) and
+	// Options.PreConfiguredMemory is 0, so the GPU is skipped, as HAMi does.
+	ErrMemoryNotSupported = errors.New("memory query not supported and no pre-configured memory")
+	// ErrOutOfRange means a scaled value does not fit the annotation's int32 field, so the
+	// GPU is skipped (HAMi would wrap the number around).
+	ErrOutOfRange = errors.New("value out of range")
+	// ErrInvalidOptions means [New] rejected its Options.
+	ErrInvalidOptions = errors.New("invalid options")
+)
+
+// InitError is returned by [New] when nvmlInit fails. It unwraps to [ErrInit] and to the
+// [nvml.Return] code. Its text starts with HAMi's wording ("nvml Init err: ERROR_…"), so
+// runbooks written for HAMi's device plugin still match, and ends with the likely fix.
+type InitError struct {
+	// Return is the code nvmlInit returned.
+	Return nvml.Return
+	// Hint is the likely fix in words ("" when there is no specific advice).
+	Hint string
+}
+
+// Error implements error.
+func (e *InitError) Error() string {
+	// HAMi logs the code with %v: the name before the library is loaded
+	// (ERROR_LIBRARY_NOT_FOUND), NVML's nvmlErrorString text after.
+	msg := "nvml Init err: " + e.Return.Error()
+	if e.Hint != "" {
+		msg += ": " + e.Hint
+	}
+	return msg
+}
+
+// Unwrap returns [ErrInit] and the NVML return code.
+func (e *InitError) Unwrap() []error { return []error{ErrInit, e.Return} }
+
+// newInitError classifies a failed nvmlInit and attaches the fix an operator most likely needs.
+func newInitError(r nvml.Return) *InitError {
+	var hint string
+	switch r {
+	case nvml.ERROR_LIBRARY_NOT_FOUND:
+		hint = "libnvidia-ml.so.1 is not in the container, so the container did not get the NVIDIA driver: " +
+			"make nvidia the default runtime of the node's container runtime (containerd, CRI-O, Docker), " +
+			"or give the device plugin pod a RuntimeClass (runtimeClassName: nvidia)"
+	case nvml.ERROR_DRIVER_NOT_LOADED:
+		hint = "the NVIDIA kernel driver is not loaded on this node: check nvidia-smi on the host"
+	case nvml.ERROR_LIB_RM_VERSION_MISMATCH:
+		hint = "the NVML library in the container does not match the kernel driver: " +
+			"the driver was upgraded without a reboot, or the container ships its own libnvidia-ml"
+	case nvml.ERROR_NO_PERMISSION:
+		hint = "no permission to open the NVIDIA device nodes: run the device plugin privileged or with access to /dev/nvidia*"
+	default:
+	}
+	return &InitError{Return: r, Hint: hint}
+}
+
+// Op names the NVML query that failed for one GPU.
+type Op string
+
+// The queries of a scan, in the order they are made. Their text is HAMi's wording
+// ("nvml <op> error").
+const (
+	OpHandle Op = "new device by index"
+	OpUUID   Op = "get uuid"
+	OpIndex  Op = "get index"
+	OpMemory Op = "get memory"
+	OpName   Op = "get name"
+)
+
+// DeviceError reports a GPU that a scan skipped. The other GPUs of the node still register.
+// It unwraps to the cause: an [nvml.Return], [ErrMemoryNotSupported] (also matching
+// nvml.ERROR_NOT_SUPPORTED) or [ErrOutOfRange].
+type DeviceError struct {
+	// Index is the NVML enumeration index of the GPU.
+	Index int
+	// UUID is the GPU UUID, "" when it could not be read.
+	UUID string
+	// Op is the query that failed.
+	Op Op
+	// Err is the cause.
+	Err error
+}
+
+// Error implements error. The text starts with HAMi's wording, e.g.
+// "nvml get memory error: gpu 3 (GPU-…): ERROR_UNKNOWN".
+func (e *DeviceError) Error() string {
+	id := fmt.Sprintf("gpu %d", e.Index)
+	if e.UUID != "" {
+		id += " (" + e.UUID + ")"
+	}
+	return fmt.Sprintf("nvml %s error: %s: %v", e.Op, id, e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *DeviceError) Unwrap() error { return e.Err }

@@ -1,0 +1,18 @@
+// Package nvmlscantest turns one of go-nvml's simulated servers (mock/dgxa100, dgxh100,
+// dgxh200, dgxb200, mock/server) into a GPU node that [github.com/hamireg/hamireg/nvmlscan]
+// can scan and watch in unit tests, without a GPU: it fills in what the simulated servers do not
+// wire (PCI bus ids, event registration, an event set), builds the matching sysfs tree, and lets
+// a test inject XID events, event-wait failures and GPUs that stop answering.
+//
+// Like the mocks it builds on, it needs cgo.
+//
+// The node does not fake the clock: give the scanner a fake one (k8s.io/utils/clock/testing)
+// to step through the health recovery rule.
+//
+// Usage:
+//
+//	node := nvmlscantest.NewNode(t, dgxh100.New())
+//	s, err := nvmlscan.New(node.Server, nvmlscan.Options{Sysfs: node.Sysfs})
+//	...
+//	node.XID(2, 79) // GPU 2 reports XID 79 to a running Scanner.Run
+package nvmlscantest

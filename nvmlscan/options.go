@@ -1,0 +1,217 @@
+package nvmlscan
+
+import (
+	"fmt"
+	"io/fs"
+	"math"
+	"os"
+	"time"
+
+	"k8s.io/utils/clock"
+)
+
+// Operating modes of a node, written as the devices' "mode" (HAMi's per-node
+// "operatingmode").
+const (
+	ModeHAMiCore = "hami-core"
+	ModeMIG      = "mig"
+	ModeMPS      = "mps"
+)
+
+// Defaults of [Options] and [HealthOptions], the values of HAMi's chart where it has one.
+const (
+	DefaultSplitCount    = 10
+	DefaultQuietPeriod   = 5 * time.Minute
+	DefaultProbeInterval = 30 * time.Second
+	DefaultWaitTimeout   = time.Second
+)
+
+// DefaultIgnoredXIDs returns the XIDs that NVIDIA's device plugin always treats as application
+// errors and never as a GPU fault: 13 (graphics engine exception), 31 (GPU memory page
+// fault), 43 (GPU stopped processing), 45 (preemptive cleanup), 68 (video processor
+// exception) and 109 (context switch timeout). The slice is new on every call.
+func DefaultIgnoredXIDs() []uint64 {
+	return []uint64{13, 31, 43, 45, 68, 109}
+}
+
+// Options configures a [Scanner]. The zero value means HAMi's chart defaults; each field
+// names its default. The fields mirror the chart's device configuration (deviceSplitCount,
+// deviceMemoryScaling, deviceCoreScaling, preConfiguredDeviceMemory, and the per-node
+// operatingmode and filterdevices).
+type Options struct {
+	// SplitCount is the number of tasks that may share one GPU, published as "count"
+	// (deviceSplitCount). 0 means [DefaultSplitCount] (10). Must not be negative.
+	SplitCount int
+	// MemoryScaling multiplies each GPU's memory in MiB; the product is truncated
+	// (deviceMemoryScaling; 81559 MiB × 1.8 = 146806). Not applied in [ModeMIG]. nil means 1.
+	// Must be positive and finite.
+	MemoryScaling *float64
+	// CoreScaling gives "devcore" = truncate(CoreScaling × 100) (deviceCoreScaling; 0.29 gives
+	// 28, as in HAMi). Not applied in [ModeMIG], where devcore is 100. nil means 1. Must be
+	// positive and finite, and CoreScaling × 100 must fit an int32.
+	CoreScaling *float64
+	// PreConfiguredMemory is the memory in MiB to assume for a GPU whose memory query returns
+	// ERROR_NOT_SUPPORTED (preConfiguredDeviceMemory; unified-memory parts such as GB10).
+	// Memory scaling applies to it. 0 (the default) skips such a GPU with
+	// [ErrMemoryNotSupported]. Must be within [0, 2^31-1].
+	PreConfiguredMemory int64
+	// Mode is the node's operating mode, published as "mode": [ModeHAMiCore], [ModeMIG] or
+	// [ModeMPS]. "" means [ModeHAMiCore].
+	Mode string
+	// ExcludeUUIDs lists GPUs, by UUID, that are not registered (filterdevices.uuid). Default
+	// none.
+	ExcludeUUIDs []string
+	// ExcludeIndexes lists GPUs, by NVML index, that are not registered
+	// (filterdevices.index). Default none.
+	ExcludeIndexes []uint
+	// Sysfs is the root of sysfs, where a GPU's NUMA node is read from
+	// bus/pci/devices/<bus id>/numa_node. nil means os.DirFS("/sys").
+	Sysfs fs.FS
+	// Clock is the time source of the health watch. nil means the real clock.
+	Clock clock.WithTicker
+	// Health configures the XID health watch of [Scanner.Run].
+	Health HealthOptions
+}
+
+// HealthOptions configures the XID health watch and its recovery rule (see [Scanner.Run]).
+type HealthOptions struct {
+	// Disabled turns the XID watch off: every GPU stays healthy and Run only waits for its
+	// context. Default false.
+	Disabled bool
+	// IgnoredXIDs are XIDs that never mark a GPU unhealthy. nil means [DefaultIgnoredXIDs];
+	// an empty non-nil slice acts on every XID.
+	IgnoredXIDs []uint64
+	// PersistentXIDs are XIDs after which a GPU stays unhealthy until the scanner is
+	// recreated (for example 79, "GPU has fallen off the bus", or 95, "uncontained ECC
+	// error", if an operator wants those to need a restart). Default none.
+	PersistentXIDs []uint64
+	// QuietPeriod is how long a GPU must go without a critical XID before it may be healthy
+	// again. 0 means [DefaultQuietPeriod] (5 min). Must not be negative.
+	QuietPeriod time.Duration
+	// ProbeInterval is how often Run probes unhealthy GPUs whose quiet period is over.
+	// 0 means [DefaultProbeInterval] (30 s). Must not be negative.
+	ProbeInterval time.Duration
+	// WaitTimeout bounds one wait for NVML events, and so how long Run takes to return after
+	// its context ends. 0 means [DefaultWaitTimeout] (1 s). Must be within [1 ms, 1 h].
+	WaitTimeout time.Duration
+}
+
+// config is the validated form of Options with defaults applied.
+type config struct {
+	splitCount     int32
+	memoryScaling  float64
+	coreScaling    float64
+	preConfigured  int64
+	mode           string
+	excludeUUIDs   map[string]bool
+	excludeIndexes map[uint]bool
+	sysfs          fs.FS
+	clock          clock.WithTicker
+
+	healthDisabled bool
+	ignored        map[uint64]bool
+	persistent     map[uint64]bool
+	quietPeriod    time.Duration
+	probeInterval  time.Duration
+	waitTimeout    time.Duration
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalidOptions, fmt.Sprintf(format, args...))
+}
+
+func (o Options) config() (*config, error) {
+	c := &config{
+		splitCount:    DefaultSplitCount,
+		memoryScaling: 1,
+		coreScaling:   1,
+		mode:          ModeHAMiCore,
+		sysfs:         o.Sysfs,
+		clock:         o.Clock,
+		quietPeriod:   DefaultQuietPeriod,
+		probeInterval: DefaultProbeInterval,
+		waitTimeout:   DefaultWaitTimeout,
+	}
+	switch {
+	case o.SplitCount < 0 || o.SplitCount > math.MaxInt32:
+		return nil, invalid("split count %d is not within [0, %d]", o.SplitCount, math.MaxInt32)
+	case o.SplitCount > 0:
+		c.splitCount = int32(o.SplitCount)
+	}
+	if o.MemoryScaling != nil {
+		v := *o.MemoryScaling
+		if !(v > 0) || math.IsInf(v, 0) {
+			return nil, invalid("memory scaling %v is not a positive finite number", v)
+		}
+		c.memoryScaling = v
+	}
+	if o.CoreScaling != nil {
+		v := *o.CoreScaling
+		if !(v > 0) || math.IsInf(v, 0) || v*100 >= math.MaxInt32+1 {
+			return nil, invalid("core scaling %v is not a positive number with scaling × 100 within int32", v)
+		}
+		c.coreScaling = v
+	}
+	if o.PreConfiguredMemory < 0 || o.PreConfiguredMemory > math.MaxInt32 {
+		return nil, invalid("pre-configured memory %d MiB is not within [0, %d]", o.PreConfiguredMemory, math.MaxInt32)
+	}
+	c.preConfigured = o.PreConfiguredMemory
+	switch o.Mode {
+	case "":
+	case ModeHAMiCore, ModeMIG, ModeMPS:
+		c.mode = o.Mode
+	default:
+		return nil, invalid("operating mode %q is not one of %q, %q, %q", o.Mode, ModeHAMiCore, ModeMIG, ModeMPS)
+	}
+	c.excludeUUIDs = make(map[string]bool, len(o.ExcludeUUIDs))
+	for _, u := range o.ExcludeUUIDs {
+		c.excludeUUIDs[u] = true
+	}
+	c.excludeIndexes = make(map[uint]bool, len(o.ExcludeIndexes))
+	for _, i := range o.ExcludeIndexes {
+		c.excludeIndexes[i] = true
+	}
+	if c.sysfs == nil {
+		c.sysfs = os.DirFS("/sys")
+	}
+	if c.clock == nil {
+		c.clock = clock.RealClock{}
+	}
+
+	h := o.Health
+	c.healthDisabled = h.Disabled
+	ignored := h.IgnoredXIDs
+	if ignored == nil {
+		ignored = DefaultIgnoredXIDs()
+	}
+	c.ignored = setOf(ignored)
+	c.persistent = setOf(h.PersistentXIDs)
+	for _, d := range []struct {
+		name  string
+		value time.Duration
+		dst   *time.Duration
+	}{
+		{"quiet period", h.QuietPeriod, &c.quietPeriod},
+		{"probe interval", h.ProbeInterval, &c.probeInterval},
+		{"wait timeout", h.WaitTimeout, &c.waitTimeout},
+	} {
+		if d.value < 0 {
+			return nil, invalid("%s %v is negative", d.name, d.value)
+		}
+		if d.value > 0 {
+			*d.dst = d.value
+		}
+	}
+	if c.waitTimeout < time.Millisecond || c.waitTimeout > time.Hour {
+		return nil, invalid("wait timeout %v is not within [1ms, 1h]", c.waitTimeout)
+	}
+	return c, nil
+}
+
+func setOf(xids []uint64) map[uint64]bool {
+	m := make(map[uint64]bool, len(xids))
+	for _, x := range xids {
+		m[x] = true
+	}
+	return m
+}

@@ -1,0 +1,66 @@
+package controlplane_test
+
+import (
+	"runtime/debug"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// The apiserver reports the version the harness was built for, the same version of
+// k8s.io/kubernetes this test module links: the peers are the real thing, not a fake.
+func TestServerVersionIsTheRealOne(t *testing.T) {
+	t.Parallel()
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		t.Fatal("no build info")
+	}
+	want := ""
+	for _, d := range bi.Deps {
+		if d.Path == "k8s.io/kubernetes" {
+			want = d.Version
+		}
+	}
+	if want == "" {
+		t.Fatal("k8s.io/kubernetes is not a dependency of the test binary")
+	}
+	v, err := cp.AdminClient().Discovery().ServerVersion()
+	if err != nil {
+		t.Fatalf("GET /version: %v", err)
+	}
+	if v.GitVersion != want {
+		t.Errorf("apiserver /version = %s, want %s (rebuild with hack/k8sbins/build.sh)", v.GitVersion, want)
+	}
+	t.Logf("kube-apiserver %s (%s), etcd %s", v.GitVersion, v.Platform, cp.EtcdVersion())
+}
+
+// Stopping kube-apiserver and starting it again on the same port keeps the data (etcd
+// keeps running) and the clients made before the restart work again afterwards. This test
+// must not be parallel: the apiserver is down for a while.
+func TestAPIServerRestartKeepsDataAndClients(t *testing.T) {
+	ctx := t.Context()
+	name := uniqueName("restart")
+	createNode(t, name, map[string]string{"e2e.hamireg.io/test": name})
+	client := cp.AdminClient()
+	before := cp.APIServerPid()
+
+	if err := cp.StopAPIServer(); err != nil {
+		t.Fatalf("stop apiserver: %v", err)
+	}
+	if _, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); err == nil {
+		t.Fatal("GET succeeded while the apiserver was stopped")
+	}
+	if err := cp.StartAPIServer(ctx); err != nil {
+		t.Fatalf("start apiserver: %v", err)
+	}
+	if after := cp.APIServerPid(); after == before || after == 0 {
+		t.Errorf("apiserver pid %d after restart, was %d: not a new process", after, before)
+	}
+	n, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("GET after restart with the old client: %v", err)
+	}
+	if n.Labels["e2e.hamireg.io/test"] != name {
+		t.Errorf("node labels after restart = %v", n.Labels)
+	}
+}

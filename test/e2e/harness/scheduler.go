@@ -1,0 +1,140 @@
+package harness
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubeschedulerconfigv1 "k8s.io/kube-scheduler/config/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/hamireg/hamireg/test/e2e/internal/proc"
+)
+
+// SchedulerOptions configures [ControlPlane.StartScheduler]. The zero value runs
+// kube-scheduler with its default profile.
+type SchedulerOptions struct {
+	// Config is the KubeSchedulerConfiguration to run, e.g. with Extenders or extra
+	// Profiles. The harness copies it and sets apiVersion/kind, the client connection (a
+	// kubeconfig for the user system:kube-scheduler, whose permissions come from the
+	// apiserver's bootstrap RBAC policy) and, unless set, LeaderElection.LeaderElect=false.
+	// Default: nil, an empty configuration (upstream defaults).
+	Config *kubeschedulerconfigv1.KubeSchedulerConfiguration
+	// Flags are appended to the harness's kube-scheduler flags. Default: none.
+	Flags []string
+}
+
+// Scheduler is a kube-scheduler process started by [ControlPlane.StartScheduler].
+type Scheduler struct {
+	p      *proc.Process
+	dir    string
+	port   int
+	config string
+}
+
+// StartScheduler starts kube-scheduler against the control plane's apiserver and returns
+// when its /readyz answers ok. ControlPlane.Stop stops it if the caller has not.
+func (cp *ControlPlane) StartScheduler(ctx context.Context, opts SchedulerOptions) (*Scheduler, error) {
+	if err := checkBinaries(cp.opts.BinDir, binScheduler); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, cp.opts.StartTimeout,
+		fmt.Errorf("kube-scheduler not ready within %v", cp.opts.StartTimeout))
+	defer cancel()
+
+	dir, err := os.MkdirTemp(cp.dir, "scheduler-")
+	if err != nil {
+		return nil, fmt.Errorf("create scheduler dir: %w", err)
+	}
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := cp.writeKubeconfig(kubeconfig, cp.pki.schedulerToken); err != nil {
+		return nil, err
+	}
+	cfg := &kubeschedulerconfigv1.KubeSchedulerConfiguration{}
+	if opts.Config != nil {
+		cfg = opts.Config.DeepCopy()
+	}
+	cfg.TypeMeta = metav1.TypeMeta{APIVersion: kubeschedulerconfigv1.SchemeGroupVersion.String(), Kind: "KubeSchedulerConfiguration"}
+	cfg.ClientConnection.Kubeconfig = kubeconfig
+	if cfg.LeaderElection.LeaderElect == nil {
+		cfg.LeaderElection.LeaderElect = new(false)
+	}
+	data, err := yaml.Marshal(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("marshal scheduler config: %w", err)
+	}
+	configPath := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(configPath, data, 0o600); err != nil {
+		return nil, fmt.Errorf("write scheduler config: %w", err)
+	}
+	ports, err := freePorts(1)
+	if err != nil {
+		return nil, err
+	}
+	args := []string{
+		"--config=" + configPath,
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(ports[0]),
+		"--cert-dir=" + filepath.Join(dir, "certs"),
+		"--authentication-kubeconfig=" + kubeconfig,
+		"--authorization-kubeconfig=" + kubeconfig,
+		"--v=2",
+	}
+	p, err := cp.spawn(proc.Options{
+		Name:    binScheduler,
+		Path:    filepath.Join(cp.opts.BinDir, binScheduler),
+		Args:    append(args, opts.Flags...),
+		LogPath: filepath.Join(dir, "kube-scheduler.log"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	s := &Scheduler{p: p, dir: dir, port: ports[0], config: configPath}
+	cp.mu.Lock()
+	cp.schedulers = append(cp.schedulers, s)
+	cp.mu.Unlock()
+
+	// The scheduler serves a self-signed certificate from --cert-dir.
+	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}, // self-signed, loopback only
+	}}
+	start := time.Now()
+	err = p.WaitUntil(ctx, 50*time.Millisecond, func(ctx context.Context) bool {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("https://127.0.0.1:%d/readyz", s.port), nil)
+		if err != nil {
+			return false
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return false
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	if err != nil {
+		return nil, errors.Join(err, s.Stop())
+	}
+	cp.opts.Logf("kube-scheduler ready in %v (config %s)", time.Since(start).Round(time.Millisecond), configPath)
+	return s, nil
+}
+
+// Stop stops kube-scheduler (SIGTERM, SIGKILL after 10 s). It is safe to call more than once.
+func (s *Scheduler) Stop() error { return s.p.Stop(10 * time.Second) }
+
+// LogPath is kube-scheduler's log file.
+func (s *Scheduler) LogPath() string { return s.p.LogPath() }
+
+// ConfigPath is the KubeSchedulerConfiguration file the scheduler runs with.
+func (s *Scheduler) ConfigPath() string { return s.config }
+
+// LogTail returns the last n lines of the scheduler's log, for failure messages.
+func (s *Scheduler) LogTail(n int) string { return s.p.LogTail(n) }

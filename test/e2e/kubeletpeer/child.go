@@ -1,0 +1,144 @@
+package kubeletpeer
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"syscall"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/klog/v2"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
+	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
+	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
+	"k8s.io/kubernetes/pkg/kubelet/config"
+)
+
+// ReexecIfChild must be the first statement of TestMain in every test binary that uses
+// [StartDeviceManager]: StartDeviceManager re-executes the test binary as its child, and in
+// that child ReexecIfChild runs the device manager and exits instead of returning. In the
+// test binary itself it returns at once.
+//
+//	func TestMain(m *testing.M) {
+//		kubeletpeer.ReexecIfChild()
+//		os.Exit(m.Run()) // or harness.Main(m, …)
+//	}
+func ReexecIfChild() {
+	if os.Getenv(envChild) != "1" {
+		return
+	}
+	os.Exit(childMain())
+}
+
+// childMain runs in a new mount namespace (CLONE_NEWNS, plus CLONE_NEWUSER when not root).
+// stdin carries one JSON request per line, stdout one JSON reply per line, stderr is the log.
+func childMain() int {
+	out := json.NewEncoder(os.Stdout)
+	logger := klog.Background()
+
+	if err := setupMounts(os.Getenv(envDir)); err != nil {
+		_ = out.Encode(reply{Error: err.Error(), Namespace: true})
+		return 1
+	}
+	m, err := startManager(logger)
+	if err != nil {
+		_ = out.Encode(reply{Error: err.Error()})
+		return 1
+	}
+	_ = out.Encode(reply{})
+
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		var req request
+		if err := json.Unmarshal(in.Bytes(), &req); err != nil {
+			_ = out.Encode(reply{Error: fmt.Sprintf("bad request %q: %v", in.Text(), err)})
+			continue
+		}
+		var r reply
+		switch req.Op {
+		case "capacity":
+			capacity, allocatable, deleted := m.GetCapacity(logger)
+			r.Resources = &Resources{Capacity: counts(capacity), Allocatable: counts(allocatable), Deleted: deleted}
+		case "restart":
+			if err := m.Stop(logger); err != nil {
+				r.Error = "stop device manager: " + err.Error()
+				break
+			}
+			if m, err = startManager(logger); err != nil {
+				r.Error = err.Error()
+			}
+		default:
+			r.Error = "unknown request " + strconv.Quote(req.Op)
+		}
+		if err := out.Encode(r); err != nil {
+			return 1
+		}
+		if m == nil {
+			return 1
+		}
+	}
+	// stdin closed: the test process stops us (or died).
+	if err := m.Stop(logger); err != nil {
+		logger.Error(err, "Stop device manager")
+		return 1
+	}
+	return 0
+}
+
+// setupMounts makes every mount private to this namespace (so nothing propagates back to
+// the host), covers /var/lib with a tmpfs and bind-mounts the test's folder at the
+// device manager's hard-coded /var/lib/kubelet/device-plugins.
+func setupMounts(hostDir string) error {
+	if hostDir == "" {
+		return errors.New(envDir + " is empty")
+	}
+	// Hold the folder open: the tmpfs may hide it if it lives under /var/lib.
+	d, err := os.Open(hostDir)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", hostDir, err)
+	}
+	defer d.Close()
+	if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make / private in the new mount namespace: %w", err)
+	}
+	if err := syscall.Mount("tmpfs", "/var/lib", "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "mode=0755,size=64m"); err != nil {
+		return fmt.Errorf("mount tmpfs on /var/lib: %w", err)
+	}
+	target := pluginapi.DevicePluginPath
+	if err := os.MkdirAll(target, 0o750); err != nil {
+		return fmt.Errorf("create %s on the tmpfs: %w", target, err)
+	}
+	src := "/proc/self/fd/" + strconv.Itoa(int(d.Fd()))
+	if err := syscall.Mount(src, target, "", syscall.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind-mount %s at %s: %w", hostDir, target, err)
+	}
+	return nil
+}
+
+// startManager builds and starts ManagerImpl as the kubelet's container manager does,
+// without pods: no active pods, all sources ready, no topology constraints.
+func startManager(logger klog.Logger) (*devicemanager.ManagerImpl, error) {
+	m, err := devicemanager.NewManagerImpl(logger, nil, topologymanager.NewFakeManager(logger))
+	if err != nil {
+		return nil, fmt.Errorf("create device manager: %w", err)
+	}
+	activePods := func() []*corev1.Pod { return nil }
+	ready := config.NewSourcesReady(func(sets.Set[string]) bool { return true })
+	if err := m.Start(logger, activePods, ready, containermap.NewContainerMap(), sets.New[string]()); err != nil {
+		return nil, fmt.Errorf("start device manager: %w", err)
+	}
+	return m, nil
+}
+
+func counts(l corev1.ResourceList) map[string]int64 {
+	c := make(map[string]int64, len(l))
+	for name, q := range l {
+		c[string(name)] = q.Value()
+	}
+	return c
+}

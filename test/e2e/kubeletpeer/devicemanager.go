@@ -1,0 +1,342 @@
+package kubeletpeer
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+
+	"github.com/hamireg/hamireg/test/e2e/harness"
+	"github.com/hamireg/hamireg/test/e2e/internal/proc"
+)
+
+// Environment of the device-manager child process (see ReexecIfChild).
+const (
+	envChild = "HAMIREG_KUBELETPEER_CHILD"
+	envDir   = "HAMIREG_KUBELETPEER_DIR"
+)
+
+const tempPrefix = "hamireg-kl-"
+
+// ErrNamespace is wrapped by StartDeviceManager when the machine does not let the test
+// create a private mount namespace (or mount in it).
+var ErrNamespace = errors.New("private mount namespace for the kubelet device manager not available")
+
+// DeviceManagerOptions configures [StartDeviceManager]. The zero value is valid.
+type DeviceManagerOptions struct {
+	// Dir is the host folder that the manager sees as /var/lib/kubelet/device-plugins (its
+	// kubelet.sock, the plugin sockets and the checkpoint). Default: a new folder under
+	// os.TempDir(), removed by Stop.
+	Dir string
+	// StartTimeout bounds Start and Restart. Default: 30 s.
+	StartTimeout time.Duration
+}
+
+// Resources is what the device manager reports to node status (GetCapacity).
+type Resources struct {
+	// Capacity is healthy plus unhealthy devices per resource name.
+	Capacity map[string]int64 `json:"capacity"`
+	// Allocatable is healthy devices per resource name.
+	Allocatable map[string]int64 `json:"allocatable"`
+	// Deleted lists resources whose plugin has been gone longer than the 5 minute grace
+	// period; node status sets their capacity to 0.
+	Deleted []string `json:"deleted,omitempty"`
+}
+
+// DeviceManager is the kubelet's complete device manager (devicemanager.ManagerImpl from
+// k8s.io/kubernetes) running in a child process in a private mount namespace, where a
+// tmpfs covers /var/lib and Dir is bind-mounted at the hard-coded
+// /var/lib/kubelet/device-plugins. Plugins in the test process use Dir()/kubelet.sock and
+// put their sockets in Dir(), exactly as on a node.
+type DeviceManager struct {
+	opts    DeviceManagerOptions
+	base    string // temp folder: log, owner pid, default Dir
+	ownsDir bool
+	spawner *proc.Spawner
+	p       *proc.Process
+
+	mu      sync.Mutex // one request at a time
+	stopped bool
+	cmds    *os.File
+	repR    *os.File
+	replies *bufio.Reader
+}
+
+// StartDeviceManager starts the child and returns when ManagerImpl.Start has returned
+// (kubelet.sock is being served). The test binary's TestMain must call [ReexecIfChild]
+// first. A machine that forbids the namespace makes it return an error wrapping
+// ErrNamespace.
+func StartDeviceManager(ctx context.Context, opts DeviceManagerOptions) (_ *DeviceManager, err error) {
+	if opts.StartTimeout == 0 {
+		opts.StartTimeout = 30 * time.Second
+	}
+	harness.RemoveStaleDirs(tempPrefix)
+	base, err := harness.MakeTempDir(tempPrefix)
+	if err != nil {
+		return nil, err
+	}
+	m := &DeviceManager{opts: opts, base: base, spawner: proc.NewSpawner()}
+	defer func() {
+		if err != nil {
+			_ = m.Stop()
+		}
+	}()
+	if m.opts.Dir == "" {
+		m.opts.Dir = filepath.Join(base, "device-plugins")
+		m.ownsDir = true
+	}
+	if m.opts.Dir, err = filepath.Abs(m.opts.Dir); err != nil {
+		return nil, fmt.Errorf("resolve %s: %w", opts.Dir, err)
+	}
+	if err := os.MkdirAll(m.opts.Dir, 0o750); err != nil {
+		return nil, fmt.Errorf("create %s: %w", m.opts.Dir, err)
+	}
+	if err := checkSocketPath(m.SocketPath()); err != nil {
+		return nil, err
+	}
+	if err := m.start(ctx); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func (m *DeviceManager) start(ctx context.Context) error {
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find the test binary: %w", err)
+	}
+	cmdR, cmdW, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("create pipe: %w", err)
+	}
+	defer cmdR.Close()
+	repR, repW, err := os.Pipe()
+	if err != nil {
+		_ = cmdW.Close()
+		return fmt.Errorf("create pipe: %w", err)
+	}
+	defer repW.Close()
+
+	attr := &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS}
+	if uid, gid := os.Getuid(), os.Getgid(); uid != 0 {
+		// Unprivileged: a user namespace in which the test user is root, owning the mount
+		// namespace (what `unshare -rm` does).
+		attr.Cloneflags |= syscall.CLONE_NEWUSER
+		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: uid, Size: 1}}
+		attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: gid, Size: 1}}
+		attr.GidMappingsEnableSetgroups = false
+	}
+	p, err := m.spawner.Start(proc.Options{
+		Name:        "kubelet device manager",
+		Path:        self,
+		Args:        []string{"-test.run=^$"}, // never reached when ReexecIfChild is called
+		Env:         append(os.Environ(), envChild+"=1", envDir+"="+m.opts.Dir),
+		LogPath:     m.LogPath(),
+		Stdin:       cmdR,
+		Stdout:      repW,
+		SysProcAttr: attr,
+	})
+	if err != nil {
+		_ = cmdW.Close()
+		_ = repR.Close()
+		if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOSPC) {
+			return fmt.Errorf("%w: clone(CLONE_NEWNS) refused: %w", ErrNamespace, err)
+		}
+		return err
+	}
+	m.mu.Lock()
+	m.p, m.cmds, m.repR, m.replies = p, cmdW, repR, bufio.NewReader(repR)
+	m.mu.Unlock()
+
+	// The child answers once when the mounts are in place and ManagerImpl has started.
+	ctx, cancel := context.WithTimeoutCause(ctx, m.opts.StartTimeout,
+		fmt.Errorf("kubelet device manager not started within %v", m.opts.StartTimeout))
+	defer cancel()
+	if _, err := m.readReply(ctx); err != nil {
+		return err
+	}
+	return nil
+}
+
+type request struct {
+	Op string `json:"op"`
+}
+
+type reply struct {
+	Error     string     `json:"error,omitempty"`
+	Namespace bool       `json:"namespace,omitempty"` // the error is about the namespace setup
+	Resources *Resources `json:"resources,omitempty"`
+}
+
+func (m *DeviceManager) readReply(ctx context.Context) (*reply, error) {
+	type result struct {
+		line []byte
+		err  error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		line, err := m.replies.ReadBytes('\n')
+		ch <- result{line, err}
+	}()
+	var res result
+	select {
+	case res = <-ch:
+	case <-ctx.Done():
+		_ = m.p.Stop(time.Second) // unblocks the reader
+		return nil, fmt.Errorf("kubelet device manager: %w\n%s", context.Cause(ctx), m.p.LogTail(20))
+	}
+	if res.err != nil {
+		<-m.p.Exited()
+		return nil, fmt.Errorf("kubelet device manager exited (%w)\n%s", m.p.ExitError(), m.p.LogTail(20))
+	}
+	var r reply
+	if err := json.Unmarshal(res.line, &r); err != nil {
+		return nil, fmt.Errorf("kubelet device manager: unexpected output %q: the test binary must call kubeletpeer.ReexecIfChild() first in TestMain", truncate(res.line, 200))
+	}
+	if r.Error != "" {
+		if r.Namespace {
+			return nil, fmt.Errorf("%w: %s", ErrNamespace, r.Error)
+		}
+		return nil, errors.New(r.Error)
+	}
+	return &r, nil
+}
+
+func truncate(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[:n]
+	}
+	return b
+}
+
+func (m *DeviceManager) call(ctx context.Context, op string) (*reply, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.stopped {
+		return nil, errors.New("kubelet device manager stopped")
+	}
+	b, _ := json.Marshal(request{Op: op})
+	if _, err := m.cmds.Write(append(b, '\n')); err != nil {
+		return nil, fmt.Errorf("send %s to the kubelet device manager: %w", op, err)
+	}
+	r, err := m.readReply(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	return r, nil
+}
+
+// Capacity returns ManagerImpl.GetCapacity: what the kubelet would put in the Node's
+// status (capacity, allocatable, and resources past their grace period).
+func (m *DeviceManager) Capacity(ctx context.Context) (Resources, error) {
+	r, err := m.call(ctx, "capacity")
+	if err != nil {
+		return Resources{}, err
+	}
+	if r.Resources == nil {
+		return Resources{}, errors.New("capacity: empty reply")
+	}
+	return *r.Resources, nil
+}
+
+// Restart simulates a kubelet restart: ManagerImpl.Stop (every plugin is disconnected),
+// then a new ManagerImpl on the same folder, which reads the checkpoint, deletes the plugin
+// sockets and re-creates kubelet.sock. Plugins must notice and register again; until then
+// their resources read 0.
+func (m *DeviceManager) Restart(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, m.opts.StartTimeout)
+	defer cancel()
+	_, err := m.call(ctx, "restart")
+	return err
+}
+
+// Dir is the host folder the manager sees as /var/lib/kubelet/device-plugins.
+func (m *DeviceManager) Dir() string { return m.opts.Dir }
+
+// SocketPath is Dir()/kubelet.sock, where plugins send Register.
+func (m *DeviceManager) SocketPath() string { return filepath.Join(m.opts.Dir, "kubelet.sock") }
+
+// LogPath is the child's log (klog output of ManagerImpl).
+func (m *DeviceManager) LogPath() string { return filepath.Join(m.base, "devicemanager.log") }
+
+// LogTail returns the last n lines of the child's log, for failure messages.
+func (m *DeviceManager) LogTail(n int) string { return proc.Tail(m.LogPath(), n) }
+
+// Stop stops ManagerImpl and the child, and removes the temporary folder (and Dir, if it
+// made it). It is safe to call more than once.
+func (m *DeviceManager) Stop() error {
+	m.mu.Lock()
+	if m.stopped {
+		m.mu.Unlock()
+		return nil
+	}
+	m.stopped = true
+	p, cmds, repR := m.p, m.cmds, m.repR
+	m.mu.Unlock()
+
+	var errs []error
+	if cmds != nil {
+		_ = cmds.Close() // EOF: the child stops ManagerImpl and exits
+	}
+	if p != nil {
+		select {
+		case <-p.Exited():
+		case <-time.After(5 * time.Second):
+			if err := p.Stop(5 * time.Second); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if repR != nil {
+		_ = repR.Close()
+	}
+	m.spawner.Close()
+	if err := os.RemoveAll(m.base); err != nil {
+		errs = append(errs, err)
+	}
+	if m.ownsDir {
+		_ = os.RemoveAll(m.opts.Dir)
+	}
+	return errors.Join(errs...)
+}
+
+// UpdateNodeStatus writes Capacity() into the Node's status the way the kubelet's node
+// status setter does: capacity and allocatable per resource, and capacity 0 for deleted
+// resources. Other status fields are kept.
+func (m *DeviceManager) UpdateNodeStatus(ctx context.Context, nodes corev1client.NodesGetter, nodeName string) error {
+	res, err := m.Capacity(ctx)
+	if err != nil {
+		return err
+	}
+	capacity, allocatable := map[string]any{}, map[string]any{}
+	for name, v := range res.Capacity {
+		capacity[name] = resource.NewQuantity(v, resource.DecimalSI).String()
+	}
+	for name, v := range res.Allocatable {
+		allocatable[name] = resource.NewQuantity(v, resource.DecimalSI).String()
+	}
+	for _, name := range res.Deleted {
+		capacity[name] = "0"
+		allocatable[name] = "0"
+	}
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"capacity": capacity, "allocatable": allocatable}})
+	if err != nil {
+		return err
+	}
+	_, err = nodes.Nodes().Patch(ctx, nodeName, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	if err != nil {
+		return fmt.Errorf("update status of node %s: %w", nodeName, err)
+	}
+	return nil
+}

@@ -1,0 +1,46 @@
+// Package kubeletpeer runs the kubelet's own device-plugin code as a peer for tests of
+// device plugins: the registration server alone, or the complete device manager.
+//
+// # Registration server
+//
+// [StartRegistrationServer] serves the kubelet's registration server
+// (k8s.io/kubernetes/pkg/kubelet/cm/devicemanager/plugin/v1beta1) on <dir>/kubelet.sock,
+// in-process. Its handler does what ManagerImpl does where a plugin can observe it (delete
+// stale sockets at start, call GetDevicePluginOptions on connect) and reports every
+// connect, ListAndWatch message and disconnect as an [Event]. [RegistrationServer.Restart]
+// is a kubelet restart as plugins see it.
+//
+//	srv, err := kubeletpeer.StartRegistrationServer(ctx, t.TempDir())
+//	defer srv.Stop()
+//	// the plugin serves on srv.Dir()/vendor.sock and registers at srv.SocketPath()
+//	ev, err := srv.WaitFor(ctx, func(e kubeletpeer.Event) bool { return e.Kind == kubeletpeer.EventListAndWatch })
+//
+// # Device manager
+//
+// [StartDeviceManager] runs devicemanager.ManagerImpl, the code that turns a plugin's
+// device list into the Node's capacity and allocatable, including the checkpoint and the
+// 5 minute grace period. NewManagerImpl hard-codes /var/lib/kubelet/device-plugins, so the
+// manager runs in a child process — the test binary re-executed — in a private mount
+// namespace (CLONE_NEWNS; plus CLONE_NEWUSER when not root, like `unshare -rm`): / is made
+// private, a tmpfs covers /var/lib and the test's folder is bind-mounted at
+// /var/lib/kubelet/device-plugins. The host's /var/lib is never touched, and the plugin
+// under test uses [DeviceManager.Dir] like a real node's folder. If the machine forbids the
+// namespace, StartDeviceManager fails with [ErrNamespace]; tests must not skip on it.
+//
+//	func TestMain(m *testing.M) {
+//		kubeletpeer.ReexecIfChild() // first: the child runs the manager here and exits
+//		os.Exit(m.Run())
+//	}
+//
+//	dm, err := kubeletpeer.StartDeviceManager(ctx, kubeletpeer.DeviceManagerOptions{})
+//	defer dm.Stop()
+//	// the plugin serves on dm.Dir()/vendor.sock and registers at dm.SocketPath()
+//	res, err := dm.Capacity(ctx) // res.Capacity["vendor.com/gpu"], res.Allocatable[…]
+//	err = dm.Restart(ctx)        // kubelet restart: plugin sockets deleted, kubelet.sock re-created
+//
+// # Lifecycle and concurrency
+//
+// Both peers are started by a Start function and stopped by Stop, which is idempotent and
+// removes what Start created; the child process also dies with the test binary (Pdeathsig).
+// Methods are safe for concurrent use; DeviceManager serialises requests to its child.
+package kubeletpeer

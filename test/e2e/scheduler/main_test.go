@@ -1,0 +1,20 @@
+// Package scheduler_test proves that kube-scheduler, started by the harness against the
+// same apiserver, schedules like a cluster's: it binds Pods to Nodes by their allocatable
+// resources (including a device-plugin resource published by the kubelet's device
+// manager), leaves Pods that fit nowhere Pending with a FailedScheduling event, and calls
+// the extenders given in its KubeSchedulerConfiguration.
+package scheduler_test
+
+import (
+	"testing"
+
+	"github.com/hamireg/hamireg/test/e2e/harness"
+	"github.com/hamireg/hamireg/test/e2e/kubeletpeer"
+)
+
+var cp *harness.ControlPlane
+
+func TestMain(m *testing.M) {
+	kubeletpeer.ReexecIfChild() // the device-manager child runs here and exits
+	harness.Main(m, harness.Options{}, func(c *harness.ControlPlane) { cp = c })
+}
