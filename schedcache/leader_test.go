@@ -8,7 +8,6 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
@@ -255,5 +254,4 @@ func TestReadyTiedToTerm(t *testing.T) {
 	if _, ok := e.cache.Node("a"); !ok {
 		t.Error("node a missing")
 	}
-	_ = corev1.NodeReady
 }

@@ -14,7 +14,6 @@ import (
 
 	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
@@ -50,53 +49,53 @@ func gpus(n int, node string, mem int32) []annotation.Device {
 
 // createNode creates a Node for test with the given annotations, then sets its allocatable
 // nvidia.com/gpu as a kubelet would.
-func createNode(t testing.TB, test, name string, annotations map[string]string, alloc int64) {
-	t.Helper()
+func createNode(tb testing.TB, test, name string, annotations map[string]string, alloc int64) {
+	tb.Helper()
 	nodes := cp.AdminClient().CoreV1().Nodes()
-	n, err := nodes.Create(t.Context(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{
+	n, err := nodes.Create(tb.Context(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{
 		Name: name, Labels: map[string]string{testLabel: test}, Annotations: annotations}}, metav1.CreateOptions{})
 	if err != nil {
-		t.Fatalf("create node %s: %v", name, err)
+		tb.Fatalf("create node %s: %v", name, err)
 	}
-	t.Cleanup(func() { _ = nodes.Delete(context.WithoutCancel(t.Context()), name, metav1.DeleteOptions{}) })
-	setAllocatable(t, n.Name, alloc)
+	tb.Cleanup(func() { _ = nodes.Delete(context.WithoutCancel(tb.Context()), name, metav1.DeleteOptions{}) })
+	setAllocatable(tb, n.Name, alloc)
 }
 
 // setAllocatable updates the node's status as the kubelet does.
-func setAllocatable(t testing.TB, name string, alloc int64) {
-	t.Helper()
+func setAllocatable(tb testing.TB, name string, alloc int64) {
+	tb.Helper()
 	patch := fmt.Sprintf(`{"status":{"allocatable":{%q:"%d"},"capacity":{%q:"%d"}}}`,
 		annotation.ResourceNVIDIAGPU, alloc, annotation.ResourceNVIDIAGPU, alloc)
-	if _, err := cp.AdminClient().CoreV1().Nodes().Patch(t.Context(), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err != nil {
-		t.Fatalf("set allocatable of %s: %v", name, err)
+	if _, err := cp.AdminClient().CoreV1().Nodes().Patch(tb.Context(), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err != nil {
+		tb.Fatalf("set allocatable of %s: %v", name, err)
 	}
 }
 
 // agentPatch sets (or with nil removes) annotations with a JSON merge patch, as HAMi's device
 // plugin does.
-func agentPatch(t testing.TB, name string, annotations map[string]*string) {
-	t.Helper()
+func agentPatch(tb testing.TB, name string, annotations map[string]*string) {
+	tb.Helper()
 	b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}}) // cannot fail
-	if _, err := cp.AdminClient().CoreV1().Nodes().Patch(t.Context(), name, types.MergePatchType, b, metav1.PatchOptions{FieldManager: "device-plugin"}); err != nil {
-		t.Fatalf("patch node %s: %v", name, err)
+	if _, err := cp.AdminClient().CoreV1().Nodes().Patch(tb.Context(), name, types.MergePatchType, b, metav1.PatchOptions{FieldManager: "device-plugin"}); err != nil {
+		tb.Fatalf("patch node %s: %v", name, err)
 	}
 }
 
-func getNode(t testing.TB, name string) *corev1.Node {
-	t.Helper()
-	n, err := cp.AdminClient().CoreV1().Nodes().Get(t.Context(), name, metav1.GetOptions{})
+func getNode(tb testing.TB, name string) *corev1.Node {
+	tb.Helper()
+	n, err := cp.AdminClient().CoreV1().Nodes().Get(tb.Context(), name, metav1.GetOptions{})
 	if err != nil {
-		t.Fatalf("get node %s: %v", name, err)
+		tb.Fatalf("get node %s: %v", name, err)
 	}
 	return n
 }
 
 // managers returns the field managers that wrote the node's handshake annotation.
-func handshakeManagers(t testing.TB, name string) []string {
-	t.Helper()
+func handshakeManagers(tb testing.TB, name string) []string {
+	tb.Helper()
 	var out []string
 	key := fmt.Sprintf(`"f:%s"`, annotation.KeyNVIDIAHandshake)
-	for _, mf := range getNode(t, name).ManagedFields {
+	for _, mf := range getNode(tb, name).ManagedFields {
 		if mf.FieldsV1 != nil && strings.Contains(mf.FieldsV1.GetRawString(), key) {
 			out = append(out, mf.Manager)
 		}
@@ -148,10 +147,10 @@ type replica struct {
 	stop  func()
 }
 
-func startReplica(t testing.TB, client kubernetes.Interface, test string, opts schedcache.Options, leader runner) *replica {
-	t.Helper()
+func startReplica(tb testing.TB, client kubernetes.Interface, test string, opts schedcache.Options, leader runner) *replica {
+	tb.Helper()
 	r := &replica{logs: &logSink{}}
-	ctx, cancel := context.WithCancel(klog.NewContext(t.Context(), funcr.New(r.logs.add, funcr.Options{Verbosity: 5})))
+	ctx, cancel := context.WithCancel(klog.NewContext(tb.Context(), funcr.New(r.logs.add, funcr.Options{Verbosity: 5})))
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.LabelSelector = testLabel + "=" + test
 	}))
@@ -167,7 +166,7 @@ func startReplica(t testing.TB, client kubernetes.Interface, test string, opts s
 	c, err := schedcache.New(client, factory.Core().V1().Nodes(), opts)
 	if err != nil {
 		cancel()
-		t.Fatalf("new cache: %v", err)
+		tb.Fatalf("new cache: %v", err)
 	}
 	r.cache = c
 	factory.Start(ctx.Done())
@@ -175,13 +174,13 @@ func startReplica(t testing.TB, client kubernetes.Interface, test string, opts s
 	if leader != nil {
 		wg.Go(func() {
 			if err := leader.Run(ctx); err != nil {
-				t.Errorf("leader: %v", err)
+				tb.Errorf("leader: %v", err)
 			}
 		})
 	}
 	wg.Go(func() {
 		if err := c.Run(ctx); err != nil {
-			t.Errorf("cache: %v", err)
+			tb.Errorf("cache: %v", err)
 		}
 	})
 	var once sync.Once
@@ -193,13 +192,13 @@ func startReplica(t testing.TB, client kubernetes.Interface, test string, opts s
 			broadcaster.Shutdown()
 		})
 	}
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		r.stop()
-		if t.Failed() {
-			t.Logf("logs of the replica:\n%s", r.logs)
+		if tb.Failed() {
+			tb.Logf("logs of the replica:\n%s", r.logs)
 		}
 	})
-	eventually(t, "cache synced", 30*time.Second, c.HasSynced)
+	eventually(tb, "cache synced", 30*time.Second, c.HasSynced)
 	return r
 }
 
@@ -211,30 +210,30 @@ func (r *replica) state(name string) schedcache.State {
 	return n.Registrations[0].State
 }
 
-func (r *replica) waitState(t testing.TB, name string, s schedcache.State) {
-	t.Helper()
-	eventually(t, fmt.Sprintf("node %s %s", name, s), 20*time.Second, func() bool { return r.state(name) == s })
+func (r *replica) waitState(tb testing.TB, name string, s schedcache.State) {
+	tb.Helper()
+	eventually(tb, fmt.Sprintf("node %s %s", name, s), 20*time.Second, func() bool { return r.state(name) == s })
 }
 
-func eventually(t testing.TB, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
+func eventually(tb testing.TB, what string, timeout time.Duration, cond func() bool) {
+	tb.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+			tb.Fatalf("timed out after %v waiting for %s", timeout, what)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 }
 
 // nodeEvents returns the reasons of the Events recorded on a node.
-func nodeEvents(t testing.TB, name string) []string {
-	t.Helper()
-	list, err := cp.AdminClient().CoreV1().Events(metav1.NamespaceDefault).List(t.Context(), metav1.ListOptions{
+func nodeEvents(tb testing.TB, name string) []string {
+	tb.Helper()
+	list, err := cp.AdminClient().CoreV1().Events(metav1.NamespaceDefault).List(tb.Context(), metav1.ListOptions{
 		FieldSelector: fields.Set{"involvedObject.kind": "Node", "involvedObject.name": name}.String(),
 	})
 	if err != nil {
-		t.Fatalf("list events: %v", err)
+		tb.Fatalf("list events: %v", err)
 	}
 	var out []string
 	for _, e := range list.Items {
@@ -245,5 +244,3 @@ func nodeEvents(t testing.TB, name string) []string {
 }
 
 func ptr(s string) *string { return &s }
-
-func quantity(n int64) resource.Quantity { return *resource.NewQuantity(n, resource.DecimalSI) }

@@ -1,7 +1,6 @@
 package schedcache_test
 
 import (
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -346,5 +345,4 @@ func TestSchedcacheMinimalRBAC(t *testing.T) {
 	if s := r.cache.Stats(); s.WriteErrors != 0 {
 		t.Errorf("write errors = %d", s.WriteErrors)
 	}
-	_ = fmt.Sprint()
 }
