@@ -65,6 +65,13 @@
 // hamireg_schedcache_handshake_writes_total{vendor,action,result} and
 // hamireg_schedcache_queue_depth{queue}; no per-node labels.
 //
+// # RBAC
+//
+// The cache needs nodes get, list, watch and patch (the handshake), and events create and
+// patch when a Recorder is set; an [Elector] also needs leases get, create and update in its
+// namespace, a [LeaseFollower] leases get, list and watch. test/e2e/schedcache runs the cache
+// under a ServiceAccount with exactly the node and event rules.
+//
 // # Memory
 //
 // The informer, not the cache, holds the Node objects; [TrimNode] drops managedFields and
