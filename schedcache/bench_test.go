@@ -124,6 +124,8 @@ func newBenchCache(tb testing.TB, nodes []*corev1.Node) (*Cache, context.Context
 	}
 	ctx := klog.NewContext(tb.Context(), logr.Discard())
 	c.fullSync(ctx)
+	c.cycle(ctx) // the first cycle publishes the steady reasons ("handshake expired, allocatable present")
+	runtime.GC()
 	return c, ctx, ni.Lister()
 }
 

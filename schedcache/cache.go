@@ -62,9 +62,10 @@ type Cache struct {
 
 	// cycleMu serialises the goroutines that change entries: the event worker, the tick and
 	// the term changes. Readers never take it; it is never held across an API call.
-	cycleMu sync.Mutex
-	entries map[string]*nodeEntry
-	counts  [][]int // [vendor][state]
+	cycleMu  sync.Mutex
+	entries  map[string]*nodeEntry
+	counts   [][]int // [vendor][state]
+	interned map[string]string
 
 	// mu guards the published NodeInfos; writers hold it only to assign map entries.
 	mu         sync.RWMutex
@@ -156,6 +157,7 @@ func New(client kubernetes.Interface, nodes coreinformers.NodeInformer, opts Opt
 		opts:       opts,
 		vendors:    slices.Clone(opts.Vendors),
 		entries:    map[string]*nodeEntry{},
+		interned:   map[string]string{},
 		nodes:      map[string]*NodeInfo{},
 		registered: map[string]*NodeInfo{},
 		pending:    map[writeKey]*pendingWrite{},
@@ -494,12 +496,15 @@ func (c *Cache) cycle(ctx context.Context) {
 		if !e.selected {
 			continue
 		}
+		changed := false
 		for i := range c.vendors {
-			if e.vendors[i].decodeErr == nil {
-				c.evaluate(ctx, e, i, now, false)
+			if e.vendors[i].decodeErr == nil && c.evaluate(ctx, e, i, now, false) {
+				changed = true
 			}
 		}
-		c.publish(e)
+		if changed {
+			c.publish(e)
+		}
 	}
 }
 
@@ -577,7 +582,7 @@ func (c *Cache) applyVendor(ctx context.Context, e *nodeEntry, i int, node *core
 		ve.hs = handshake.Parse(hsRaw, hsOK, c.opts.Handshake.Location)
 		ve.hsInit = true
 	}
-	ve.hsRaw, ve.hsOK = hsRaw, hsOK
+	ve.hsRaw, ve.hsOK, ve.hs.Raw = hsRaw, hsOK, hsRaw
 	ve.allocatable = allocatable(node, v.ResourceName)
 	c.evaluate(ctx, e, i, now, changed)
 }
@@ -594,7 +599,7 @@ func (c *Cache) decode(ctx context.Context, e *nodeEntry, i int, node *corev1.No
 	ve.everPresent = ve.everPresent || present
 	ve.devices, ve.decodeErr, ve.decodeReason = nil, nil, ""
 	if verdict.Registers {
-		ve.devices, ve.decodeState = verdict.Devices, StateRegistered
+		ve.devices, ve.decodeState = c.compact(verdict.Devices), StateRegistered
 		return
 	}
 	ve.decodeErr = verdict.Err
@@ -632,6 +637,36 @@ func (c *Cache) decode(ctx context.Context, e *nodeEntry, i int, node *corev1.No
 	c.metrics.decodeFailure(v.Name, ve.decodeState)
 }
 
+// maxInterned bounds the strings shared between nodes' devices (models, modes, MIG profile
+// names): a cluster has a handful; a hostile annotation must not grow the table.
+const maxInterned = 1024
+
+// compact makes decoded devices independent of the annotation string they were decoded from
+// (the decoder returns substrings of it, which would pin every replaced Node's annotation),
+// and shares the strings that repeat across GPUs and nodes.
+func (c *Cache) compact(devs []annotation.Device) []annotation.Device {
+	for i := range devs {
+		d := &devs[i]
+		d.ID = strings.Clone(d.ID)
+		d.Type, d.Mode = c.intern(d.Type), c.intern(d.Mode)
+		for j := range d.MIGProfiles {
+			d.MIGProfiles[j].Name = c.intern(d.MIGProfiles[j].Name)
+		}
+	}
+	return devs
+}
+
+func (c *Cache) intern(s string) string {
+	if v, ok := c.interned[s]; ok {
+		return v
+	}
+	s = strings.Clone(s)
+	if len(c.interned) < maxInterned {
+		c.interned[s] = s
+	}
+	return s
+}
+
 // truncate shortens an annotation value for logs and Events.
 func truncate(s string) string {
 	const limit = 256
@@ -642,8 +677,8 @@ func truncate(s string) string {
 }
 
 // evaluate makes the handshake decision for one decoded vendor of one node and derives its
-// state. It allocates nothing while nothing changes.
-func (c *Cache) evaluate(ctx context.Context, e *nodeEntry, i int, now time.Time, registerChanged bool) {
+// state; it reports whether the state changed. It allocates nothing while nothing changes.
+func (c *Cache) evaluate(ctx context.Context, e *nodeEntry, i int, now time.Time, registerChanged bool) bool {
 	ve := &e.vendors[i]
 	k := writeKey{node: e.name, vendor: i}
 	if ve.decodeErr != nil {
@@ -652,8 +687,7 @@ func (c *Cache) evaluate(ctx context.Context, e *nodeEntry, i int, now time.Time
 		}
 		ve.registered = false
 		c.dropPending(k)
-		c.setState(ctx, e, i, ve.decodeState, ve.decodeReason, ve.decodeErr)
-		return
+		return c.setState(ctx, e, i, ve.decodeState, ve.decodeReason, ve.decodeErr)
 	}
 	d := handshake.Decide(handshake.Input{
 		Handshake: ve.hs, Allocatable: ve.allocatable, Reported: ve.reported,
@@ -686,15 +720,16 @@ func (c *Cache) evaluate(ctx context.Context, e *nodeEntry, i int, now time.Time
 	}
 	ve.registered = d.Healthy
 	if d.Healthy {
-		c.setState(ctx, e, i, StateRegistered, d.Reason, nil)
-	} else {
-		c.setState(ctx, e, i, StateUnhealthy, d.Reason, ErrUnhealthy)
+		return c.setState(ctx, e, i, StateRegistered, d.Reason, nil)
 	}
+	return c.setState(ctx, e, i, StateUnhealthy, d.Reason, ErrUnhealthy)
 }
 
-// setState records a vendor's state, keeping the per-state counts.
-func (c *Cache) setState(ctx context.Context, e *nodeEntry, i int, s State, reason string, err error) {
+// setState records a vendor's state, keeping the per-state counts, and reports whether what
+// readers see of it changed.
+func (c *Cache) setState(ctx context.Context, e *nodeEntry, i int, s State, reason string, err error) bool {
 	ve := &e.vendors[i]
+	changed := ve.state != s || ve.reason != reason || ve.err != err //nolint:errorlint // identity
 	if ve.state != s {
 		if s != StateExcluded || ve.state != stateNone {
 			klog.FromContext(ctx).V(3).Info("Registration state changed", "nodeName", e.name, "deviceVendor", c.vendors[i].Name,
@@ -704,6 +739,7 @@ func (c *Cache) setState(ctx context.Context, e *nodeEntry, i int, s State, reas
 		ve.state = s
 	}
 	ve.reason, ve.err = reason, err
+	return changed
 }
 
 func (c *Cache) setCount(i int, from, to State) {
