@@ -101,13 +101,14 @@ func (l *testLeader) Term() Term     { return l.ts.term() }
 
 // env is a cache running against a fake clientset with a fake clock.
 type env struct {
-	t      *testing.T
-	client *fake.Clientset
-	clock  *clocktesting.FakeClock
-	rec    *record.FakeRecorder
-	logs   *logSink
-	cache  *Cache
-	ctx    context.Context
+	t       *testing.T
+	client  *fake.Clientset
+	clock   *clocktesting.FakeClock
+	rec     *record.FakeRecorder
+	logs    *logSink
+	cache   *Cache
+	ctx     context.Context
+	factory informers.SharedInformerFactory
 }
 
 // start runs a cache over the nodes. opts.Clock, Recorder and Handshake.Location are filled in.
@@ -143,7 +144,7 @@ func newEnv(t *testing.T, opts Options, nodes ...*corev1.Node) *env {
 	e.cache = c
 	ctx, cancel := context.WithCancel(t.Context())
 	e.ctx = klog.NewContext(ctx, funcr.New(e.logs.add, funcr.Options{Verbosity: 5}))
-	factory.Start(e.ctx.Done())
+	e.factory = factory
 	t.Cleanup(func() {
 		cancel()
 		factory.Shutdown()
@@ -151,8 +152,11 @@ func newEnv(t *testing.T, opts Options, nodes ...*corev1.Node) *env {
 	return e
 }
 
+// run starts the informer and the cache. Reactors must be added before: the fake clientset
+// does not synchronise them with its use.
 func (e *env) run() {
 	e.t.Helper()
+	e.factory.Start(e.ctx.Done())
 	done := make(chan error, 1)
 	go func() { done <- e.cache.Run(e.ctx) }()
 	e.t.Cleanup(func() {

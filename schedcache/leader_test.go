@@ -193,7 +193,14 @@ func TestElectorOptions(t *testing.T) {
 func TestFollowerDoesNotWrite(t *testing.T) {
 	t.Parallel()
 	leader := newTestLeader(false)
-	e := start(t, Options{Leader: leader}, gpuNode("a", 8, 80, ""), gpuNode("b", 8, 0, requesting(t0.Add(-time.Hour))))
+	e := newEnv(t, Options{Leader: leader}, gpuNode("a", 8, 80, ""), gpuNode("b", 8, 0, requesting(t0.Add(-time.Hour))))
+	// Writes block until the test checked readiness in the new term, to see the order.
+	release := make(chan struct{})
+	e.client.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		<-release
+		return false, nil, nil
+	})
+	e.run()
 	e.waitState("a", StateRegistered)
 	e.waitState("b", StateUnhealthy)
 	e.tick(DefaultTick)
@@ -210,12 +217,6 @@ func TestFollowerDoesNotWrite(t *testing.T) {
 		t.Error("SkippedNotLeader = 0")
 	}
 
-	// Become leader: block the writes until the test checked readiness, to see the order.
-	release := make(chan struct{})
-	e.client.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
-		<-release
-		return false, nil, nil
-	})
 	leader.ts.set(true)
 	e.eventually("the new term's cycle", func() bool { return e.cache.Stats().Cycles >= 2 })
 	e.eventually("ready in the new term", e.cache.Ready)
