@@ -1,0 +1,99 @@
+// Package schedcache is the scheduler side of HAMi's node registration: a node cache that reads
+// every GPU node's register annotation (channel 2) and device count (channel 1), runs the
+// liveness handshake (channel 3) and tells a scheduler or extender which nodes have which
+// devices, and why the others do not.
+//
+// # What it does differently from HAMi's extender
+//
+// HAMi re-decodes every node's annotation for 13 vendors every 15 s under one global lock that
+// it also holds across API calls; it has no node update handler; one "[null]" annotation crashes
+// it; a corrupt annotation leaves stale devices schedulable; it detects leadership by a host name
+// prefix. This cache:
+//
+//   - is event driven: Node add, update and delete events are filtered to the fields that matter
+//     (each vendor's register, score and handshake annotations, the allocatable count of its
+//     resource, and the labels when a selector is set) and queued by node name; a worker applies
+//     the lister's current Node. A changed annotation is visible within milliseconds, even when
+//     allocatable did not change (HAMi v2.9.0 never reloads it).
+//   - decodes an annotation only when its raw value changed, and parses a handshake only when it
+//     changed. The 15 s tick re-evaluates handshake windows with [handshake.Decide] on what is
+//     already decoded; in the steady state it allocates nothing.
+//   - gives every node and vendor a [State] with a reason and a classified error: registered,
+//     absent, malformed, no devices, invalid element, unhealthy, excluded by the selector. A
+//     malformed or invalid annotation removes that node's devices and raises a Warning Event on
+//     the Node; nothing panics.
+//   - makes handshake writes (stamp "Requesting_<now>" when absent or foreign; cleanup when the
+//     handshake expired with nothing allocatable: the key is deleted, or "Deleted_<now>" with
+//     HAMi v2.9.0 semantics) through a rate-limited work queue, outside any lock readers take,
+//     and only while this replica leads.
+//   - never adds a node whose allocatable count is 0 because of a fresh stamp (HAMi flaps it).
+//
+// # Reading
+//
+// [Cache.Node] returns one node's [NodeInfo] (devices and state per vendor), registered or not.
+// [Cache.Snapshot] returns a consistent, immutable [Snapshot] of every registered node; while
+// nothing changes every call returns the same snapshot without copying. Neither waits for
+// decoding or API calls: the goroutine that applies changes holds the readers' lock only to
+// store a pointer. Both are safe for concurrent use; returned values are shared and read-only.
+//
+// # Leadership
+//
+// Options.Leader is a narrow [Leader] interface. [Elector] runs client-go leader election on a
+// Lease of its own; [LeaseFollower] follows the Lease of kube-scheduler in the same pod with an
+// exact identity match ([HolderMatches]: holder == identity, or identity followed by "_").
+// Followers keep the cache warm and log "Scheduler is not leader yet, skipping ..." at V(5)
+// instead of writing; a new leader runs a full cycle at once and writes from it. [Cache.Ready]
+// is bound to the current term: while leading, it is true only after the term's first cycle.
+//
+// # Lifecycle
+//
+// [New] validates the options and installs [TrimNode] on the informer (unless
+// Options.KeepNodeFields), so call it before the informer factory starts; it starts nothing.
+// [Cache.Run] blocks until its context is done, returns nil then, and joins every goroutine it
+// started (event worker, write workers, tick). The caller starts and stops the informer factory
+// and runs the Leader, if any.
+//
+// # Logging, Events, metrics
+//
+// Logging is contextual (klog.FromContext). HAMi's messages keep their exact text and level so
+// that runbooks work: "Using label selector for list nodes", "Listed nodes", "Processing node",
+// "Failed to get node devices" (V(5)), "failed to decode node devices" (error), "no nvidia gpu
+// device found" (info), "Device is unhealthy, cleaning up node" (error), "Scheduler is not
+// leader yet, skipping ..." (V(5)). Events go through Options.Recorder with the Reason*
+// constants. Metrics are opt-in through Options.Registerer: hamireg_schedcache_nodes{vendor,
+// state}, hamireg_schedcache_decode_failures_total{vendor,state},
+// hamireg_schedcache_handshake_writes_total{vendor,action,result} and
+// hamireg_schedcache_queue_depth{queue}; no per-node labels.
+//
+// # RBAC
+//
+// The cache needs nodes get, list, watch and patch (the handshake), and events create and
+// patch when a Recorder is set; an [Elector] also needs leases get, create and update in its
+// namespace, a [LeaseFollower] leases get, list and watch. test/e2e/schedcache runs the cache
+// under a ServiceAccount with exactly the node and event rules.
+//
+// # Memory
+//
+// The informer, not the cache, holds the Node objects; [TrimNode] drops managedFields and
+// status.images from them, which on real nodes are most of their size. The cache keeps per node
+// the decoded devices and references to the raw annotation strings the informer already holds.
+//
+// Usage:
+//
+//	factory := informers.NewSharedInformerFactory(client, 0)
+//	elector, _ := schedcache.NewElector(client, schedcache.ElectorOptions{
+//		Namespace: "kube-system", Name: "hamireg-schedcache", Identity: podName})
+//	c, err := schedcache.New(client, factory.Core().V1().Nodes(), schedcache.Options{
+//		Leader: elector, Recorder: recorder, Registerer: prometheus.DefaultRegisterer})
+//	if err != nil {
+//		return err
+//	}
+//	factory.Start(ctx.Done())
+//	defer factory.Shutdown()
+//	go elector.Run(ctx)
+//	go c.Run(ctx)
+//	...
+//	if n, ok := c.Node("gpu-1"); ok {
+//		devs := n.Devices(annotation.VendorNVIDIA) // nil unless registered
+//	}
+package schedcache

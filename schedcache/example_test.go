@@ -1,0 +1,65 @@
+package schedcache_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2"
+
+	"github.com/hamireg/hamireg/annotation"
+	"github.com/hamireg/hamireg/schedcache"
+)
+
+func exampleNode(name, register string, gpus int64) *corev1.Node {
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{annotation.KeyNVIDIARegister: register}},
+		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{
+			annotation.ResourceNVIDIAGPU: *resource.NewQuantity(gpus, resource.DecimalSI)}},
+	}
+}
+
+// Example runs the cache over a fake cluster with one good and one broken GPU node, then reads
+// it the way a scheduler extender would.
+func Example() {
+	good := annotation.Encode([]annotation.Device{
+		{ID: "GPU-a", Index: 0, Count: 10, Devmem: 81559, Devcore: 100, Type: "NVIDIA-H100", Mode: "hami-core", Health: true},
+		{ID: "GPU-b", Index: 1, Count: 10, Devmem: 81559, Devcore: 100, Type: "NVIDIA-H100", Mode: "hami-core", Health: true},
+	})
+	client := fake.NewClientset(exampleNode("gpu-1", good, 20), exampleNode("gpu-2", "[null]", 20))
+	factory := informers.NewSharedInformerFactory(client, 0)
+	c, err := schedcache.New(client, factory.Core().V1().Nodes(), schedcache.Options{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logr.Discard()))
+	factory.Start(ctx.Done())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	for !c.Ready() {
+		time.Sleep(time.Millisecond)
+	}
+
+	for n := range c.Snapshot().All() {
+		fmt.Println(n.Name, "registered with", len(n.Devices(annotation.VendorNVIDIA)), "GPUs")
+	}
+	broken, _ := c.Node("gpu-2")
+	r, _ := broken.Registration(annotation.VendorNVIDIA)
+	fmt.Println("gpu-2:", r.State, errors.Is(r.Err, annotation.ErrInvalidElement))
+
+	cancel()
+	fmt.Println("Run:", <-done)
+	factory.Shutdown()
+	// Output:
+	// gpu-1 registered with 2 GPUs
+	// gpu-2: invalid-element true
+	// Run: <nil>
+}
