@@ -66,6 +66,7 @@ CGO_ENABLED=0 go build -mod=readonly -trimpath -ldflags "$ldflags" -o "$tmp/" \
 # go.etcd.io/etcd/server/v3 is a main package whose binary is named after "server".
 mv "$tmp/server" "$tmp/etcd"
 touch "$tmp/.complete"
+chmod 0755 "$tmp"
 rm -rf "$dir"
 mv "$tmp" "$dir"
 trap - EXIT

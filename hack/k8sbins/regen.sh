@@ -9,7 +9,8 @@
 # placeholder v0.0.0 and replaces them with ./staging/... in its own go.mod; replace
 # directives do not propagate, so every module that requires k8s.io/kubernetes has to map
 # each of them to the matching published v0.X.Y. The list is read from the go.mod that the
-# module proxy serves for that version, so it follows the version rather than a copy here.
+# module proxy serves for that version (31 modules for v1.37.2), so it follows the version
+# rather than a copy here.
 # The script edits only the require of k8s.io/kubernetes and the k8s.io/* replace lines,
 # then runs `go mod tidy`; commit the resulting go.mod and go.sum (CI never tidies).
 set -euo pipefail
@@ -24,7 +25,8 @@ root=$(cd "$here/../.." && pwd)
 dirs=("$@")
 [[ ${#dirs[@]} -gt 0 ]] || dirs=("$here")
 
-gomod=$(cd "$here" && GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@$version" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",*$/\1/p')
+# `go list -m` fetches only the .info and .mod files, not the module zip.
+gomod=$(cd "$here" && GOFLAGS=-mod=mod go list -m -json "k8s.io/kubernetes@$version" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",*$/\1/p')
 [[ -f $gomod ]] || { echo "regen.sh: cannot download the go.mod of k8s.io/kubernetes@$version" >&2; exit 1; }
 
 # The staging modules: required at v0.0.0 by k8s.io/kubernetes.

@@ -37,8 +37,8 @@ import (
 // etcd and kube-scheduler binaries. hack/e2e.sh (run by `make e2e`) builds them and sets it.
 const EnvBinDir = "HAMIREG_K8S_BIN"
 
-// EnvKeep, when set to 1, keeps the control plane's temporary folder (logs, etcd data) after
-// Stop and prints where it is.
+// EnvKeep names the environment variable that, set to 1, keeps the control plane's
+// temporary folder (logs, etcd data) after Stop and prints where it is.
 const EnvKeep = "HAMIREG_E2E_KEEP"
 
 // ErrBinariesMissing is returned by [Start] when the peer binaries cannot be found.
@@ -223,7 +223,8 @@ func (cp *ControlPlane) startEtcd(ctx context.Context) error {
 	cp.mu.Lock()
 	cp.etcd = p
 	cp.mu.Unlock()
-	hc := &http.Client{Timeout: time.Second}
+	hc := &http.Client{Timeout: time.Second, Transport: &http.Transport{}}
+	defer hc.CloseIdleConnections()
 	err = p.WaitUntil(ctx, 20*time.Millisecond, func(ctx context.Context) bool {
 		var health struct {
 			Health string `json:"health"`
@@ -251,7 +252,7 @@ func getJSON(ctx context.Context, hc *http.Client, url string, into any) error {
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
@@ -326,6 +327,7 @@ func (cp *ControlPlane) StartAPIServer(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	defer hc.CloseIdleConnections()
 	err = p.WaitUntil(ctx, 50*time.Millisecond, func(ctx context.Context) bool {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, cp.Host()+"/readyz", nil)
 		if err != nil {
@@ -383,6 +385,16 @@ func (cp *ControlPlane) APIServerPid() int {
 		return 0
 	}
 	return cp.apiserver.Pid()
+}
+
+// EtcdPid returns the process id of etcd, or 0.
+func (cp *ControlPlane) EtcdPid() int {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	if cp.etcd == nil {
+		return 0
+	}
+	return cp.etcd.Pid()
 }
 
 // Stop stops every scheduler started through the control plane, kube-apiserver and etcd,

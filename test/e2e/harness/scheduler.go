@@ -106,6 +106,7 @@ func (cp *ControlPlane) StartScheduler(ctx context.Context, opts SchedulerOption
 	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}, // self-signed, loopback only
 	}}
+	defer hc.CloseIdleConnections()
 	start := time.Now()
 	err = p.WaitUntil(ctx, 50*time.Millisecond, func(ctx context.Context) bool {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("https://127.0.0.1:%d/readyz", s.port), nil)
@@ -129,6 +130,9 @@ func (cp *ControlPlane) StartScheduler(ctx context.Context, opts SchedulerOption
 
 // Stop stops kube-scheduler (SIGTERM, SIGKILL after 10 s). It is safe to call more than once.
 func (s *Scheduler) Stop() error { return s.p.Stop(10 * time.Second) }
+
+// Pid is kube-scheduler's process id.
+func (s *Scheduler) Pid() int { return s.p.Pid() }
 
 // LogPath is kube-scheduler's log file.
 func (s *Scheduler) LogPath() string { return s.p.LogPath() }

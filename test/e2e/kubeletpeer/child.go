@@ -102,7 +102,7 @@ func setupMounts(hostDir string) error {
 	if err != nil {
 		return fmt.Errorf("open %s: %w", hostDir, err)
 	}
-	defer d.Close()
+	defer func() { _ = d.Close() }()
 	if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make / private in the new mount namespace: %w", err)
 	}

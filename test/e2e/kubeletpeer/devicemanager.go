@@ -120,13 +120,13 @@ func (m *DeviceManager) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("create pipe: %w", err)
 	}
-	defer cmdR.Close()
+	defer func() { _ = cmdR.Close() }() // the child holds its own copy
 	repR, repW, err := os.Pipe()
 	if err != nil {
 		_ = cmdW.Close()
 		return fmt.Errorf("create pipe: %w", err)
 	}
-	defer repW.Close()
+	defer func() { _ = repW.Close() }() // so that the reader sees EOF when the child exits
 
 	attr := &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS}
 	if uid, gid := os.Getuid(), os.Getgid(); uid != 0 {

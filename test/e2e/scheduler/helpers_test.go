@@ -25,21 +25,23 @@ func uniqueName(prefix string) string {
 	return prefix + "-" + hex.EncodeToString(b)
 }
 
-var (
-	defaultSchedulerOnce sync.Once
-	defaultSchedulerErr  error
-)
+// defaultSched is the binary's shared kube-scheduler, started by the first test that
+// needs it.
+var defaultSched struct {
+	once sync.Once
+	err  error
+}
 
 // defaultScheduler starts one kube-scheduler with the default configuration for the whole
 // binary (tests share it like they share the control plane).
 func defaultScheduler(t *testing.T) {
 	t.Helper()
-	defaultSchedulerOnce.Do(func() {
+	defaultSched.once.Do(func() {
 		// t.Context only bounds the wait for readiness; the scheduler outlives the test.
-		_, defaultSchedulerErr = cp.StartScheduler(t.Context(), harness.SchedulerOptions{})
+		_, defaultSched.err = cp.StartScheduler(t.Context(), harness.SchedulerOptions{})
 	})
-	if defaultSchedulerErr != nil {
-		t.Fatalf("start kube-scheduler: %v", defaultSchedulerErr)
+	if defaultSched.err != nil {
+		t.Fatalf("start kube-scheduler: %v", defaultSched.err)
 	}
 }
 
@@ -67,16 +69,13 @@ func createReadyNode(t *testing.T, name, test string, allocatable corev1.Resourc
 	}
 }
 
-func basicResources(extra corev1.ResourceList) corev1.ResourceList {
-	l := corev1.ResourceList{
+// basicResources is a small worker node: 4 CPUs, 8 GiB, 110 pods.
+func basicResources() corev1.ResourceList {
+	return corev1.ResourceList{
 		corev1.ResourceCPU:    resource.MustParse("4"),
 		corev1.ResourceMemory: resource.MustParse("8Gi"),
 		corev1.ResourcePods:   resource.MustParse("110"),
 	}
-	for k, v := range extra {
-		l[k] = v
-	}
-	return l
 }
 
 // createPod creates a Pod in ns that selects the test's Nodes and requests the given

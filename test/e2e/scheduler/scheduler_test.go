@@ -32,7 +32,7 @@ func TestSchedulerBindsPodToNodeWithAllocatable(t *testing.T) {
 	createReadyNode(t, test+"-small", test, corev1.ResourceList{
 		corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi"), corev1.ResourcePods: resource.MustParse("110"),
 	})
-	createReadyNode(t, test+"-big", test, basicResources(nil))
+	createReadyNode(t, test+"-big", test, basicResources())
 	createPod(t, test, "plain", test, "", corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")})
 	if node := waitForBinding(t, test, "plain"); node != test+"-big" {
 		t.Errorf("pod bound to %s, want %s-big (the only node with 1 CPU allocatable)", node, test)
@@ -45,7 +45,7 @@ func TestSchedulerLeavesUnfittablePodPending(t *testing.T) {
 	t.Parallel()
 	defaultScheduler(t)
 	test := uniqueName("pending")
-	createReadyNode(t, test, test, basicResources(nil))
+	createReadyNode(t, test, test, basicResources())
 	createPod(t, test, "too-big", test, "", corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64")})
 
 	events := cp.AdminClient().CoreV1().Events(test)
@@ -65,21 +65,30 @@ func TestSchedulerLeavesUnfittablePodPending(t *testing.T) {
 	if !strings.Contains(ev.Message, "Insufficient cpu") {
 		t.Errorf("FailedScheduling message = %q, want it to mention Insufficient cpu", ev.Message)
 	}
-	p, err := cp.AdminClient().CoreV1().Pods(test).Get(t.Context(), "too-big", metav1.GetOptions{})
+	// The scheduler records the event and updates the Pod's status separately.
+	var p *corev1.Pod
+	var cond *corev1.PodCondition
+	err = wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		p, err = cp.AdminClient().CoreV1().Pods(test).Get(ctx, "too-big", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		cond = nil
+		for i := range p.Status.Conditions {
+			if p.Status.Conditions[i].Type == corev1.PodScheduled {
+				cond = &p.Status.Conditions[i]
+			}
+		}
+		return cond != nil, nil
+	})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("no PodScheduled condition: %v", err)
+	}
+	if cond.Status != corev1.ConditionFalse || cond.Reason != corev1.PodReasonUnschedulable {
+		t.Errorf("PodScheduled condition = %+v, want False/Unschedulable", cond)
 	}
 	if p.Spec.NodeName != "" || p.Status.Phase != corev1.PodPending {
 		t.Errorf("pod node %q phase %s, want unbound and Pending", p.Spec.NodeName, p.Status.Phase)
-	}
-	var cond *corev1.PodCondition
-	for i := range p.Status.Conditions {
-		if p.Status.Conditions[i].Type == corev1.PodScheduled {
-			cond = &p.Status.Conditions[i]
-		}
-	}
-	if cond == nil || cond.Status != corev1.ConditionFalse || cond.Reason != corev1.PodReasonUnschedulable {
-		t.Errorf("PodScheduled condition = %+v, want False/Unschedulable", cond)
 	}
 	t.Logf("FailedScheduling: %s", ev.Message)
 }
@@ -93,8 +102,8 @@ func TestSchedulerUsesDeviceManagerAllocatable(t *testing.T) {
 	const gpu = "vendor.example.com/gpu"
 	test := uniqueName("devices")
 	withGPU, without := test+"-gpu", test+"-nogpu"
-	createReadyNode(t, withGPU, test, basicResources(nil))
-	createReadyNode(t, without, test, basicResources(nil))
+	createReadyNode(t, withGPU, test, basicResources())
+	createReadyNode(t, without, test, basicResources())
 
 	dm, err := kubeletpeer.StartDeviceManager(t.Context(), kubeletpeer.DeviceManagerOptions{})
 	if err != nil {
@@ -175,7 +184,7 @@ func TestSchedulerCallsConfiguredExtender(t *testing.T) {
 	t.Cleanup(func() { _ = s.Stop() })
 
 	for _, n := range []string{test + "-a", chosen, test + "-b"} {
-		createReadyNode(t, n, test, basicResources(nil))
+		createReadyNode(t, n, test, basicResources())
 	}
 	createPod(t, test, "filtered", test, schedulerName, corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")})
 	if node := waitForBinding(t, test, "filtered"); node != chosen {

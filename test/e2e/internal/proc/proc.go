@@ -89,7 +89,7 @@ func (s *Spawner) Start(opts Options) (*Process, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open log of %s: %w", opts.Name, err)
 	}
-	defer logFile.Close() // the child holds its own descriptor
+	defer func() { _ = logFile.Close() }() // the child holds its own descriptor
 
 	cmd := exec.Command(opts.Path, opts.Args...)
 	cmd.Env = opts.Env

@@ -85,7 +85,7 @@ func (p *Plugin) RegisterVersion(ctx context.Context, kubeletSocket, resource, v
 	if err != nil {
 		return fmt.Errorf("dial kubelet: %w", err)
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
 		Version:      version,
 		Endpoint:     filepath.Base(p.socket),
