@@ -56,10 +56,11 @@
 // # Logging, Events, metrics
 //
 // Logging is contextual (klog.FromContext). HAMi's messages keep their exact text and level so
-// that runbooks work: "Using label selector for list nodes", "Listed nodes", "Processing node",
-// "Failed to get node devices" (V(5)), "failed to decode node devices" (error), "no nvidia gpu
-// device found" (info), "Device is unhealthy, cleaning up node" (error), "Scheduler is not
-// leader yet, skipping ..." (V(5)). Events go through Options.Recorder with the Reason*
+// that runbooks work (spec §5.6): "Using label selector for list nodes" (info, once per Run),
+// "Listed nodes" and "Processing node" (V(5), each cycle), "Failed to get node devices" (V(5)),
+// "failed to decode node devices" (error), "no nvidia gpu device found" (info), "Device is
+// unhealthy, cleaning up node" (error, as HAMi master), "Scheduler is not leader yet, skipping
+// ..." (V(5)). Other state changes are logged at V(2) and V(3). Events go through Options.Recorder with the Reason*
 // constants. Metrics are opt-in through Options.Registerer: hamireg_schedcache_nodes{vendor,
 // state}, hamireg_schedcache_decode_failures_total{vendor,state},
 // hamireg_schedcache_handshake_writes_total{vendor,action,result} and
@@ -75,8 +76,11 @@
 // # Memory
 //
 // The informer, not the cache, holds the Node objects; [TrimNode] drops managedFields and
-// status.images from them, which on real nodes are most of their size. The cache keeps per node
-// the decoded devices and references to the raw annotation strings the informer already holds.
+// status.images from them, which on real nodes are most of their size (BenchmarkHeapPerNode:
+// about 11.5 KB instead of 29 KB per realistic 8-GPU node). The cache keeps per node and vendor
+// the decoded devices, with their IDs copied and models and modes shared between nodes, so that
+// no replaced Node's annotation stays pinned (about 2.2 KB for 8 GPUs), and references to the
+// raw annotation strings of the Node the informer currently holds.
 //
 // Usage:
 //
