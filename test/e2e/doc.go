@@ -6,6 +6,7 @@
 //     test binary.
 //   - kubeletpeer: the kubelet's device-plugin registration server and device manager.
 //   - controlplane, kubelet, scheduler: tests proving the peers behave like a cluster's.
+//   - register, kubeletplugin, schedcache: the SDK's components against those peers.
 //
 // Run everything with `make e2e` (hack/e2e.sh): it builds the binaries into a cache outside
 // the repository and sets HAMIREG_K8S_BIN. `make e2e E2E_FLAGS="-run X -v"` passes flags to
