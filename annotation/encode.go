@@ -45,16 +45,39 @@ func encodedSize(devices []Device, shape Shape) int {
 // extended buffer.
 func AppendEncode(dst []byte, devices []Device, shape Shape) []byte {
 	dst = append(dst, '[')
+	var st encState
 	for i := range devices {
 		if i > 0 {
 			dst = append(dst, ',')
 		}
-		dst = appendDevice(dst, &devices[i], shape)
+		dst = st.appendDevice(dst, &devices[i], shape)
 	}
 	return append(dst, ']')
 }
 
-func appendDevice(dst []byte, d *Device, shape Shape) []byte {
+// encState remembers where the previous device's model and mode were written, escaped, so
+// that the next device with the same model or mode (all GPUs of a node, usually) copies those
+// bytes instead of escaping the string again.
+type encState struct {
+	typ, mode          string
+	typStart, typEnd   int
+	modeStart, modeEnd int
+	hasType, hasMode   bool
+}
+
+// appendRepeated appends s as a JSON string, copying dst[*start:*end] when s equals last.
+func appendRepeated(dst []byte, s string, last *string, has *bool, start, end *int) []byte {
+	if *has && s == *last {
+		return append(dst, dst[*start:*end]...)
+	}
+	*start = len(dst)
+	dst = appendString(dst, s)
+	*end = len(dst)
+	*last, *has = s, true
+	return dst
+}
+
+func (st *encState) appendDevice(dst []byte, d *Device, shape Shape) []byte {
 	// lead is written before each key: '{' before the first, ',' before the others.
 	lead := byte('{')
 	if d.ID != "" {
@@ -91,7 +114,7 @@ func appendDevice(dst []byte, d *Device, shape Shape) []byte {
 		dst = append(dst, lead)
 		lead = ','
 		dst = append(dst, `"type":`...)
-		dst = appendString(dst, d.Type)
+		dst = appendRepeated(dst, d.Type, &st.typ, &st.hasType, &st.typStart, &st.typEnd)
 	}
 	if d.Numa != 0 {
 		dst = append(dst, lead)
@@ -103,7 +126,7 @@ func appendDevice(dst []byte, d *Device, shape Shape) []byte {
 		dst = append(dst, lead)
 		lead = ','
 		dst = append(dst, `"mode":`...)
-		dst = appendString(dst, d.Mode)
+		dst = appendRepeated(dst, d.Mode, &st.mode, &st.hasMode, &st.modeStart, &st.modeEnd)
 	}
 	if shape == ShapeMaster && len(d.MIGProfiles) > 0 {
 		dst = append(dst, lead)
@@ -165,9 +188,19 @@ func appendMigProfiles(dst []byte, ps []MigProfile) []byte {
 
 const hexDigits = "0123456789abcdef"
 
+// htmlSafeLo and htmlSafeHi are bitmaps of the ASCII bytes encoding/json writes unescaped with
+// HTML escaping on: 0x20-0x7f except '"', '&', '<', '>' and '\\'.
+const (
+	htmlSafeLo uint64 = 0xAFFFFFBB00000000 // bytes 0-63: 0x20-0x3f without '"' '&' '<' '>'
+	htmlSafeHi uint64 = 0xFFFFFFFFEFFFFFFF // bytes 64-127: all but '\\' (92)
+)
+
 // htmlSafe reports whether encoding/json writes the ASCII byte c unescaped with HTML escaping on.
 func htmlSafe(c byte) bool {
-	return c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
+	if c < 64 {
+		return htmlSafeLo>>c&1 != 0
+	}
+	return htmlSafeHi>>(c&63)&1 != 0
 }
 
 // appendString appends s as a JSON string with encoding/json's HTML-safe escaping: quotes and
