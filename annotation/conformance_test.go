@@ -10,34 +10,24 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/hamireg/hamireg/internal/hamiwire"
 )
 
-// vectorDirs returns the HAMi vector folders: those under $HAMIREG_VECTORS when set, else under
-// ../../shared/testdata (the shared folder beside the repository). Each folder is named
-// hami-<version>; v2.9.0 folders use ShapeV290, every other one ShapeMaster.
+// vectorDirs returns the HAMi vector folders (see hamiwire.VectorDirs); v2.9.0 folders use
+// ShapeV290, every other one ShapeMaster.
 func vectorDirs(t *testing.T) map[string]Shape {
 	t.Helper()
-	root := os.Getenv("HAMIREG_VECTORS")
-	if root == "" {
-		root = filepath.Join("..", "..", "shared", "testdata")
-	}
-	entries, err := os.ReadDir(root)
+	found, err := hamiwire.VectorDirs()
 	if err != nil {
-		t.Fatalf("read conformance vectors: %v (set HAMIREG_VECTORS to the folder holding hami-<version>/)", err)
+		t.Fatal(err)
 	}
 	dirs := map[string]Shape{}
-	for _, e := range entries {
-		if !e.IsDir() || !strings.HasPrefix(e.Name(), "hami-") {
-			continue
+	for dir, v290 := range found {
+		dirs[dir] = ShapeMaster
+		if v290 {
+			dirs[dir] = ShapeV290
 		}
-		shape := ShapeMaster
-		if strings.HasPrefix(e.Name(), "hami-v2.9.") {
-			shape = ShapeV290
-		}
-		dirs[filepath.Join(root, e.Name())] = shape
-	}
-	if len(dirs) == 0 {
-		t.Fatalf("no hami-* vector folders in %s", root)
 	}
 	return dirs
 }

@@ -1,71 +1,20 @@
 package annotation
 
-import "encoding/json"
+import (
+	"encoding/json"
 
-// The structs below restate HAMi's wire struct (pkg/device DeviceInfo and its parts) for the
-// differential and conformance tests: encoding/json on these is "the way HAMi does it".
+	"github.com/hamireg/hamireg/internal/hamiwire"
+)
 
-type hamiMigPlacement struct {
-	Start uint32 `json:"start"`
-	Size  uint32 `json:"size"`
-}
+// HAMi's wire structs (internal/hamiwire) for the differential and conformance tests:
+// encoding/json on these is "the way HAMi does it".
 
-type hamiMigProfile struct {
-	Name          string             `json:"name"`
-	MemoryMB      int32              `json:"memoryMB"`
-	Core          int32              `json:"core"`
-	SliceCount    uint32             `json:"sliceCount"`
-	Placements    []hamiMigPlacement `json:"placements"`
-	InstanceCount uint32             `json:"-"`
-}
-
-// hamiMigTemplate has no JSON tags in HAMi: its keys are the Go field names.
-type hamiMigTemplate struct {
-	Name   string
-	Core   int32
-	Memory int32
-	Count  int32
-}
-
-type hamiPairScore struct {
-	ID     string         `json:"uuid,omitempty"`
-	Scores map[string]int `json:"score,omitempty"`
-}
-
-// hamiDeviceMaster is HAMi master's DeviceInfo.
-type hamiDeviceMaster struct {
-	ID              string              `json:"id,omitempty"`
-	Index           uint                `json:"index,omitempty"`
-	Count           int32               `json:"count,omitempty"`
-	Devmem          int32               `json:"devmem,omitempty"`
-	Devcore         int32               `json:"devcore,omitempty"`
-	Type            string              `json:"type,omitempty"`
-	Numa            int                 `json:"numa,omitempty"`
-	Mode            string              `json:"mode,omitempty"`
-	MIGProfiles     []hamiMigProfile    `json:"migProfiles,omitempty"`
-	MIGTemplate     [][]hamiMigTemplate `json:"migtemplate,omitempty"`
-	Health          bool                `json:"health,omitempty"`
-	DeviceVendor    string              `json:"devicevendor,omitempty"`
-	CustomInfo      map[string]any      `json:"custominfo,omitempty"`
-	DevicePairScore hamiPairScore       `json:"-"`
-}
-
-// hamiDeviceV290 is HAMi v2.9.0's DeviceInfo.
-type hamiDeviceV290 struct {
-	ID              string              `json:"id,omitempty"`
-	Index           uint                `json:"index,omitempty"`
-	Count           int32               `json:"count,omitempty"`
-	Devmem          int32               `json:"devmem,omitempty"`
-	Devcore         int32               `json:"devcore,omitempty"`
-	Type            string              `json:"type,omitempty"`
-	Numa            int                 `json:"numa,omitempty"`
-	Mode            string              `json:"mode,omitempty"`
-	MIGTemplate     [][]hamiMigTemplate `json:"migtemplate,omitempty"`
-	Health          bool                `json:"health,omitempty"`
-	DeviceVendor    string              `json:"devicevendor,omitempty"`
-	CustomInfo      map[string]any      `json:"custominfo,omitempty"`
-	DevicePairScore hamiPairScore       `json:"devicepairscore,omitempty"`
-}
+type (
+	hamiMigPlacement = hamiwire.MigPlacement
+	hamiMigProfile   = hamiwire.MigProfile
+	hamiDeviceMaster = hamiwire.DeviceMaster
+	hamiDeviceV290   = hamiwire.DeviceV290
+)
 
 func fromHAMiProfiles(ps []hamiMigProfile) []MigProfile {
 	if ps == nil {
@@ -101,12 +50,12 @@ func toHAMiProfiles(ps []MigProfile) []hamiMigProfile {
 	return out
 }
 
-func (h *hamiDeviceMaster) device() Device {
+func fromHAMiMaster(h *hamiDeviceMaster) Device {
 	return Device{ID: h.ID, Index: h.Index, Count: h.Count, Devmem: h.Devmem, Devcore: h.Devcore,
 		Type: h.Type, Numa: h.Numa, Mode: h.Mode, MIGProfiles: fromHAMiProfiles(h.MIGProfiles), Health: h.Health}
 }
 
-func (h *hamiDeviceV290) device() Device {
+func fromHAMiV290(h *hamiDeviceV290) Device {
 	return Device{ID: h.ID, Index: h.Index, Count: h.Count, Devmem: h.Devmem, Devcore: h.Devcore,
 		Type: h.Type, Numa: h.Numa, Mode: h.Mode, Health: h.Health}
 }
@@ -156,7 +105,7 @@ func hamiUnmarshal(value string, shape Shape) (devs []Device, hasNil bool, err e
 				devs = append(devs, Device{})
 				continue
 			}
-			devs = append(devs, d.device())
+			devs = append(devs, fromHAMiV290(d))
 		}
 		return devs, hasNil, nil
 	}
@@ -174,7 +123,7 @@ func hamiUnmarshal(value string, shape Shape) (devs []Device, hasNil bool, err e
 			devs = append(devs, Device{})
 			continue
 		}
-		devs = append(devs, d.device())
+		devs = append(devs, fromHAMiMaster(d))
 	}
 	return devs, hasNil, nil
 }

@@ -8,34 +8,25 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/hamireg/hamireg/internal/hamiwire"
 )
 
-// vectorDirs returns the HAMi vector folders under $HAMIREG_VECTORS, else ../../shared/testdata.
+// vectorDirs returns the HAMi vector folders (see hamiwire.VectorDirs) with their semantics.
 func vectorDirs(t *testing.T) map[string]Version {
 	t.Helper()
-	root := os.Getenv("HAMIREG_VECTORS")
-	if root == "" {
-		root = filepath.Join("..", "..", "shared", "testdata")
-	}
-	entries, err := os.ReadDir(root)
+	found, err := hamiwire.VectorDirs()
 	if err != nil {
-		t.Fatalf("read conformance vectors: %v (set HAMIREG_VECTORS to the folder holding hami-<version>/)", err)
+		t.Fatal(err)
 	}
 	dirs := map[string]Version{}
-	for _, e := range entries {
-		if e.IsDir() && strings.HasPrefix(e.Name(), "hami-") {
-			v := VersionMaster
-			if strings.HasPrefix(e.Name(), "hami-v2.9.") {
-				v = VersionV290
-			}
-			dirs[filepath.Join(root, e.Name())] = v
+	for dir, v290 := range found {
+		dirs[dir] = VersionMaster
+		if v290 {
+			dirs[dir] = VersionV290
 		}
-	}
-	if len(dirs) == 0 {
-		t.Fatalf("no hami-* vector folders in %s", root)
 	}
 	return dirs
 }

@@ -24,6 +24,7 @@ import (
 
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/handshake"
+	"github.com/hamireg/hamireg/internal/hamiwire"
 )
 
 // realisticNode is a GPU node as a real cluster stores it: kubelet labels and annotations, four
@@ -129,22 +130,8 @@ func newBenchCache(tb testing.TB, nodes []*corev1.Node) (*Cache, context.Context
 	return c, ctx, ni.Lister()
 }
 
-// hamiDevice restates HAMi's wire struct (pkg/device DeviceInfo, master) so that encoding/json
-// on it is "the way HAMi decodes".
-type hamiDevice struct {
-	ID           string         `json:"id,omitempty"`
-	Index        uint           `json:"index,omitempty"`
-	Count        int32          `json:"count,omitempty"`
-	Devmem       int32          `json:"devmem,omitempty"`
-	Devcore      int32          `json:"devcore,omitempty"`
-	Type         string         `json:"type,omitempty"`
-	Numa         int            `json:"numa,omitempty"`
-	Mode         string         `json:"mode,omitempty"`
-	MIGProfiles  []any          `json:"migProfiles,omitempty"`
-	Health       bool           `json:"health,omitempty"`
-	DeviceVendor string         `json:"devicevendor,omitempty"`
-	CustomInfo   map[string]any `json:"custominfo,omitempty"`
-}
+// hamiDevice is HAMi's wire struct: encoding/json on it is "the way HAMi decodes".
+type hamiDevice = hamiwire.DeviceMaster
 
 // hamiCycle is what HAMi's register loop does for NVIDIA each cycle with nothing changed: list
 // the nodes from the informer, decode every annotation with encoding/json, tag the devices, run
