@@ -50,6 +50,8 @@ func TestSchedcacheRegistersAsAgentWrites(t *testing.T) {
 	if got := r.cache.Snapshot().Names(); !cmp.Equal(got, names) {
 		t.Errorf("snapshot = %v, want %v", got, names)
 	}
+	// A stamp is counted after its PATCH response arrives, which can be after getNode saw it.
+	eventually(t, "3 stamps counted", 5*time.Second, func() bool { return r.cache.Stats().Stamps >= 3 })
 	if s := r.cache.Stats(); s.Stamps != 3 || s.Cycles != 1 {
 		t.Errorf("stamps %d cycles %d, want 3 stamps and only the first term's cycle", s.Stamps, s.Cycles)
 	}
@@ -262,6 +264,9 @@ func TestSchedcacheTwoReplicasOnlyLeaderWrites(t *testing.T) {
 	for _, name := range second {
 		eventually(t, "stamp on "+name, 10*time.Second, func() bool { return cmp.Equal(handshakeManagers(t, name), []string{"schedcache-b"}) })
 	}
+	// The counter moves after the PATCH response reaches b, which can be after the GET above
+	// saw the write.
+	eventually(t, "replica-b counts its 2 stamps", 5*time.Second, func() bool { return b.cache.Stats().Stamps >= 2 })
 	if sa2, sb2 := a.cache.Stats(), b.cache.Stats(); sa2.Stamps != 5 || sb2.Stamps != 2 {
 		t.Errorf("stamps after takeover a=%d b=%d, want 5 and 2", sa2.Stamps, sb2.Stamps)
 	}
@@ -300,6 +305,7 @@ func TestSchedcacheLeaseFollowerExactIdentity(t *testing.T) {
 	createNode(t, test, name, map[string]string{annotation.KeyNVIDIARegister: annotation.Encode(gpus(2, name, 81559))}, 20)
 	eventually(t, "the stamp", 10*time.Second, func() bool { return cmp.Equal(handshakeManagers(t, name), []string{"sched-1"}) })
 	r2.waitState(t, name, schedcache.StateRegistered)
+	eventually(t, "sched-1 counts its stamp", 5*time.Second, func() bool { return r1.cache.Stats().Stamps >= 1 })
 	if f2.IsLeader() || r2.cache.Stats().Stamps != 0 || r1.cache.Stats().Stamps != 1 {
 		t.Errorf("prefix identity leads %v; stamps r1=%d r2=%d", f2.IsLeader(), r1.cache.Stats().Stamps, r2.cache.Stats().Stamps)
 	}
