@@ -1,0 +1,38 @@
+// Package diagnose tells why a GPU node does not register with HAMi's scheduler: which of the
+// three channels is broken, which of the five cases of the troubleshooting guide applies, what
+// shows it, and the commands that fix it.
+//
+// A node registers when
+//
+//  1. the device plugin DaemonSet has a Pod on the node (case 1 when not: the node lacks the
+//     DaemonSet's nodeSelector label, gpu=on in the chart, or has a taint it does not
+//     tolerate),
+//  2. that Pod runs (case 2 when not: a crash loop because NVML cannot be loaded as the
+//     container runtime is not nvidia, an init container waiting for toolkit-ready, the
+//     NODE_NAME variable missing),
+//  3. the kubelet publishes the device count, status.allocatable["nvidia.com/gpu"] = GPUs ×
+//     split (case 3 when not: the plugin's socket folder is not the kubelet's),
+//  4. the register annotation hami.io/node-nvidia-register lists healthy devices (case 4 when
+//     not: missing, malformed, empty, no device healthy, or the plugin's ServiceAccount may
+//     not patch nodes),
+//  5. and HAMi's scheduler takes the node (case 5 when not: its --node-label-selector excludes
+//     the node, no scheduler holds the Lease, the handshake says otherwise).
+//
+// [Node] reads the objects behind each step, runs annotation.Check and handshake.Decide on
+// what it finds, asks a SubjectAccessReview for the plugin's ServiceAccount, and returns a
+// [Report]: the channels as observed, the case (the first one, in the guide's order, that an
+// error finding causes) and every [Finding] with its evidence and fix. [Nodes] does the same
+// for every node that looks like a GPU node, reading the shared objects once.
+//
+// The guide's warnings against wrong conclusions are findings too: an old Requesting_
+// timestamp is normal when allocatable is above zero (nobody refreshes it since HAMi 2.8), a
+// device without a "health" key is unhealthy, a follower's quiet log proves nothing (only the
+// Lease holder registers nodes), and hami.io/node-handshake-nvidia is not an NVIDIA key.
+//
+// What the API server cannot show (kubelet flags, the containerd configuration, files under
+// /var/lib/kubelet) is in Finding.OnNode as commands to run on the node.
+//
+// Problems in the cluster are findings, never errors; Node returns an error only when the node
+// cannot be read (ErrNodeNotFound, ErrAPI). Objects the caller may not read become
+// "NotChecked" findings. The defaults in [Options] are those of HAMi's Helm chart.
+package diagnose

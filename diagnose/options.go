@@ -1,0 +1,123 @@
+package diagnose
+
+import (
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/hamireg/hamireg/annotation"
+	"github.com/hamireg/hamireg/handshake"
+)
+
+// Defaults of HAMi's Helm chart (release "hami" in kube-system).
+const (
+	DefaultNamespace         = "kube-system"
+	DefaultDaemonSet         = "hami-device-plugin"
+	DefaultPluginSelector    = "app.kubernetes.io/component=hami-device-plugin"
+	DefaultPluginContainer   = "device-plugin"
+	DefaultServiceAccount    = "hami-device-plugin"
+	DefaultScheduler         = "hami-scheduler"
+	DefaultSchedulerSelector = "app.kubernetes.io/component=hami-scheduler"
+	DefaultExtenderContainer = "vgpu-scheduler-extender"
+	DefaultLease             = "hami-scheduler"
+	// DefaultPluginPath is the host folder the chart mounts for the plugin's socket
+	// (devicePlugin.pluginPath); it must be <kubelet --root-dir>/device-plugins.
+	DefaultPluginPath = "/var/lib/kubelet/device-plugins"
+	// DefaultLogTail is how many lines of a failing plugin container's log are searched.
+	DefaultLogTail = 50
+	// DefaultLogTimeout bounds each log read (the API server proxies it to the kubelet).
+	DefaultLogTimeout = 5 * time.Second
+)
+
+// Options says where HAMi is installed and how to read it. The zero value means the chart's
+// defaults for NVIDIA.
+type Options struct {
+	// Namespace is where the device plugin DaemonSet, the scheduler Deployment and its Lease
+	// live. Default "kube-system".
+	Namespace string
+	// DaemonSet is the device plugin DaemonSet. Default "hami-device-plugin".
+	DaemonSet string
+	// PluginSelector selects the device plugin Pods when the DaemonSet cannot be read (its own
+	// selector is used otherwise). Default "app.kubernetes.io/component=hami-device-plugin".
+	PluginSelector string
+	// PluginContainer is the plugin's container in the Pod. Default "device-plugin".
+	PluginContainer string
+	// ServiceAccount is checked for "patch nodes" when the DaemonSet does not name one.
+	// Default "hami-device-plugin".
+	ServiceAccount string
+	// Scheduler is HAMi's scheduler Deployment. Default "hami-scheduler".
+	Scheduler string
+	// SchedulerSelector selects the scheduler Pods. Default
+	// "app.kubernetes.io/component=hami-scheduler".
+	SchedulerSelector string
+	// ExtenderContainer is the extender's container, whose args carry --node-label-selector.
+	// Default "vgpu-scheduler-extender" (every container's args are searched when it is absent).
+	ExtenderContainer string
+	// Lease is the Lease kube-scheduler in the scheduler Pod holds. Default "hami-scheduler".
+	Lease string
+	// NodeLabelSelector overrides the selector read from the scheduler Deployment's args.
+	NodeLabelSelector map[string]string
+	// Vendor is the device vendor to check. Default annotation.NVIDIA().
+	Vendor annotation.Vendor
+	// ResourceName is the extended resource the plugin advertises. Default the vendor's
+	// ("nvidia.com/gpu").
+	ResourceName string
+	// HAMiVersion selects the scheduler semantics to interpret the handshake with.
+	HAMiVersion handshake.Version
+	// Location is the scheduler's time zone, in which handshake timestamps are written.
+	// Default time.Local.
+	Location *time.Location
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+	// LogTail is how many lines of a failing plugin container's previous log are searched for
+	// NVML errors; negative disables log reads. Default 50.
+	LogTail int64
+	// LogTimeout bounds one log read. Default 5 s.
+	LogTimeout time.Duration
+}
+
+func (o Options) withDefaults() (Options, error) {
+	def := func(s *string, v string) {
+		if *s == "" {
+			*s = v
+		}
+	}
+	def(&o.Namespace, DefaultNamespace)
+	def(&o.DaemonSet, DefaultDaemonSet)
+	def(&o.PluginSelector, DefaultPluginSelector)
+	def(&o.PluginContainer, DefaultPluginContainer)
+	def(&o.ServiceAccount, DefaultServiceAccount)
+	def(&o.Scheduler, DefaultScheduler)
+	def(&o.SchedulerSelector, DefaultSchedulerSelector)
+	def(&o.ExtenderContainer, DefaultExtenderContainer)
+	def(&o.Lease, DefaultLease)
+	if o.Vendor.Name == "" {
+		o.Vendor = annotation.NVIDIA()
+	}
+	def(&o.ResourceName, o.Vendor.ResourceName)
+	if o.ResourceName == "" {
+		return o, fmt.Errorf("%w: vendor %s has no resource name; set ResourceName", ErrInvalidOptions, o.Vendor.Name)
+	}
+	if o.Vendor.RegisterKey == "" {
+		return o, fmt.Errorf("%w: vendor %s has no register annotation", ErrInvalidOptions, o.Vendor.Name)
+	}
+	if o.Location == nil {
+		o.Location = time.Local
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.LogTail == 0 {
+		o.LogTail = DefaultLogTail
+	}
+	if o.LogTimeout <= 0 {
+		o.LogTimeout = DefaultLogTimeout
+	}
+	for _, s := range []struct{ name, value string }{{"PluginSelector", o.PluginSelector}, {"SchedulerSelector", o.SchedulerSelector}} {
+		if _, err := labels.Parse(s.value); err != nil {
+			return o, fmt.Errorf("%w: %s %q: %w", ErrInvalidOptions, s.name, s.value, err)
+		}
+	}
+	return o, nil
+}
