@@ -84,7 +84,7 @@ func (a *analysis) observeHandshake() {
 	v := handshake.FromAnnotations(a.node.Annotations, h.Key, o.Location)
 	h.value = v
 	h.Value, h.Present, h.Parsed = v.Raw, v.Present, v.State.String()
-	now := o.Now()
+	now := o.Clock.Now()
 	if v.TimeOK {
 		h.Age = now.Sub(v.Time).Round(time.Second)
 	}
@@ -140,7 +140,7 @@ func (a *analysis) checkCount() {
 		ev = append(ev, fmt.Sprintf("the annotation lists %d device(s), so allocatable should be %d", c.Physical, c.Expected))
 	}
 	a.add(Finding{Case: CaseNoAllocatable, Severity: SeverityError, Code: CodeNoAllocatable,
-		Summary: fmt.Sprintf("the device plugin %s but the kubelet reports no %s: the plugin did not register with the kubelet (socket folder vs kubelet root-dir), or the registration was lost", state, c.Resource),
+		Summary:  fmt.Sprintf("the device plugin %s but the kubelet reports no %s: the plugin did not register with the kubelet (socket folder vs kubelet root-dir), or the registration was lost", state, c.Resource),
 		Evidence: ev,
 		Fix: []string{
 			fmt.Sprintf("kubectl -n %s logs %s -c %s | grep -iE 'regist|kubelet.sock|socket'", o.Namespace, a.podName(), o.PluginContainer),
@@ -406,7 +406,7 @@ func (a *analysis) checkScheduler() {
 	if l.Spec.HolderIdentity != nil {
 		s.Leader = *l.Spec.HolderIdentity
 	}
-	now := o.Now()
+	now := o.Clock.Now()
 	dur := 15 * time.Second
 	if l.Spec.LeaseDurationSeconds != nil {
 		dur = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
@@ -455,9 +455,9 @@ func (a *analysis) checkScheduler() {
 		return
 	}
 	a.add(Finding{Case: CaseSchedulerExcludes, Severity: SeverityInfo, Code: CodeFollowerLogQuiet,
-		Summary: fmt.Sprintf("the leader is Pod %s: only the leader's extender registers nodes; a follower logs nothing about them, so a quiet follower log proves nothing", s.LeaderPod),
+		Summary:  fmt.Sprintf("the leader is Pod %s: only the leader's extender registers nodes; a follower logs nothing about them, so a quiet follower log proves nothing", s.LeaderPod),
 		Evidence: []string{fmt.Sprintf("Lease %s holder %q, renewed within %v", s.Lease, s.Leader, dur)},
-		Fix: []string{fmt.Sprintf("kubectl -n %s logs %s -c %s | grep -E '%s|Scheduler is not leader'", o.Namespace, s.LeaderPod, o.ExtenderContainer, node)}})
+		Fix:      []string{fmt.Sprintf("kubectl -n %s logs %s -c %s | grep -E '%s|Scheduler is not leader'", o.Namespace, s.LeaderPod, o.ExtenderContainer, node)}})
 }
 
 // checkHandshake: the liveness handshake, interpreted as HAMi's scheduler does (case 5).
@@ -468,7 +468,7 @@ func (a *analysis) checkHandshake() {
 	if o.Vendor.Name == annotation.VendorNVIDIA {
 		if val, ok := a.node.Annotations[legacyNVIDIAHandshakeKey]; ok {
 			a.add(Finding{Case: Healthy, Severity: SeverityInfo, Code: CodeHandshakeVendorKey,
-				Summary: fmt.Sprintf("%s does not exist for NVIDIA: the NVIDIA handshake is %s (no suffix); this value is left over from HAMi before 2.8 and nobody reads it", legacyNVIDIAHandshakeKey, o.Vendor.HandshakeKey),
+				Summary:  fmt.Sprintf("%s does not exist for NVIDIA: the NVIDIA handshake is %s (no suffix); this value is left over from HAMi before 2.8 and nobody reads it", legacyNVIDIAHandshakeKey, o.Vendor.HandshakeKey),
 				Evidence: []string{fmt.Sprintf("%s=%q", legacyNVIDIAHandshakeKey, trim(val, 80))},
 				Fix:      []string{fmt.Sprintf("kubectl annotate node %s %s-   (optional: harmless)", node, legacyNVIDIAHandshakeKey)}})
 		}

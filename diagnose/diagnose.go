@@ -88,7 +88,7 @@ func (c *cluster) looksLikeGPUNode(n *corev1.Node) bool {
 
 // analyze builds the report of one node from what was gathered.
 func (c *cluster) analyze(ctx context.Context, node *corev1.Node) Report {
-	r := Report{Node: node.Name, Vendor: c.opts.Vendor.Name, Checked: c.opts.Now()}
+	r := Report{Node: node.Name, Vendor: c.opts.Vendor.Name, Checked: c.opts.Clock.Now()}
 	a := &analysis{c: c, node: node, r: &r}
 	a.observeSpec()
 	a.observeCount()
@@ -145,4 +145,3 @@ func (a *analysis) errorIn(cs Case) bool {
 func (a *analysis) earlierError(cs Case) bool {
 	return slices.ContainsFunc(a.r.Findings, func(f Finding) bool { return f.Severity == SeverityError && f.Case < cs })
 }
-

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/clock"
 
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/handshake"
@@ -68,8 +69,8 @@ type Options struct {
 	// Location is the scheduler's time zone, in which handshake timestamps are written.
 	// Default time.Local.
 	Location *time.Location
-	// Now is the clock. Default time.Now.
-	Now func() time.Time
+	// Clock is the source of time. Default the real clock.
+	Clock clock.PassiveClock
 	// LogTail is how many lines of a failing plugin container's previous log are searched for
 	// NVML errors; negative disables log reads. Default 50.
 	LogTail int64
@@ -105,8 +106,8 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Location == nil {
 		o.Location = time.Local
 	}
-	if o.Now == nil {
-		o.Now = time.Now
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
 	}
 	if o.LogTail == 0 {
 		o.LogTail = DefaultLogTail

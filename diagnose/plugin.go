@@ -30,8 +30,6 @@ var nvmlPattern = regexp.MustCompile(`(?i)(nvml[^\n]{0,40}(init|load|library|dri
 // nodeNamePattern matches HAMi's plugin complaining about an empty node name.
 var nodeNamePattern = regexp.MustCompile(`(?i)node ?name is empty`)
 
-func (a *analysis) ns() string { return a.c.opts.Namespace }
-
 func (a *analysis) dsRef() string { return a.c.opts.Namespace + "/" + a.c.opts.DaemonSet }
 
 // checkPlugin looks at the device plugin Pods on the node (cases 1 and 2).
@@ -327,7 +325,7 @@ func (a *analysis) whyNotRunning(ctx context.Context, p *corev1.Pod) {
 		if strings.Contains(text, "toolkit-ready") {
 			evidence = append(evidence, fmt.Sprintf("init container %s command: %s", st.Name, trim(text, 200)))
 			a.add(Finding{Case: CasePluginNotRunning, Severity: SeverityError, Code: CodeToolkitNotReady,
-				Summary: fmt.Sprintf("device plugin Pod %s waits in init container %s for toolkit-ready: the toolkit validation gate is on, but no NVIDIA Container Toolkit (GPU Operator) writes that file on this node", p.Name, st.Name),
+				Summary:  fmt.Sprintf("device plugin Pod %s waits in init container %s for toolkit-ready: the toolkit validation gate is on, but no NVIDIA Container Toolkit (GPU Operator) writes that file on this node", p.Name, st.Name),
 				Evidence: evidence,
 				Fix: []string{
 					"install the GPU Operator (its toolkit validator creates /run/nvidia/validations/toolkit-ready), or turn the gate off:",
@@ -409,7 +407,7 @@ func (a *analysis) whyNotRunning(ctx context.Context, p *corev1.Pod) {
 			"with Helm: helm upgrade <release> <chart> -n "+o.Namespace+" --reuse-values --set devicePlugin.runtimeClassName=nvidia",
 			"or make nvidia containerd's default runtime on the node (see the commands to run on the node)")
 		a.add(Finding{Case: CasePluginNotRunning, Severity: SeverityError, Code: CodeNVMLUnavailable,
-			Summary: fmt.Sprintf("device plugin Pod %s crashes because NVML cannot be loaded: the container runtime does not inject the NVIDIA driver (the runtime is not nvidia)", p.Name),
+			Summary:  fmt.Sprintf("device plugin Pod %s crashes because NVML cannot be loaded: the container runtime does not inject the NVIDIA driver (the runtime is not nvidia)", p.Name),
 			Evidence: evidence,
 			Fix:      fix,
 			OnNode: []string{
@@ -440,7 +438,7 @@ func (a *analysis) nodeNameFinding(cs Case, p *corev1.Pod, envIssue string, evid
 		evidence = append([]string{envIssue}, evidence...)
 	}
 	return Finding{Case: cs, Severity: SeverityError, Code: CodeNodeNameEnv,
-		Summary: fmt.Sprintf("device plugin Pod %s does not know its node: HAMi's plugin reads the node name from NODE_NAME (%s)", p.Name, firstNonEmpty(envIssue, "it logs \"Node name is empty\"")),
+		Summary:  fmt.Sprintf("device plugin Pod %s does not know its node: HAMi's plugin reads the node name from NODE_NAME (%s)", p.Name, firstNonEmpty(envIssue, "it logs \"Node name is empty\"")),
 		Evidence: evidence,
 		Fix: []string{
 			fmt.Sprintf(`kubectl -n %s set env daemonset/%s -c %s NODE_NAME- NodeName-`, o.Namespace, o.DaemonSet, o.PluginContainer),

@@ -14,7 +14,7 @@ import (
 type Case int
 
 const (
-	// Healthy: all three channels are set and nothing excludes the node.
+	// Healthy means all three channels are set and nothing excludes the node.
 	Healthy Case = 0
 	// CasePluginNotScheduled (case 1): no device plugin Pod on the node; the DaemonSet's
 	// nodeSelector does not match the node's labels or the node has a taint it does not tolerate.
@@ -133,13 +133,13 @@ const (
 type ChannelState string
 
 const (
-	// StateOK: the channel carries what the scheduler needs.
+	// StateOK means the channel carries what the scheduler needs.
 	StateOK ChannelState = "ok"
-	// StateBroken: the channel is missing or unusable.
+	// StateBroken means the channel is missing or unusable.
 	StateBroken ChannelState = "broken"
-	// StateWarning: usable, with a problem worth a look.
+	// StateWarning means usable, with a problem worth a look.
 	StateWarning ChannelState = "warning"
-	// StateUnknown: could not be read (permissions, object missing).
+	// StateUnknown means it could not be read (permissions, object missing).
 	StateUnknown ChannelState = "unknown"
 )
 
