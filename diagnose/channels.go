@@ -87,6 +87,7 @@ func (a *analysis) observeHandshake() {
 	now := o.Clock.Now()
 	if v.TimeOK {
 		h.Age = now.Sub(v.Time).Round(time.Second)
+		h.AgeSeconds = int64(h.Age / time.Second)
 	}
 	d := handshake.Decide(handshake.Input{Handshake: v, Allocatable: a.r.Count.Allocatable, Reported: a.r.Count.Allocatable,
 		Registered: true, Now: now}, handshake.Options{Location: o.Location, Version: o.HAMiVersion})

@@ -257,8 +257,10 @@ type HandshakeChannel struct {
 	// ("requesting", "deleted", "other", "absent").
 	Present bool   `json:"present"`
 	Parsed  string `json:"parsed"`
-	// Age is how old the timestamp is (0 when it does not parse).
-	Age time.Duration `json:"age,omitempty"`
+	// Age is how old the timestamp is (0 when it does not parse; negative in the future);
+	// AgeSeconds is the same in whole seconds, for JSON.
+	Age        time.Duration `json:"-"`
+	AgeSeconds int64         `json:"ageSeconds,omitempty"`
 	// Healthy and Reason are the scheduler's decision for this value and allocatable.
 	Healthy bool   `json:"healthy"`
 	Reason  string `json:"reason"`
