@@ -210,6 +210,30 @@ func (a *analysis) checkSpec(ctx context.Context) {
 		fmt.Sprintf("kubectl annotate node %s %s-", node, s.Key),
 		fmt.Sprintf("kubectl -n %s delete pod %s   (HAMi's plugin rewrites the annotation only when it starts or the devices change)", o.Namespace, a.podName()),
 	}
+	// The right to write comes first: when it is missing, it is the cause of what follows.
+	allowed, reason, err := a.c.canPatchNodes(ctx)
+	sa := o.Namespace + ":" + a.c.serviceAccount()
+	switch {
+	case err != nil:
+		a.add(notChecked("whether ServiceAccount "+sa+" may patch nodes (SubjectAccessReview)", "subjectaccessreviews", err))
+	case !allowed:
+		sev := SeverityWarning
+		if !v.Registers && !earlier {
+			sev = SeverityError
+		}
+		role := a.c.serviceAccount() + "-nodes"
+		a.add(Finding{Case: CaseNoAnnotation, Severity: sev, Code: CodePatchForbidden,
+			Summary: fmt.Sprintf("ServiceAccount %s may not patch nodes, so the device plugin cannot write %s", sa, s.Key),
+			Evidence: []string{
+				fmt.Sprintf("SubjectAccessReview for system:serviceaccount:%s, verb patch, resource nodes: denied%s", sa, parenthesized(reason)),
+			},
+			Fix: []string{
+				fmt.Sprintf("kubectl create clusterrole %s --verb=get,list,watch,patch --resource=nodes", role),
+				fmt.Sprintf("kubectl create clusterrolebinding %s --clusterrole=%s --serviceaccount=%s", role, role, sa),
+				fmt.Sprintf("kubectl auth can-i patch nodes --as=system:serviceaccount:%s", sa),
+			}})
+	}
+
 	broken := false
 	switch {
 	case errors.Is(v.Err, annotation.ErrAbsent):
@@ -262,29 +286,6 @@ func (a *analysis) checkSpec(ctx context.Context) {
 			Fix:      append(removeAndRestart, "a plugin older than HAMi 2.8 writes the legacy colon format, which HAMi ≥ 2.8 cannot read: upgrade the plugin")})
 	default:
 		a.checkHealth(sev)
-	}
-
-	allowed, reason, err := a.c.canPatchNodes(ctx)
-	sa := o.Namespace + ":" + a.c.serviceAccount()
-	switch {
-	case err != nil:
-		a.add(notChecked("whether ServiceAccount "+sa+" may patch nodes (SubjectAccessReview)", "subjectaccessreviews", err))
-	case !allowed:
-		sev := SeverityWarning
-		if broken && !earlier {
-			sev = SeverityError
-		}
-		role := a.c.serviceAccount() + "-nodes"
-		a.add(Finding{Case: CaseNoAnnotation, Severity: sev, Code: CodePatchForbidden,
-			Summary: fmt.Sprintf("ServiceAccount %s may not patch nodes, so the device plugin cannot write %s", sa, s.Key),
-			Evidence: []string{
-				fmt.Sprintf("SubjectAccessReview for system:serviceaccount:%s, verb patch, resource nodes: denied%s", sa, parenthesized(reason)),
-			},
-			Fix: []string{
-				fmt.Sprintf("kubectl create clusterrole %s --verb=get,list,watch,patch --resource=nodes", role),
-				fmt.Sprintf("kubectl create clusterrolebinding %s --clusterrole=%s --serviceaccount=%s", role, role, sa),
-				fmt.Sprintf("kubectl auth can-i patch nodes --as=system:serviceaccount:%s", sa),
-			}})
 	}
 
 	if broken && !earlier && a.running {

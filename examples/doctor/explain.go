@@ -26,8 +26,12 @@ const usage = `Usage:
   doctor explain [flags] VALUE     explain a register annotation value
   doctor explain [flags] -f FILE   read the value from a file
   doctor explain [flags] -         read the value from standard input
+  doctor node NAME [flags]         diagnose one node in the cluster: channels, case 1-5, fixes
+  doctor nodes [flags]             one line per GPU node in the cluster
 
-Exit status: 0 when the node would register, 1 when it would not, 2 on usage errors.
+explain: exit status 0 when the node would register, 1 when it would not, 2 on usage errors.
+node, nodes: exit status 0 when healthy, 1 when a case applies, 2 on errors.
+Run "doctor node -h" for the cluster flags (--kubeconfig, --namespace, -o json, ...).
 `
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -38,6 +42,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "explain":
 		return explain(args[1:], stdin, stdout, stderr)
+	case "node":
+		return nodeCmd(args[1:], stdout, stderr)
+	case "nodes":
+		return nodesCmd(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitRegisters
