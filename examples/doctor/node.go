@@ -84,7 +84,11 @@ func (f *clusterFlags) complete() error {
 	return nil
 }
 
-func (f *clusterFlags) client() (kubernetes.Interface, error) {
+// connect checks the flags and makes the client.
+func (f *clusterFlags) connect() (kubernetes.Interface, error) {
+	if err := f.complete(); err != nil {
+		return nil, err
+	}
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = f.kubeconfig
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: f.context}).ClientConfig()
@@ -115,11 +119,7 @@ func nodeCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, "doctor node: no node name given\n\n", nodeUsage)
 		return exitError
 	}
-	if err := f.complete(); err != nil {
-		fmt.Fprintf(stderr, "doctor node: %v\n", err)
-		return exitError
-	}
-	client, err := f.client()
+	client, err := f.connect()
 	if err != nil {
 		fmt.Fprintf(stderr, "doctor node: %v\n", err)
 		return exitError
@@ -155,11 +155,7 @@ func nodesCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "doctor nodes: unexpected arguments %q\n", fs.Args())
 		return exitError
 	}
-	if err := f.complete(); err != nil {
-		fmt.Fprintf(stderr, "doctor nodes: %v\n", err)
-		return exitError
-	}
-	client, err := f.client()
+	client, err := f.connect()
 	if err != nil {
 		fmt.Fprintf(stderr, "doctor nodes: %v\n", err)
 		return exitError
