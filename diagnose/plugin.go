@@ -92,7 +92,8 @@ func (a *analysis) podState(p *corev1.Pod) PodState {
 			s.Reason = st.State.Waiting.Reason
 		case st.State.Terminated != nil && st.State.Terminated.ExitCode != 0:
 			s.Reason = st.State.Terminated.Reason
-		case st.State.Running != nil && slices.ContainsFunc(p.Status.InitContainerStatuses, func(i corev1.ContainerStatus) bool { return i.Name == st.Name }):
+		case st.State.Running != nil && !startedSidecar(p, &st) &&
+			slices.ContainsFunc(p.Status.InitContainerStatuses, func(i corev1.ContainerStatus) bool { return i.Name == st.Name }):
 			s.Reason = "Init:" + st.Name
 		}
 	}
@@ -100,6 +101,16 @@ func (a *analysis) podState(p *corev1.Pod) PodState {
 		s.Message = trim(terminationMessage(cs), 300)
 	}
 	return s
+}
+
+// startedSidecar reports whether the status is that of a native sidecar (an init container
+// with restartPolicy Always) that has started: it runs beside the containers for the Pod's
+// whole life and holds nothing back.
+func startedSidecar(p *corev1.Pod, st *corev1.ContainerStatus) bool {
+	i := slices.IndexFunc(p.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == st.Name })
+	return i >= 0 && p.Spec.InitContainers[i].RestartPolicy != nil &&
+		*p.Spec.InitContainers[i].RestartPolicy == corev1.ContainerRestartPolicyAlways &&
+		st.State.Running != nil && st.Started != nil && *st.Started
 }
 
 // pluginStatus is the status of the plugin container (the first container when none has its
@@ -309,7 +320,7 @@ func (a *analysis) whyNotRunning(ctx context.Context, p *corev1.Pod) {
 
 	// An init container that has not completed holds the Pod.
 	for _, st := range p.Status.InitContainerStatuses {
-		if st.State.Terminated != nil && st.State.Terminated.ExitCode == 0 {
+		if (st.State.Terminated != nil && st.State.Terminated.ExitCode == 0) || startedSidecar(p, &st) {
 			continue
 		}
 		i := slices.IndexFunc(p.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == st.Name })
