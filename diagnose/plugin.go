@@ -92,7 +92,8 @@ func (a *analysis) podState(p *corev1.Pod) PodState {
 			s.Reason = st.State.Waiting.Reason
 		case st.State.Terminated != nil && st.State.Terminated.ExitCode != 0:
 			s.Reason = st.State.Terminated.Reason
-		case st.State.Running != nil && slices.ContainsFunc(p.Status.InitContainerStatuses, func(i corev1.ContainerStatus) bool { return i.Name == st.Name }):
+		case st.State.Running != nil && !startedSidecar(p, &st) &&
+			slices.ContainsFunc(p.Status.InitContainerStatuses, func(i corev1.ContainerStatus) bool { return i.Name == st.Name }):
 			s.Reason = "Init:" + st.Name
 		}
 	}
@@ -100,6 +101,16 @@ func (a *analysis) podState(p *corev1.Pod) PodState {
 		s.Message = trim(terminationMessage(cs), 300)
 	}
 	return s
+}
+
+// startedSidecar reports whether the status is that of a native sidecar (an init container
+// with restartPolicy Always) that has started: it runs beside the containers for the Pod's
+// whole life and holds nothing back.
+func startedSidecar(p *corev1.Pod, st *corev1.ContainerStatus) bool {
+	i := slices.IndexFunc(p.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == st.Name })
+	return i >= 0 && p.Spec.InitContainers[i].RestartPolicy != nil &&
+		*p.Spec.InitContainers[i].RestartPolicy == corev1.ContainerRestartPolicyAlways &&
+		st.State.Running != nil && st.Started != nil && *st.Started
 }
 
 // pluginStatus is the status of the plugin container (the first container when none has its
@@ -309,7 +320,7 @@ func (a *analysis) whyNotRunning(ctx context.Context, p *corev1.Pod) {
 
 	// An init container that has not completed holds the Pod.
 	for _, st := range p.Status.InitContainerStatuses {
-		if st.State.Terminated != nil && st.State.Terminated.ExitCode == 0 {
+		if (st.State.Terminated != nil && st.State.Terminated.ExitCode == 0) || startedSidecar(p, &st) {
 			continue
 		}
 		i := slices.IndexFunc(p.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == st.Name })
@@ -385,36 +396,7 @@ func (a *analysis) whyNotRunning(ctx context.Context, p *corev1.Pod) {
 	}
 	switch {
 	case nvmlPattern.MatchString(text):
-		rc := "the Pod has no runtimeClassName: it runs with containerd's default runtime"
-		if name := p.Spec.RuntimeClassName; name != nil {
-			handler, ok := a.c.runtimeClasses[*name]
-			switch {
-			case ok:
-				rc = fmt.Sprintf("the Pod runs with RuntimeClass %s (handler %s)", *name, handler)
-			case a.c.runtimeClasses != nil:
-				rc = fmt.Sprintf("the Pod names RuntimeClass %s, which does not exist", *name)
-			default:
-				rc = fmt.Sprintf("the Pod names RuntimeClass %s", *name)
-			}
-		}
-		evidence = append(evidence, rc)
-		fix := []string{}
-		if _, ok := a.c.runtimeClasses["nvidia"]; !ok && a.c.runtimeClasses != nil {
-			fix = append(fix, "kubectl apply -f - <<'EOF'\napiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata:\n  name: nvidia\nhandler: nvidia\nEOF")
-		}
-		fix = append(fix,
-			fmt.Sprintf(`kubectl -n %s patch daemonset %s --type=merge -p '{"spec":{"template":{"spec":{"runtimeClassName":"nvidia"}}}}'`, o.Namespace, o.DaemonSet),
-			"with Helm: helm upgrade <release> <chart> -n "+o.Namespace+" --reuse-values --set devicePlugin.runtimeClassName=nvidia",
-			"or make nvidia containerd's default runtime on the node (see the commands to run on the node)")
-		a.add(Finding{Case: CasePluginNotRunning, Severity: SeverityError, Code: CodeNVMLUnavailable,
-			Summary:  fmt.Sprintf("device plugin Pod %s crashes because NVML cannot be loaded: the container runtime does not inject the NVIDIA driver (the runtime is not nvidia)", p.Name),
-			Evidence: evidence,
-			Fix:      fix,
-			OnNode: []string{
-				"nvidia-smi   # the driver must work on the host first",
-				"grep -nE 'default_runtime_name|runtimes.nvidia' /etc/containerd/config.toml",
-				"sudo nvidia-ctk runtime configure --runtime=containerd --set-as-default && sudo systemctl restart containerd",
-			}})
+		a.add(a.nvmlFinding(p, evidence))
 	case envIssue != "" || nodeNamePattern.MatchString(text):
 		a.add(a.nodeNameFinding(CasePluginNotRunning, p, envIssue, evidence))
 	default:
@@ -428,6 +410,61 @@ func (a *analysis) whyNotRunning(ctx context.Context, p *corev1.Pod) {
 			a.add(runtimeClassFinding(CasePluginNotRunning, *name, fmt.Sprintf("device plugin Pod %s names RuntimeClass %q, which does not exist", p.Name, *name)))
 		}
 	}
+}
+
+// nvmlFinding: the plugin cannot load NVML. Without a RuntimeClass whose handler is nvidia the
+// runtime does not inject the driver, and the fix is such a RuntimeClass; with one, switching
+// to a RuntimeClass "nvidia" changes nothing: the nvidia runtime runs and has no driver to
+// inject, so the fix is on the node.
+func (a *analysis) nvmlFinding(p *corev1.Pod, evidence []string) Finding {
+	o := a.c.opts
+	rc := "the Pod has no runtimeClassName: it runs with containerd's default runtime"
+	handler := ""
+	if name := p.Spec.RuntimeClassName; name != nil {
+		h, ok := a.c.runtimeClasses[*name]
+		switch {
+		case ok:
+			rc, handler = fmt.Sprintf("the Pod runs with RuntimeClass %s (handler %s)", *name, h), h
+		case a.c.runtimeClasses != nil:
+			rc = fmt.Sprintf("the Pod names RuntimeClass %s, which does not exist", *name)
+		default:
+			rc = fmt.Sprintf("the Pod names RuntimeClass %s", *name)
+		}
+	}
+	evidence = append(evidence, rc)
+	if strings.Contains(handler, "nvidia") {
+		name := *p.Spec.RuntimeClassName
+		return Finding{Case: CasePluginNotRunning, Severity: SeverityError, Code: CodeNVMLUnavailable,
+			Summary: fmt.Sprintf("device plugin Pod %s crashes because NVML cannot be loaded, although it runs with RuntimeClass %s (handler %s): the nvidia runtime on the node does not inject the driver (no working driver on the host, or the handler is not the NVIDIA Container Runtime)",
+				p.Name, name, handler),
+			Evidence: evidence,
+			Fix: []string{
+				fmt.Sprintf("kubectl get runtimeclass %s -o yaml", name),
+				"the RuntimeClass is already nvidia: the driver or the runtime on the node is at fault (see the commands to run on the node)",
+			},
+			OnNode: []string{
+				"nvidia-smi   # the driver must work on the host first",
+				fmt.Sprintf("grep -n -A6 'runtimes.%s' /etc/containerd/config.toml   # its BinaryName must be nvidia-container-runtime", handler),
+				"nvidia-container-cli info   # the NVIDIA Container Toolkit must find the driver",
+			}}
+	}
+	fix := []string{}
+	if _, ok := a.c.runtimeClasses["nvidia"]; !ok && a.c.runtimeClasses != nil {
+		fix = append(fix, "kubectl apply -f - <<'EOF'\napiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata:\n  name: nvidia\nhandler: nvidia\nEOF")
+	}
+	fix = append(fix,
+		fmt.Sprintf(`kubectl -n %s patch daemonset %s --type=merge -p '{"spec":{"template":{"spec":{"runtimeClassName":"nvidia"}}}}'`, o.Namespace, o.DaemonSet),
+		"with Helm: helm upgrade <release> <chart> -n "+o.Namespace+" --reuse-values --set devicePlugin.runtimeClassName=nvidia",
+		"or make nvidia containerd's default runtime on the node (see the commands to run on the node)")
+	return Finding{Case: CasePluginNotRunning, Severity: SeverityError, Code: CodeNVMLUnavailable,
+		Summary:  fmt.Sprintf("device plugin Pod %s crashes because NVML cannot be loaded: the container runtime does not inject the NVIDIA driver (the runtime is not nvidia)", p.Name),
+		Evidence: evidence,
+		Fix:      fix,
+		OnNode: []string{
+			"nvidia-smi   # the driver must work on the host first",
+			"grep -nE 'default_runtime_name|runtimes.nvidia' /etc/containerd/config.toml",
+			"sudo nvidia-ctk runtime configure --runtime=containerd --set-as-default && sudo systemctl restart containerd",
+		}}
 }
 
 // nodeNameFinding: the plugin does not know its node (NODE_NAME missing, or the legacy
