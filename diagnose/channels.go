@@ -445,7 +445,7 @@ func (a *analysis) checkScheduler() {
 	}
 	if s.LeaderPod == "" {
 		if len(names) > 0 {
-			a.add(Finding{Case: CaseSchedulerExcludes, Severity: SeverityWarning, Code: CodeLeaderUnknown,
+			a.add(Finding{Case: CaseSchedulerExcludes, Severity: SeverityError, Code: CodeLeaderUnknown,
 				Summary: fmt.Sprintf("Lease %s is held by %q, which is none of the scheduler Pods (%s): their extenders do not lead and register no node", s.Lease, s.Leader, strings.Join(names, ", ")),
 				Evidence: []string{
 					fmt.Sprintf("Lease %s holder %q", s.Lease, s.Leader),

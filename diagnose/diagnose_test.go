@@ -68,6 +68,9 @@ func TestNodeCases(t *testing.T) {
 	tainted := gpuNode(node)
 	tainted.Spec.Taints = []corev1.Taint{{Key: "nvidia.com/gpu", Value: "present", Effect: corev1.TaintEffectNoSchedule},
 		{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoExecute}} // the second one is tolerated by every DaemonSet
+	notReady := gpuNode(node)
+	notReady.Spec.Taints = []corev1.Taint{{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoSchedule}}
+	notReady.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: "KubeletNotReady", Message: "container runtime network not ready"}}
 	noAlloc := gpuNode(node)
 	noAlloc.Status.Allocatable, noAlloc.Status.Capacity = nil, nil
 	noAnno := gpuNode(node)
@@ -87,6 +90,10 @@ func TestNodeCases(t *testing.T) {
 			wantCode: diagnose.CodeNodeSelectorMismatch, want: []string{"kubectl label node gpu-a gpu=on", "nodeSelector: gpu=on"}},
 		"taint": {objs: without(replace(healthy, tainted), isPod), allowPatch: true, wantCase: diagnose.CasePluginNotScheduled,
 			wantCode: diagnose.CodeUntoleratedTaint, want: []string{"nvidia.com/gpu=present:NoSchedule", `"path":"/spec/template/spec/tolerations","value":[{"key":"nvidia.com/gpu","operator":"Equal","value":"present","effect":"NoSchedule"}]`, "kubectl taint node gpu-a nvidia.com/gpu=present:NoSchedule-"}},
+		"not ready": {objs: without(replace(healthy, notReady), isPod), allowPatch: true, wantCase: diagnose.CasePluginNotScheduled,
+			wantCode: diagnose.CodeUntoleratedTaint, want: []string{"Kubernetes sets from a node condition", "node condition Ready=False: KubeletNotReady", "kubectl describe node gpu-a", "journalctl -u kubelet"}},
+		"panic": {objs: replace(healthy, crashingPod(node, "goroutine 1 [running]:\npanic: runtime error: index out of range [0] with length 0\n\ngoroutine 1:\nmain.main()\n\t/go/src/main.go:12 +0x1d\nexit status 2")), allowPatch: true,
+			wantCase: diagnose.CasePluginNotRunning, wantCode: diagnose.CodePluginCrashing, want: []string{"panic: runtime error: index out of range", "CrashLoopBackOff"}},
 		"nvml crash": {objs: replace(healthy, crashingPod(node, "nvml Init err: ERROR_LIBRARY_NOT_FOUND\npanic: 0")), allowPatch: true,
 			wantCase: diagnose.CasePluginNotRunning, wantCode: diagnose.CodeNVMLUnavailable,
 			want: []string{"no runtimeClassName", `"runtimeClassName":"nvidia"`, "/etc/containerd/config.toml", "7 restarts"}},

@@ -242,6 +242,19 @@ func (a *analysis) whyNoPod() {
 
 func (a *analysis) taintFinding(spec *corev1.PodSpec, taint corev1.Taint) Finding {
 	o := a.c.opts
+	if strings.HasPrefix(taint.Key, "node.kubernetes.io/") {
+		// Kubernetes keeps these taints in step with node conditions: tolerating or removing
+		// them hides the cause.
+		return Finding{Case: CasePluginNotScheduled, Severity: SeverityError, Code: CodeUntoleratedTaint,
+			Summary: fmt.Sprintf("node %s has the taint %s, which Kubernetes sets from a node condition (the node is not ready or under pressure), so no device plugin Pod is scheduled there",
+				a.node.Name, taint.ToString()),
+			Evidence: append([]string{fmt.Sprintf("node %s taint %s", a.node.Name, taint.ToString())}, a.conditionEvidence()...),
+			Fix: []string{
+				fmt.Sprintf("kubectl describe node %s   # Conditions: fix the one behind the taint; the taint then goes by itself", a.node.Name),
+			},
+			OnNode: []string{"systemctl status kubelet containerd", "journalctl -u kubelet --since '-15 min' | tail -n 50"},
+		}
+	}
 	tol := corev1.Toleration{Key: taint.Key, Operator: corev1.TolerationOpEqual, Value: taint.Value, Effect: taint.Effect}
 	if taint.Value == "" {
 		tol.Operator, tol.Value = corev1.TolerationOpExists, ""
@@ -274,6 +287,24 @@ func (a *analysis) taintFinding(spec *corev1.PodSpec, taint corev1.Taint) Findin
 			"with Helm, add the toleration to devicePlugin.tolerations in the values and run helm upgrade",
 			fmt.Sprintf("or, if the taint is not wanted: kubectl taint node %s %s-", a.node.Name, taint.ToString()),
 		}}
+}
+
+// conditionEvidence lists the node's conditions that are not as a healthy node has them.
+func (a *analysis) conditionEvidence() []string {
+	var out []string
+	for _, c := range a.node.Status.Conditions {
+		bad := c.Status != corev1.ConditionFalse
+		if c.Type == corev1.NodeReady {
+			bad = c.Status != corev1.ConditionTrue
+		}
+		if bad {
+			out = append(out, fmt.Sprintf("node condition %s=%s: %s %s", c.Type, c.Status, c.Reason, trim(c.Message, 160)))
+		}
+	}
+	if len(a.node.Status.Conditions) == 0 {
+		out = append(out, "the node reports no conditions: its kubelet has never posted status")
+	}
+	return out
 }
 
 func describeToleration(t corev1.Toleration) string {
@@ -381,7 +412,7 @@ func (a *analysis) whyNotRunning(ctx context.Context, p *corev1.Pod) {
 	msg := terminationMessage(cs)
 	evidence := []string{state}
 	if msg != "" {
-		evidence = append(evidence, "last termination message: "+trim(lastLines(msg, 3), 400))
+		evidence = append(evidence, "last termination message: "+trim(telling(msg), 400))
 	}
 	text := msg
 	logCmd := fmt.Sprintf("kubectl -n %s logs %s -c %s --previous", p.Namespace, p.Name, cs.Name)
@@ -552,6 +583,18 @@ func matchingLines(s string, patterns ...*regexp.Regexp) string {
 		out = out[len(out)-3:]
 	}
 	return strings.Join(out, " | ")
+}
+
+// crashPattern matches the lines of a termination message that say why a process died.
+var crashPattern = regexp.MustCompile(`(?i)panic|fatal|error|err:|failed|cannot|could not`)
+
+// telling picks the lines of a termination message that say the most: the ones naming NVML,
+// the node name or an error, else the last three.
+func telling(msg string) string {
+	if m := matchingLines(msg, nvmlPattern, nodeNamePattern, crashPattern); m != "" {
+		return m
+	}
+	return lastLines(msg, 3)
 }
 
 func lastLines(s string, n int) string {

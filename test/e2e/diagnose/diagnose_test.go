@@ -612,7 +612,7 @@ func TestDiagnosePluginNotRunning(t *testing.T) {
 				code: diagnose.CodePluginCrashing, severity: diagnose.SeverityError,
 				summary: []string{"device plugin Pod {pod} is not running: container device-plugin is CrashLoopBackOff"},
 				evidence: []string{
-					"goroutine 1 [running]:",
+					"last termination message: panic: runtime error: invalid memory address or nil pointer dereference",
 					// no kubelet serves the node's logs here
 					"previous log not readable here (",
 					"): run kubectl -n {ns} logs {pod} -c device-plugin --previous",
@@ -747,8 +747,8 @@ func TestDiagnoseAnnotation(t *testing.T) {
 			}},
 			check: func(t *testing.T, e *env, r *diagnose.Report) {
 				t.Helper()
-				if r.Reason != r.Findings[0].Summary || r.Findings[0].Code != diagnose.CodeAnnotationMissing {
-					t.Errorf("reason %q, want the missing annotation first", r.Reason)
+				if r.Reason != r.Findings[0].Summary || r.Findings[0].Code != diagnose.CodePatchForbidden {
+					t.Errorf("reason %q, want the missing permission first: it is why the annotation is missing", r.Reason)
 				}
 				// Run the fix (as the two kubectl create commands do) and diagnose again.
 				applyRBACFix(t, e)
@@ -987,9 +987,9 @@ func TestDiagnoseScheduler(t *testing.T) {
 		"Lease held by no scheduler Pod": {
 			install: install{Lease: leaseForeign},
 			plugin:  running,
-			want:    diagnose.Healthy,
+			want:    diagnose.CaseSchedulerExcludes,
 			findings: []expect{{
-				code: diagnose.CodeLeaderUnknown, severity: diagnose.SeverityWarning,
+				code: diagnose.CodeLeaderUnknown, severity: diagnose.SeverityError,
 				summary:  []string{`Lease {ns}/hami-scheduler is held by "hami-scheduler-5f7b8c9d4-`, "which is none of the scheduler Pods ({scheduler})"},
 				evidence: []string{"scheduler Pods (app.kubernetes.io/component=hami-scheduler): {scheduler}"},
 				fix:      leaseFix,
