@@ -338,7 +338,7 @@ func schedulerText(s *diagnose.SchedulerInfo) string {
 	case s.Lease == "":
 		parts = append(parts, "no leader election")
 	case s.Leader == "":
-		parts = append(parts, "Lease "+s.Lease+" without holder")
+		parts = append(parts, "no leader (Lease "+s.Lease+" missing or unheld)")
 	case s.LeaderPod != "":
 		parts = append(parts, fmt.Sprintf("leader Pod %s (Lease valid: %v)", s.LeaderPod, s.LeaseValid))
 	default:
