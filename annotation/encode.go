@@ -24,21 +24,76 @@ func EncodeShape(devices []Device, shape Shape) string {
 	return unsafe.String(unsafe.SliceData(buf), len(buf))
 }
 
-// encodedSize is an upper bound of the encoding's length when no string needs escaping, so
-// that the common case allocates once.
+// encodedSize is the encoding's exact length when no string needs escaping (escaping only
+// lengthens it, and append then grows the buffer), so that the common case allocates once and
+// no more than the result needs: allocation dominates the cost of Encode.
 func encodedSize(devices []Device, shape Shape) int {
-	n := 2
+	n := 2 // brackets
 	for i := range devices {
 		d := &devices[i]
-		n += 150 + len(d.ID) + len(d.Type) + len(d.Mode)
-		for _, p := range d.MIGProfiles {
-			n += 96 + len(p.Name) + 32*len(p.Placements)
+		start := n
+		if i > 0 {
+			n++ // ',' between devices
+		}
+		n++ // '}'; each key below counts the '{' or ',' before it
+		if d.ID != "" {
+			n += len(`,"id":""`) + len(d.ID)
+		}
+		if d.Index != 0 {
+			n += len(`,"index":`) + digits(uint64(d.Index))
+		}
+		if d.Count != 0 {
+			n += len(`,"count":`) + intLen(int64(d.Count))
+		}
+		if d.Devmem != 0 {
+			n += len(`,"devmem":`) + intLen(int64(d.Devmem))
+		}
+		if d.Devcore != 0 {
+			n += len(`,"devcore":`) + intLen(int64(d.Devcore))
+		}
+		if d.Type != "" {
+			n += len(`,"type":""`) + len(d.Type)
+		}
+		if d.Numa != 0 {
+			n += len(`,"numa":`) + intLen(int64(d.Numa))
+		}
+		if d.Mode != "" {
+			n += len(`,"mode":""`) + len(d.Mode)
+		}
+		if d.Health {
+			n += len(`,"health":true`)
+		}
+		if shape == ShapeV290 {
+			n += len(`,"devicepairscore":{}`)
+		} else if len(d.MIGProfiles) > 0 {
+			n += len(`,"migProfiles":[]`)
+			for _, p := range d.MIGProfiles {
+				n += 96 + len(p.Name) + 32*len(p.Placements) // an upper bound: rare, not worth exact
+			}
+		}
+		if n == start+1+min(i, 1) {
+			n++ // no key: "{}"
 		}
 	}
-	if shape == ShapeV290 {
-		n += 20 * len(devices)
+	return n
+}
+
+// digits is the number of decimal digits of v.
+func digits(v uint64) int {
+	n := 1
+	for v >= 10 {
+		v /= 10
+		n++
 	}
 	return n
+}
+
+// intLen is the length of v in decimal, with its sign.
+func intLen(v int64) int {
+	if v < 0 {
+		return 1 + digits(uint64(-v))
+	}
+	return digits(uint64(v))
 }
 
 // AppendEncode appends the encoding of devices in the given shape to dst and returns the
@@ -78,75 +133,54 @@ func appendRepeated(dst []byte, s string, last *string, has *bool, start, end *i
 }
 
 func (st *encState) appendDevice(dst []byte, d *Device, shape Shape) []byte {
-	// lead is written before each key: '{' before the first, ',' before the others.
-	lead := byte('{')
+	// Every key is written with a leading ','; before the first key it becomes '{'.
+	first := len(dst)
 	if d.ID != "" {
-		dst = append(dst, lead)
-		lead = ','
-		dst = append(dst, `"id":`...)
+		dst = append(dst, `,"id":`...)
 		dst = appendString(dst, d.ID)
 	}
 	if d.Index != 0 {
-		dst = append(dst, lead)
-		lead = ','
-		dst = append(dst, `"index":`...)
+		dst = append(dst, `,"index":`...)
 		dst = strconv.AppendUint(dst, uint64(d.Index), 10)
 	}
 	if d.Count != 0 {
-		dst = append(dst, lead)
-		lead = ','
-		dst = append(dst, `"count":`...)
+		dst = append(dst, `,"count":`...)
 		dst = strconv.AppendInt(dst, int64(d.Count), 10)
 	}
 	if d.Devmem != 0 {
-		dst = append(dst, lead)
-		lead = ','
-		dst = append(dst, `"devmem":`...)
+		dst = append(dst, `,"devmem":`...)
 		dst = strconv.AppendInt(dst, int64(d.Devmem), 10)
 	}
 	if d.Devcore != 0 {
-		dst = append(dst, lead)
-		lead = ','
-		dst = append(dst, `"devcore":`...)
+		dst = append(dst, `,"devcore":`...)
 		dst = strconv.AppendInt(dst, int64(d.Devcore), 10)
 	}
 	if d.Type != "" {
-		dst = append(dst, lead)
-		lead = ','
-		dst = append(dst, `"type":`...)
+		dst = append(dst, `,"type":`...)
 		dst = appendRepeated(dst, d.Type, &st.typ, &st.hasType, &st.typStart, &st.typEnd)
 	}
 	if d.Numa != 0 {
-		dst = append(dst, lead)
-		lead = ','
-		dst = append(dst, `"numa":`...)
+		dst = append(dst, `,"numa":`...)
 		dst = strconv.AppendInt(dst, int64(d.Numa), 10)
 	}
 	if d.Mode != "" {
-		dst = append(dst, lead)
-		lead = ','
-		dst = append(dst, `"mode":`...)
+		dst = append(dst, `,"mode":`...)
 		dst = appendRepeated(dst, d.Mode, &st.mode, &st.hasMode, &st.modeStart, &st.modeEnd)
 	}
 	if shape == ShapeMaster && len(d.MIGProfiles) > 0 {
-		dst = append(dst, lead)
-		lead = ','
-		dst = append(dst, `"migProfiles":`...)
+		dst = append(dst, `,"migProfiles":`...)
 		dst = appendMigProfiles(dst, d.MIGProfiles)
 	}
 	if d.Health {
-		dst = append(dst, lead)
-		lead = ','
-		dst = append(dst, `"health":true`...)
+		dst = append(dst, `,"health":true`...)
 	}
 	if shape == ShapeV290 {
-		dst = append(dst, lead)
-		lead = ','
-		dst = append(dst, `"devicepairscore":{}`...)
+		dst = append(dst, `,"devicepairscore":{}`...)
 	}
-	if lead == '{' {
-		dst = append(dst, '{')
+	if len(dst) == first {
+		return append(dst, '{', '}')
 	}
+	dst[first] = '{'
 	return append(dst, '}')
 }
 
@@ -203,13 +237,44 @@ func htmlSafe(c byte) bool {
 	return htmlSafeHi>>(c&63)&1 != 0
 }
 
+// SWAR constants: one bit or value per byte of a uint64.
+const (
+	swarOnes = 0x0101010101010101
+	swarHigh = 0x8080808080808080
+)
+
+// unsafe8 is non-zero when one of the eight bytes of x (from a string) is a byte that
+// encoding/json escapes: non-ASCII, below 0x20, '"', '&', '<', '>' or '\\'. Setting bit 2
+// maps '"' (0x22) onto '&' (0x26) and setting bit 1 maps '<' (0x3c) onto '>' (0x3e), and no
+// other byte onto either, so three equality tests cover the five characters.
+func unsafe8(x uint64) uint64 {
+	q := x | swarOnes*0x04 ^ swarOnes*'&'
+	a := x | swarOnes*0x02 ^ swarOnes*'>'
+	b := x ^ swarOnes*'\\'
+	return ((x - swarOnes*0x20) | x | (q-swarOnes)&^q | (a-swarOnes)&^a | (b-swarOnes)&^b) & swarHigh
+}
+
+// load8 reads s[i:i+8] as a little-endian uint64 (the compiler makes it one load).
+func load8(s string, i int) uint64 {
+	s = s[i : i+8]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+}
+
 // appendString appends s as a JSON string with encoding/json's HTML-safe escaping: quotes and
 // backslashes escaped, control characters as \b \f \n \r \t or \u00XX, '<' '>' '&' as \u003c
-// \u003e \u0026, U+2028 and U+2029 escaped, invalid UTF-8 replaced by \ufffd.
+// \u003e \u0026, U+2028 and U+2029 escaped, invalid UTF-8 replaced by \ufffd. Runs of safe
+// bytes are skipped eight at a time.
 func appendString(dst []byte, s string) []byte {
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {
+		for i+8 <= len(s) && unsafe8(load8(s, i)) == 0 {
+			i += 8
+		}
+		if i >= len(s) {
+			break
+		}
 		c := s[i]
 		if c < utf8.RuneSelf {
 			if htmlSafe(c) {

@@ -1,6 +1,10 @@
 package annotation
 
-import "testing"
+import (
+	"math/rand/v2"
+	"testing"
+	"unicode/utf8"
+)
 
 // TestHTMLSafeTable checks the bitmaps against encoding/json's rule for HTML-safe bytes.
 func TestHTMLSafeTable(t *testing.T) {
@@ -26,6 +30,36 @@ func TestEncodeRepeatedStrings(t *testing.T) {
 	for _, shape := range []Shape{ShapeMaster, ShapeV290} {
 		if got, want := EncodeShape(devs, shape), hamiMarshal(devs, shape); got != want {
 			t.Errorf("%v:\n got %s\nwant %s", shape, got, want)
+		}
+	}
+}
+
+// unsafe8 flags exactly the words holding a byte that appendString must escape.
+func TestUnsafe8(t *testing.T) {
+	t.Parallel()
+	needsEscape := func(c byte) bool { return c >= utf8.RuneSelf || !htmlSafe(c) }
+	for c := range 256 {
+		for pos := range 8 {
+			w := []byte("abcdefgh")
+			w[pos] = byte(c)
+			if got := unsafe8(load8(string(w), 0)) != 0; got != needsEscape(byte(c)) {
+				t.Fatalf("byte %#x at %d: unsafe8 %v", c, pos, got)
+			}
+		}
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 200000 {
+		var w [8]byte
+		want := false
+		for i := range w {
+			w[i] = byte(rng.IntN(256))
+			if rng.IntN(4) > 0 {
+				w[i] = byte(0x20 + rng.IntN(0x60)) // mostly printable ASCII
+			}
+			want = want || needsEscape(w[i])
+		}
+		if got := unsafe8(load8(string(w[:]), 0)) != 0; got != want {
+			t.Fatalf("%q: unsafe8 %v, want %v", w, got, want)
 		}
 	}
 }
