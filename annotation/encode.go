@@ -80,9 +80,21 @@ func encodedSize(devices []Device, shape Shape) int {
 
 // digits is the number of decimal digits of v.
 func digits(v uint64) int {
-	n := 1
-	for v >= 10 {
-		v /= 10
+	switch {
+	case v < 10:
+		return 1
+	case v < 100:
+		return 2
+	case v < 1000:
+		return 3
+	case v < 100000:
+		if v < 10000 {
+			return 4
+		}
+		return 5
+	}
+	n := 6
+	for v /= 1000000; v > 0; v /= 10 {
 		n++
 	}
 	return n

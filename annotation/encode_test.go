@@ -2,6 +2,7 @@ package annotation
 
 import (
 	"math/rand/v2"
+	"strconv"
 	"testing"
 	"unicode/utf8"
 )
@@ -60,6 +61,24 @@ func TestUnsafe8(t *testing.T) {
 		}
 		if got := unsafe8(load8(string(w[:]), 0)) != 0; got != want {
 			t.Fatalf("%q: unsafe8 %v, want %v", w, got, want)
+		}
+	}
+}
+
+func TestEncodedSizeIsExact(t *testing.T) {
+	t.Parallel()
+	for _, v := range []uint64{0, 1, 9, 10, 99, 100, 999, 1000, 9999, 10000, 99999, 100000, 999999, 1000000, 1 << 63, 1<<64 - 1} {
+		if got, want := digits(v), len(strconv.FormatUint(v, 10)); got != want {
+			t.Errorf("digits(%d) = %d, want %d", v, got, want)
+		}
+	}
+	devs := benchDevices(8)
+	devs[0].Index, devs[1].Numa, devs[2].Devmem, devs[3] = 0, -3, -1<<31, Device{}
+	for _, list := range [][]Device{nil, {{}}, {{}, {Health: true}}, devs[:1], devs} {
+		for _, shape := range []Shape{ShapeMaster, ShapeV290} {
+			if got, want := encodedSize(list, shape), len(EncodeShape(list, shape)); got != want {
+				t.Errorf("%d devices, %v: size %d, encoding %d bytes", len(list), shape, got, want)
+			}
 		}
 	}
 }
