@@ -1,6 +1,6 @@
 // Package kubeletplugin_test runs package kubeletplugin against the kubelet's own code: the
 // registration server (plugin/v1beta1) and the complete device manager (ManagerImpl), with
-// kubelet restarts, plugin restarts, health changes, relocated folders and the
+// kubelet restarts, plugin restarts (in process, and a process killed with SIGKILL), health changes, relocated folders and the
 // duplicate-Register trap; BenchmarkKubeletRestart measures re-registration latency.
 package kubeletplugin_test
 
@@ -13,5 +13,6 @@ import (
 
 func TestMain(m *testing.M) {
 	kubeletpeer.ReexecIfChild() // the device-manager child runs here and exits
+	runPluginChildIfAsked()     // so does a plugin process of TestKubeletPluginProcessKilled
 	os.Exit(m.Run())
 }
