@@ -42,8 +42,9 @@ func runPluginChildIfAsked() {
 	}
 	p.SetDevices(gpus(health...))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-	defer stop()
-	if err := p.Run(ctx); err != nil {
+	err = p.Run(ctx)
+	stop()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "plugin child:", err)
 		os.Exit(1)
 	}
