@@ -18,8 +18,7 @@ import (
 // the error is non-nil only when the node cannot be read (errors.Is ErrNodeNotFound, ErrAPI) or
 // the options are invalid (ErrInvalidOptions).
 //
-// The identity behind client needs get on nodes, daemonsets, deployments and leases, list on
-// pods and runtimeclasses, get on pods/log, and create on subjectaccessreviews; whatever it may
+// The identity behind client needs the read-only rules of [ClusterRoleRules]; whatever it may
 // not read becomes a "NotChecked" finding rather than an error.
 func Node(ctx context.Context, client kubernetes.Interface, nodeName string, opts Options) (*Report, error) {
 	opts, err := opts.withDefaults()

@@ -1159,18 +1159,9 @@ func TestDiagnoseErrors(t *testing.T) {
 	})
 }
 
-// doctorRole is the access Node's documentation asks of its caller; leave drops resources.
+// doctorRole grants diagnose.ClusterRoleRules, the access Node documents; leave drops resources.
 func doctorRole(name string, leave ...string) *rbacv1.ClusterRole {
-	rules := []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list"}},
-		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list"}},
-		{APIGroups: []string{""}, Resources: []string{"pods/log"}, Verbs: []string{"get"}},
-		{APIGroups: []string{"apps"}, Resources: []string{"daemonsets", "deployments"}, Verbs: []string{"get"}},
-		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get"}},
-		{APIGroups: []string{"node.k8s.io"}, Resources: []string{"runtimeclasses"}, Verbs: []string{"list"}},
-		{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
-	}
-	rules = slices.DeleteFunc(rules, func(r rbacv1.PolicyRule) bool { return slices.Contains(leave, r.Resources[0]) })
+	rules := slices.DeleteFunc(diagnose.ClusterRoleRules(), func(r rbacv1.PolicyRule) bool { return slices.Contains(leave, r.Resources[0]) })
 	return &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}
 }
 

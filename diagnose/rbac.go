@@ -1,0 +1,50 @@
+package diagnose
+
+import rbacv1 "k8s.io/api/rbac/v1"
+
+// ClusterRoleRules returns the read-only RBAC rules Node and Nodes need for a complete report:
+// get and list nodes; list pods and get their previous logs (the plugin's crash output);
+// get the device plugin DaemonSet, the scheduler Deployment and its Lease; list
+// RuntimeClasses; create SubjectAccessReviews (whether the plugin may patch nodes). Without
+// one of them the report says what it could not check (a NotChecked finding); only the rule
+// on nodes is indispensable.
+//
+// As a manifest, for a doctor running in the cluster:
+//
+//	apiVersion: rbac.authorization.k8s.io/v1
+//	kind: ClusterRole
+//	metadata:
+//	  name: hami-doctor
+//	rules:
+//	- apiGroups: [""]
+//	  resources: [nodes]
+//	  verbs: [get, list]
+//	- apiGroups: [""]
+//	  resources: [pods]
+//	  verbs: [list]
+//	- apiGroups: [""]
+//	  resources: [pods/log]
+//	  verbs: [get]
+//	- apiGroups: [apps]
+//	  resources: [daemonsets, deployments]
+//	  verbs: [get]
+//	- apiGroups: [coordination.k8s.io]
+//	  resources: [leases]
+//	  verbs: [get]
+//	- apiGroups: [node.k8s.io]
+//	  resources: [runtimeclasses]
+//	  verbs: [list]
+//	- apiGroups: [authorization.k8s.io]
+//	  resources: [subjectaccessreviews]
+//	  verbs: [create]
+func ClusterRoleRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list"}},
+		{APIGroups: []string{""}, Resources: []string{"pods/log"}, Verbs: []string{"get"}},
+		{APIGroups: []string{"apps"}, Resources: []string{"daemonsets", "deployments"}, Verbs: []string{"get"}},
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get"}},
+		{APIGroups: []string{"node.k8s.io"}, Resources: []string{"runtimeclasses"}, Verbs: []string{"list"}},
+		{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
+	}
+}
