@@ -873,24 +873,8 @@ func TestDiagnoseAnnotation(t *testing.T) {
 func applyRBACFix(t *testing.T, e *env) {
 	t.Helper()
 	ctx := t.Context()
-	rbac := cp.AdminClient().RbacV1()
-	const name = "hami-device-plugin-nodes"
-	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch", "patch"}}}}
-	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
-		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: e.h.ns, Name: pluginName}}}
-	if _, err := rbac.ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create cluster role: %v", err)
-	}
-	if _, err := rbac.ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create cluster role binding: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx := context.WithoutCancel(ctx)
-		_ = rbac.ClusterRoleBindings().Delete(ctx, name, metav1.DeleteOptions{})
-		_ = rbac.ClusterRoles().Delete(ctx, name, metav1.DeleteOptions{})
-	})
+	bindClusterRole(t, "hami-device-plugin-nodes", e.h.ns, pluginName,
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch", "patch"}})
 	// The RBAC authorizer sees the binding through its informers, a moment later.
 	deadline := time.Now().Add(30 * time.Second)
 	for {

@@ -390,31 +390,9 @@ func createServiceAccount(t *testing.T, ns, name string) {
 func grantNodeAccess(t *testing.T, ns, sa string) {
 	t.Helper()
 	ctx := t.Context()
-	rbac := cp.AdminClient().RbacV1()
-	name := ns + "-device-plugin"
-	role := &rbacv1.ClusterRole{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch", "patch"}},
-			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "update", "patch"}},
-		},
-	}
-	if _, err := rbac.ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create cluster role: %v", err)
-	}
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: sa}},
-	}
-	if _, err := rbac.ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create cluster role binding: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx := context.WithoutCancel(ctx)
-		_ = rbac.ClusterRoleBindings().Delete(ctx, name, metav1.DeleteOptions{})
-		_ = rbac.ClusterRoles().Delete(ctx, name, metav1.DeleteOptions{})
-	})
+	bindClusterRole(t, ns+"-device-plugin", ns, sa,
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch", "patch"}},
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "update", "patch"}})
 	sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 		User:               "system:serviceaccount:" + ns + ":" + sa,
 		Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
@@ -430,6 +408,30 @@ func grantNodeAccess(t *testing.T, ns, sa string) {
 	if err != nil {
 		t.Fatalf("wait for RBAC to let %s patch nodes: %v", sar.Spec.User, err)
 	}
+}
+
+// bindClusterRole creates a ClusterRole with the rules and binds it to the ServiceAccount,
+// both named name (cluster-wide: unique per test), deleted at the end of the test.
+func bindClusterRole(t *testing.T, name, ns, sa string, rules ...rbacv1.PolicyRule) {
+	t.Helper()
+	ctx := t.Context()
+	rbac := cp.AdminClient().RbacV1()
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: sa}},
+	}
+	if _, err := rbac.ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create cluster role: %v", err)
+	}
+	t.Cleanup(func() { _ = rbac.ClusterRoles().Delete(context.WithoutCancel(ctx), name, metav1.DeleteOptions{}) })
+	if _, err := rbac.ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create cluster role binding: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = rbac.ClusterRoleBindings().Delete(context.WithoutCancel(ctx), name, metav1.DeleteOptions{})
+	})
 }
 
 // hamiLabels are the selector labels the chart gives a component.
