@@ -17,7 +17,7 @@ import (
 
 func startRegistrationServer(t *testing.T) *kubeletpeer.RegistrationServer {
 	t.Helper()
-	srv, err := kubeletpeer.StartRegistrationServer(t.Context(), shortTempDir(t))
+	srv, err := kubeletpeer.StartRegistrationServer(t.Context(), kubeletpeer.ShortTempDir(t))
 	if err != nil {
 		t.Fatalf("start registration server: %v", err)
 	}

@@ -38,6 +38,10 @@
 //	res, err := dm.Capacity(ctx) // res.Capacity["vendor.com/gpu"], res.Allocatable[…]
 //	err = dm.Restart(ctx)        // kubelet restart: plugin sockets deleted, kubelet.sock re-created
 //
+// In a test, [StartDeviceManagerForTest] does the start, stop and failure log for tb, and
+// [DeviceManager.WaitForResources] waits for a capacity and allocatable; [ShortTempDir] is a
+// folder for sockets whose paths stay under the 108-byte limit.
+//
 // # Lifecycle and concurrency
 //
 // Both peers are started by a Start function and stopped by Stop, which is idempotent and

@@ -3,11 +3,9 @@ package kubeletplugin_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/hamireg/hamireg/annotation"
@@ -31,32 +29,9 @@ func gpus(healthy ...bool) []annotation.Device {
 	return out
 }
 
-// shortTempDir keeps unix socket paths far below 108 bytes (t.TempDir embeds the test name).
-func shortTempDir(tb testing.TB) string {
-	tb.Helper()
-	dir, err := os.MkdirTemp("", "kp") //nolint:usetesting // tb.TempDir embeds the test name; socket paths must stay < 108 bytes
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = os.RemoveAll(dir) })
-	return dir
-}
-
 func startDeviceManager(tb testing.TB) *kubeletpeer.DeviceManager {
 	tb.Helper()
-	dm, err := kubeletpeer.StartDeviceManager(tb.Context(), kubeletpeer.DeviceManagerOptions{})
-	if err != nil {
-		tb.Fatalf("start the kubelet device manager: %v", err)
-	}
-	tb.Cleanup(func() {
-		if tb.Failed() {
-			tb.Logf("device manager log:\n%s", dm.LogTail(60))
-		}
-		if err := dm.Stop(); err != nil {
-			tb.Errorf("stop device manager: %v", err)
-		}
-	})
-	return dm
+	return kubeletpeer.StartDeviceManagerForTest(tb, kubeletpeer.DeviceManagerOptions{})
 }
 
 // running is a Plugin whose Run goroutine the test controls.
@@ -119,18 +94,7 @@ func startPlugin(tb testing.TB, opts kubeletplugin.Options, devices []annotation
 // waitForResources polls the device manager until the resource reads capacity/allocatable.
 func waitForResources(tb testing.TB, dm *kubeletpeer.DeviceManager, capacity, allocatable int64) {
 	tb.Helper()
-	var last kubeletpeer.Resources
-	err := wait.PollUntilContextTimeout(tb.Context(), 10*time.Millisecond, 20*time.Second, true, func(ctx context.Context) (bool, error) {
-		r, err := dm.Capacity(ctx)
-		if err != nil {
-			return false, err
-		}
-		last = r
-		return r.Capacity[resource] == capacity && r.Allocatable[resource] == allocatable, nil
-	})
-	if err != nil {
-		tb.Fatalf("%s: want capacity %d allocatable %d, last read %+v: %v", resource, capacity, allocatable, last, err)
-	}
+	dm.WaitForResources(tb, resource, capacity, allocatable)
 }
 
 func waitForEvent(tb testing.TB, srv *kubeletpeer.RegistrationServer, what string, match func(kubeletpeer.Event) bool) kubeletpeer.Event {

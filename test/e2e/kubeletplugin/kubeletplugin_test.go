@@ -21,7 +21,7 @@ import (
 // reads the options and streams GPUs x split virtual devices with HAMi's ids and NUMA.
 func TestKubeletRegistration(t *testing.T) {
 	t.Parallel()
-	srv, err := kubeletpeer.StartRegistrationServer(t.Context(), shortTempDir(t))
+	srv, err := kubeletpeer.StartRegistrationServer(t.Context(), kubeletpeer.ShortTempDir(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func TestKubeletRegistration(t *testing.T) {
 // The kubelet's verdict on a bad resource name reaches the caller, with its own words.
 func TestKubeletInvalidResourceName(t *testing.T) {
 	t.Parallel()
-	srv, err := kubeletpeer.StartRegistrationServer(t.Context(), shortTempDir(t))
+	srv, err := kubeletpeer.StartRegistrationServer(t.Context(), kubeletpeer.ShortTempDir(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func TestKubeletInvalidResourceName(t *testing.T) {
 // a plugin looking at the default folder gets an error naming where it looked.
 func TestKubeletRelocatedPluginDir(t *testing.T) {
 	t.Parallel()
-	root := filepath.Join(shortTempDir(t), "k0s", "kubelet")
+	root := filepath.Join(kubeletpeer.ShortTempDir(t), "k0s", "kubelet")
 	srv, err := kubeletpeer.StartRegistrationServer(t.Context(), kubeletplugin.PluginDirFromRootDir(root))
 	if err != nil {
 		t.Fatal(err)
