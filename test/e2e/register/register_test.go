@@ -76,6 +76,8 @@ func TestRegisterRestoresHandDeletedAndEditedAnnotation(t *testing.T) {
 	d = waitFor(t, 5*time.Second, "restore after edit", func() bool { return annotations(t, node)[key] == want(gpus(8)) })
 	t.Logf("edited annotation restored in %v", d)
 
+	// A write is counted after its PATCH response arrives, which can be after the GET above saw it.
+	waitFor(t, 5*time.Second, "the heals counted", func() bool { return w.Stats().Heals >= 2 })
 	if s := w.Stats(); s.Heals != 2 || s.Writes != 3 {
 		t.Errorf("Stats = %+v, want 3 writes of which 2 heals", s)
 	}
