@@ -47,6 +47,10 @@ type cluster struct {
 	runtimeClasses map[string]string // name → handler
 	rcErr          error
 
+	// readLog reads a container's previous log: previousLog, or a stand-in in tests (the
+	// fake clientset's log is a fixed text).
+	readLog func(ctx context.Context, pod *corev1.Pod, container string) (string, error)
+
 	// sar caches the "patch nodes" answer for the plugin's ServiceAccount.
 	sarDone    bool
 	sarAllowed bool
@@ -58,6 +62,7 @@ type cluster struct {
 // only node reads fail the whole diagnosis.
 func gather(ctx context.Context, client kubernetes.Interface, opts Options, nodeName string) *cluster {
 	c := &cluster{opts: opts, client: client, leaderElect: true}
+	c.readLog = c.previousLog
 	ns := opts.Namespace
 
 	c.ds, c.dsErr = client.AppsV1().DaemonSets(ns).Get(ctx, opts.DaemonSet, metav1.GetOptions{})

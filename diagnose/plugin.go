@@ -417,11 +417,11 @@ func (a *analysis) whyNotRunning(ctx context.Context, p *corev1.Pod) {
 	text := msg
 	logCmd := fmt.Sprintf("kubectl -n %s logs %s -c %s --previous", p.Namespace, p.Name, cs.Name)
 	if !nvmlPattern.MatchString(msg) && !nodeNamePattern.MatchString(msg) {
-		log, err := a.c.previousLog(ctx, p, cs.Name)
+		log, err := a.c.readLog(ctx, p, cs.Name)
 		if err != nil {
 			evidence = append(evidence, "previous log not readable here ("+trim(err.Error(), 160)+"): run "+logCmd)
-		} else if m := matchingLines(log, nvmlPattern, nodeNamePattern); m != "" {
-			evidence = append(evidence, "previous log: "+trim(m, 400))
+		} else if strings.TrimSpace(log) != "" {
+			evidence = append(evidence, "previous log: "+trim(telling(log), 400))
 			text += "\n" + log
 		}
 	}
