@@ -1,6 +1,7 @@
 package diagnose
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -133,7 +134,7 @@ func (a *analysis) checkCount() {
 		ev = append(ev, fmt.Sprintf("device plugin Pod %s/%s %s", a.pods[len(a.pods)-1].Namespace, a.pods[len(a.pods)-1].Name, state))
 	}
 	path := a.pluginHostPath()
-	ev = append(ev, fmt.Sprintf("the plugin's socket folder on the host (DaemonSet hostPath): %s", firstNonEmpty(path, "unknown")))
+	ev = append(ev, fmt.Sprintf("the plugin's socket folder on the host (DaemonSet hostPath): %s", cmp.Or(path, "unknown")))
 	if path != "" && path != DefaultPluginPath {
 		ev = append(ev, fmt.Sprintf("that is not the kubelet's default %s: it must be <kubelet --root-dir>/device-plugins", DefaultPluginPath))
 	}
@@ -151,7 +152,7 @@ func (a *analysis) checkCount() {
 		OnNode: []string{
 			"ps -o args= -C kubelet | tr ' ' '\\n' | grep -E -- '--root-dir|--config'",
 			"grep -iE 'rootDir|root-dir' /var/lib/kubelet/config.yaml",
-			fmt.Sprintf("ls -l %s/   # expect kubelet.sock and the plugin's socket side by side", firstNonEmpty(path, DefaultPluginPath)),
+			fmt.Sprintf("ls -l %s/   # expect kubelet.sock and the plugin's socket side by side", cmp.Or(path, DefaultPluginPath)),
 			"sudo systemctl restart kubelet   # to confirm: the plugin must re-register and allocatable appear within a minute",
 		}})
 }
@@ -369,17 +370,7 @@ func (a *analysis) checkScheduler() {
 			f := Finding{Case: CaseSchedulerExcludes, Severity: SeverityError, Code: CodeLabelSelectorExcludes,
 				Summary:  fmt.Sprintf("node %s does not match the scheduler's node label selector %s: HAMi's scheduler never lists it", node, selectorString(sel)),
 				Evidence: []string{fmt.Sprintf("%s: %s", a.c.selectorFrom, selectorString(sel))}}
-			for _, kv := range missing {
-				k, v, _ := strings.Cut(kv, "=")
-				overwrite := ""
-				if got, ok := a.node.Labels[k]; ok {
-					f.Evidence = append(f.Evidence, fmt.Sprintf("node %s label %s=%s", node, k, got))
-					overwrite = " --overwrite"
-				} else {
-					f.Evidence = append(f.Evidence, fmt.Sprintf("node %s has no label %s", node, k))
-				}
-				f.Fix = append(f.Fix, fmt.Sprintf("kubectl label node %s %s=%s%s", node, k, v, overwrite))
-			}
+			a.addLabelFixes(&f, missing)
 			f.Fix = append(f.Fix, "or change scheduler.nodeLabelSelector in the Helm values (helm upgrade) so that GPU nodes match")
 			a.add(f)
 		}
@@ -479,7 +470,7 @@ func (a *analysis) checkHandshake() {
 		return
 	}
 	v := h.value
-	leaderLogs := fmt.Sprintf("kubectl -n %s logs %s -c %s | grep %s", o.Namespace, firstNonEmpty(a.r.Scheduler.LeaderPod, "deployment/"+o.Scheduler), o.ExtenderContainer, node)
+	leaderLogs := fmt.Sprintf("kubectl -n %s logs %s -c %s | grep %s", o.Namespace, cmp.Or(a.r.Scheduler.LeaderPod, "deployment/"+o.Scheduler), o.ExtenderContainer, node)
 	switch v.State {
 	case handshake.StateAbsent, handshake.StateOther:
 		if a.earlierError(CaseSchedulerExcludes) {

@@ -26,8 +26,10 @@ type cluster struct {
 	ds    *appsv1.DaemonSet
 	dsErr error
 
-	pods    []corev1.Pod // device plugin Pods, of every node or of the one node asked for
-	podsErr error
+	// podsByNode holds the device plugin Pods (of every node, or of the one node asked for)
+	// by node name, oldest first.
+	podsByNode map[string][]corev1.Pod
+	podsErr    error
 
 	deploy    *appsv1.Deployment
 	deployErr error
@@ -83,7 +85,13 @@ func gather(ctx context.Context, client kubernetes.Interface, opts Options, node
 	if list, err := client.CoreV1().Pods(ns).List(ctx, listOpts); err != nil {
 		c.podsErr = err
 	} else {
-		c.pods = list.Items
+		c.podsByNode = map[string][]corev1.Pod{}
+		for _, p := range list.Items {
+			c.podsByNode[p.Spec.NodeName] = append(c.podsByNode[p.Spec.NodeName], p)
+		}
+		for _, pods := range c.podsByNode {
+			slices.SortFunc(pods, func(a, b corev1.Pod) int { return a.CreationTimestamp.Compare(b.CreationTimestamp.Time) })
+		}
 	}
 
 	c.deploy, c.deployErr = client.AppsV1().Deployments(ns).Get(ctx, opts.Scheduler, metav1.GetOptions{})
@@ -120,16 +128,7 @@ func gather(ctx context.Context, client kubernetes.Interface, opts Options, node
 }
 
 // podsOn returns the plugin Pods bound to the node, oldest first.
-func (c *cluster) podsOn(node string) []corev1.Pod {
-	var out []corev1.Pod
-	for _, p := range c.pods {
-		if p.Spec.NodeName == node {
-			out = append(out, p)
-		}
-	}
-	slices.SortFunc(out, func(a, b corev1.Pod) int { return a.CreationTimestamp.Compare(b.CreationTimestamp.Time) })
-	return out
-}
+func (c *cluster) podsOn(node string) []corev1.Pod { return c.podsByNode[node] }
 
 // serviceAccount is the plugin's ServiceAccount name.
 func (c *cluster) serviceAccount() string {

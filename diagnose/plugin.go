@@ -1,6 +1,7 @@
 package diagnose
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"regexp"
@@ -189,17 +190,7 @@ func (a *analysis) whyNoPod() {
 			Summary: fmt.Sprintf("node %s lacks the label %s that DaemonSet %s selects, so no device plugin Pod is scheduled there",
 				a.node.Name, strings.Join(missing, ","), a.dsRef()),
 			Evidence: []string{fmt.Sprintf("DaemonSet %s nodeSelector: %s", a.dsRef(), selectorString(spec.NodeSelector))}}
-		for _, kv := range missing {
-			k, v, _ := strings.Cut(kv, "=")
-			overwrite := ""
-			if got, ok := a.node.Labels[k]; ok {
-				f.Evidence = append(f.Evidence, fmt.Sprintf("node %s label %s=%s", a.node.Name, k, got))
-				overwrite = " --overwrite"
-			} else {
-				f.Evidence = append(f.Evidence, fmt.Sprintf("node %s has no label %s", a.node.Name, k))
-			}
-			f.Fix = append(f.Fix, fmt.Sprintf("kubectl label node %s %s=%s%s", a.node.Name, k, v, overwrite))
-		}
+		a.addLabelFixes(&f, missing)
 		a.add(f)
 	}
 	if req := requiredAffinity(spec); req != nil && !matchesNodeSelector(a.node, req) {
@@ -237,6 +228,22 @@ func (a *analysis) whyNoPod() {
 				fmt.Sprintf("kubectl -n %s describe daemonset %s", o.Namespace, o.DaemonSet),
 				fmt.Sprintf("kubectl -n %s get events --field-selector involvedObject.name=%s", o.Namespace, o.DaemonSet),
 			}})
+	}
+}
+
+// addLabelFixes adds, for each missing key=value, the node's current label as evidence and the
+// kubectl label command (with --overwrite when the key has another value) as a fix.
+func (a *analysis) addLabelFixes(f *Finding, missing []string) {
+	for _, kv := range missing {
+		k, v, _ := strings.Cut(kv, "=")
+		overwrite := ""
+		if got, ok := a.node.Labels[k]; ok {
+			f.Evidence = append(f.Evidence, fmt.Sprintf("node %s label %s=%s", a.node.Name, k, got))
+			overwrite = " --overwrite"
+		} else {
+			f.Evidence = append(f.Evidence, fmt.Sprintf("node %s has no label %s", a.node.Name, k))
+		}
+		f.Fix = append(f.Fix, fmt.Sprintf("kubectl label node %s %s=%s%s", a.node.Name, k, v, overwrite))
 	}
 }
 
@@ -506,7 +513,7 @@ func (a *analysis) nodeNameFinding(cs Case, p *corev1.Pod, envIssue string, evid
 		evidence = append([]string{envIssue}, evidence...)
 	}
 	return Finding{Case: cs, Severity: SeverityError, Code: CodeNodeNameEnv,
-		Summary:  fmt.Sprintf("device plugin Pod %s does not know its node: HAMi's plugin reads the node name from NODE_NAME (%s)", p.Name, firstNonEmpty(envIssue, "it logs \"Node name is empty\"")),
+		Summary:  fmt.Sprintf("device plugin Pod %s does not know its node: HAMi's plugin reads the node name from NODE_NAME (%s)", p.Name, cmp.Or(envIssue, "it logs \"Node name is empty\"")),
 		Evidence: evidence,
 		Fix: []string{
 			fmt.Sprintf(`kubectl -n %s set env daemonset/%s -c %s NODE_NAME- NodeName-`, o.Namespace, o.DaemonSet, o.PluginContainer),
@@ -615,13 +622,4 @@ func trim(s string, n int) string {
 		cut--
 	}
 	return s[:cut] + "…"
-}
-
-func firstNonEmpty(s ...string) string {
-	for _, v := range s {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -201,7 +202,7 @@ func writeJSON(w io.Writer, v any) error {
 func printNodes(w io.Writer, reports []diagnose.Report, opts diagnose.Options) {
 	if len(reports) == 0 {
 		fmt.Fprintf(w, "No node looks like a GPU node: none carries the register annotation, the resource, a device plugin Pod or the DaemonSet's nodeSelector labels (gpu=on in HAMi's chart).\n")
-		fmt.Fprintf(w, "Label GPU nodes, e.g.: kubectl label node <node> gpu=on   (namespace checked: %s)\n", firstNonEmpty(opts.Namespace, diagnose.DefaultNamespace))
+		fmt.Fprintf(w, "Label GPU nodes, e.g.: kubectl label node <node> gpu=on   (namespace checked: %s)\n", cmp.Or(opts.Namespace, diagnose.DefaultNamespace))
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -345,13 +346,4 @@ func schedulerText(s *diagnose.SchedulerInfo) string {
 		parts = append(parts, fmt.Sprintf("Lease holder %q (valid: %v)", s.Leader, s.LeaseValid))
 	}
 	return strings.Join(parts, ", ")
-}
-
-func firstNonEmpty(s ...string) string {
-	for _, v := range s {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
 }
