@@ -91,25 +91,15 @@ func hamiMarshal(devs []Device, shape Shape) string {
 // hasNil reports a nil element (HAMi's scheduler panics on it).
 func hamiUnmarshal(value string, shape Shape) (devs []Device, hasNil bool, err error) {
 	if shape == ShapeV290 {
-		var list []*hamiDeviceV290
-		if err := json.Unmarshal([]byte(value), &list); err != nil {
-			return nil, false, err
-		}
-		if list == nil {
-			return nil, false, nil
-		}
-		devs = []Device{}
-		for _, d := range list {
-			if d == nil {
-				hasNil = true
-				devs = append(devs, Device{})
-				continue
-			}
-			devs = append(devs, fromHAMiV290(d))
-		}
-		return devs, hasNil, nil
+		return unmarshalAs(value, fromHAMiV290)
 	}
-	var list []*hamiDeviceMaster
+	return unmarshalAs(value, fromHAMiMaster)
+}
+
+// unmarshalAs decodes value into HAMi's []*T with encoding/json and converts each element; a
+// nil element becomes a zero Device and sets hasNil.
+func unmarshalAs[T any](value string, convert func(*T) Device) (devs []Device, hasNil bool, err error) {
+	var list []*T
 	if err := json.Unmarshal([]byte(value), &list); err != nil {
 		return nil, false, err
 	}
@@ -123,7 +113,7 @@ func hamiUnmarshal(value string, shape Shape) (devs []Device, hasNil bool, err e
 			devs = append(devs, Device{})
 			continue
 		}
-		devs = append(devs, fromHAMiMaster(d))
+		devs = append(devs, convert(d))
 	}
 	return devs, hasNil, nil
 }
