@@ -109,19 +109,3 @@ func Check(v Vendor, annotations map[string]string) Verdict {
 	out.Devices = devs
 	return out
 }
-
-// validatePairScores type-checks the topology score annotation the way HAMi's DecodePairScores
-// does: a JSON list (or null) of {"uuid": string, "score": {string: int}}.
-func validatePairScores(value string) error {
-	d := decoder{s: value, elem: -1}
-	d.ws()
-	var list []struct{}
-	decodeSlice(&d, &list, "a pair score list", func(*struct{}) { d.pairScore() })
-	if !d.failed() {
-		d.ws()
-		if d.i < len(d.s) {
-			d.unexpected("after top-level value")
-		}
-	}
-	return d.result()
-}

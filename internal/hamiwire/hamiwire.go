@@ -1,7 +1,8 @@
 // Package hamiwire restates HAMi's wire structs (pkg/device DeviceInfo and its parts, v2.9.0
-// and master) and finds HAMi's conformance vectors, for tests across the SDK: encoding/json on
-// these structs is "the way HAMi does it", the independent oracle that the codec, the scanner
-// and the scheduler cache are compared with. Only tests import it.
+// and master) and finds HAMi's conformance vectors. encoding/json on these structs is what HAMi
+// does, so the register codec (package annotation) encodes and decodes through them and is
+// byte-identical with HAMi by construction; tests across the SDK compare the scanner and the
+// scheduler cache with them. [VectorDirs] is for tests only.
 package hamiwire
 
 import (
