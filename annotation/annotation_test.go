@@ -193,6 +193,20 @@ func TestVendors(t *testing.T) {
 			t.Errorf("%s = %+v, want keys %v", name, v, want)
 		}
 	}
+	for name, want := range map[string][2]string{
+		"NVIDIA":      {"hami.io/vgpu-devices-to-allocate", "hami.io/vgpu-devices-allocated"},
+		"MLU":         {"hami.io/cambricon-mlu-devices-to-allocate", "hami.io/cambricon-mlu-devices-allocated"},
+		"DCU":         {"hami.io/dcu-devices-to-allocate", "hami.io/dcu-devices-allocated"},
+		"XPU":         {"hami.io/xpu-devices-to-allocate", "hami.io/xpu-devices-allocated"},
+		"Ascend910B3": {"hami.io/Ascend910B3-devices-to-allocate", "hami.io/Ascend910B3-devices-allocated"},
+		"BI-V150":     {"hami.io/BI-V150-devices-to-allocate", "hami.io/BI-V150-devices-allocated"},
+		"kunlun":      {"", "hami.io/kunlun-allocated"},
+	} {
+		v, _ := VendorByName(name)
+		if v.ToAllocateKey != want[0] || v.AllocatedKey != want[1] {
+			t.Errorf("%s pod keys = %q, %q, want %v", name, v.ToAllocateKey, v.AllocatedKey, want)
+		}
+	}
 	if _, ok := VendorByName("nope"); ok {
 		t.Error("unknown vendor found")
 	}

@@ -23,6 +23,12 @@ const (
 	ResourceNVIDIAGPU = "nvidia.com/gpu"
 	// KeyNodeLock is the node lock annotation shared by every vendor.
 	KeyNodeLock = "hami.io/mutex.lock"
+	// KeyNVIDIAToAllocate is the Pod annotation with the devices the scheduler chose that the
+	// device plugin has not handed out yet: its work queue, one entry per container.
+	KeyNVIDIAToAllocate = "hami.io/vgpu-devices-to-allocate"
+	// KeyNVIDIAAllocated is the Pod annotation with the devices the scheduler chose, kept as
+	// the permanent record from which schedulers count what a node's GPUs already hold.
+	KeyNVIDIAAllocated = "hami.io/vgpu-devices-allocated"
 )
 
 // Format is how a vendor's register annotation is encoded.
@@ -69,6 +75,12 @@ type Vendor struct {
 	ScoreKey string
 	// ResourceName is the extended resource counted in allocatable, when known.
 	ResourceName string
+	// ToAllocateKey is the Pod annotation with the devices still to hand out (HAMi's
+	// InRequestDevices); empty for vendors whose scheduler side writes none.
+	ToAllocateKey string
+	// AllocatedKey is the Pod annotation recording the devices the scheduler chose (HAMi's
+	// SupportDevices), from which usage is counted; empty when HAMi has none for the vendor.
+	AllocatedKey string
 	// Format is the encoding of the register annotation.
 	Format Format
 	// ForceDevcore100 is set for vendors whose decoded devices HAMi forces to Devcore 100
@@ -82,12 +94,14 @@ type Vendor struct {
 // [KeyNVIDIAHandshake] (unsuffixed), resource [ResourceNVIDIAGPU], JSON format.
 func NVIDIA() Vendor {
 	return Vendor{
-		Name:         VendorNVIDIA,
-		RegisterKey:  KeyNVIDIARegister,
-		HandshakeKey: KeyNVIDIAHandshake,
-		ScoreKey:     KeyNVIDIAScore,
-		ResourceName: ResourceNVIDIAGPU,
-		Format:       FormatJSON,
+		Name:          VendorNVIDIA,
+		RegisterKey:   KeyNVIDIARegister,
+		HandshakeKey:  KeyNVIDIAHandshake,
+		ScoreKey:      KeyNVIDIAScore,
+		ResourceName:  ResourceNVIDIAGPU,
+		ToAllocateKey: KeyNVIDIAToAllocate,
+		AllocatedKey:  KeyNVIDIAAllocated,
+		Format:        FormatJSON,
 	}
 }
 
@@ -96,10 +110,12 @@ func NVIDIA() Vendor {
 // "hami.io/node-handshake-<chip>", JSON format.
 func Ascend(chip string) Vendor {
 	return Vendor{
-		Name:         chip,
-		RegisterKey:  "hami.io/node-register-" + chip,
-		HandshakeKey: "hami.io/node-handshake-" + chip,
-		Format:       FormatJSON,
+		Name:          chip,
+		RegisterKey:   "hami.io/node-register-" + chip,
+		HandshakeKey:  "hami.io/node-handshake-" + chip,
+		ToAllocateKey: "hami.io/" + chip + "-devices-to-allocate",
+		AllocatedKey:  "hami.io/" + chip + "-devices-allocated",
+		Format:        FormatJSON,
 	}
 }
 
@@ -107,10 +123,12 @@ func Ascend(chip string) Vendor {
 // "hami.io/node-<chip>-register", handshake "hami.io/node-handshake-<chip>", legacy format.
 func Iluvatar(chip string) Vendor {
 	return Vendor{
-		Name:         chip,
-		RegisterKey:  "hami.io/node-" + chip + "-register",
-		HandshakeKey: "hami.io/node-handshake-" + chip,
-		Format:       FormatLegacy,
+		Name:          chip,
+		RegisterKey:   "hami.io/node-" + chip + "-register",
+		HandshakeKey:  "hami.io/node-handshake-" + chip,
+		ToAllocateKey: "hami.io/" + chip + "-devices-to-allocate",
+		AllocatedKey:  "hami.io/" + chip + "-devices-allocated",
+		Format:        FormatLegacy,
 	}
 }
 
@@ -130,17 +148,24 @@ func defaultIluvatarChips() []string {
 func Vendors() []Vendor {
 	vs := []Vendor{
 		NVIDIA(),
-		{Name: "DCU", RegisterKey: "hami.io/node-dcu-register", HandshakeKey: "hami.io/node-handshake-dcu", Format: FormatLegacy},
-		{Name: "XPU", RegisterKey: "hami.io/node-register-xpu", HandshakeKey: "hami.io/node-handshake-xpu", Format: FormatJSON},
+		{Name: "DCU", RegisterKey: "hami.io/node-dcu-register", HandshakeKey: "hami.io/node-handshake-dcu", Format: FormatLegacy,
+			ToAllocateKey: "hami.io/dcu-devices-to-allocate", AllocatedKey: "hami.io/dcu-devices-allocated"},
+		{Name: "XPU", RegisterKey: "hami.io/node-register-xpu", HandshakeKey: "hami.io/node-handshake-xpu", Format: FormatJSON,
+			ToAllocateKey: "hami.io/xpu-devices-to-allocate", AllocatedKey: "hami.io/xpu-devices-allocated"},
 		{Name: "Vastai", RegisterKey: "hami.io/node-va-register", HandshakeKey: "hami.io/node-handshake-va", Format: FormatJSON, ForceDevcore100: true},
-		{Name: "Metax-SGPU", RegisterKey: "metax-tech.com/node-gpu-devices", Format: FormatVendorSpecific},
-		{Name: "MLU", Format: FormatCapacity},
-		{Name: "GCU", Format: FormatCapacity},
-		{Name: "Mthreads", Format: FormatCapacity},
-		{Name: "Metax-GPU", Format: FormatCapacity},
-		{Name: "kunlun", Format: FormatCapacity},
-		{Name: "AWSNeuron", Format: FormatCapacity},
-		{Name: "AMDGPU", RegisterKey: "hami.io/node-amd-register", Format: FormatJSON, MasterOnly: true},
+		{Name: "Metax-SGPU", RegisterKey: "metax-tech.com/node-gpu-devices", Format: FormatVendorSpecific,
+			ToAllocateKey: "hami.io/metax-sgpu-devices-to-allocate", AllocatedKey: "hami.io/metax-sgpu-devices-allocated"},
+		{Name: "MLU", Format: FormatCapacity,
+			ToAllocateKey: "hami.io/cambricon-mlu-devices-to-allocate", AllocatedKey: "hami.io/cambricon-mlu-devices-allocated"},
+		{Name: "GCU", Format: FormatCapacity,
+			ToAllocateKey: "hami.io/enflame-gcu-devices-to-allocate", AllocatedKey: "hami.io/enflame-gcu-devices-allocated"},
+		{Name: "Mthreads", Format: FormatCapacity,
+			ToAllocateKey: "hami.io/mthreads-vgpu-devices-to-allocate", AllocatedKey: "hami.io/mthreads-vgpu-devices-allocated"},
+		{Name: "Metax-GPU", Format: FormatCapacity,
+			ToAllocateKey: "hami.io/metax-gpu-devices-to-allocate", AllocatedKey: "hami.io/metax-gpu-devices-allocated"},
+		{Name: "kunlun", Format: FormatCapacity, AllocatedKey: "hami.io/kunlun-allocated"},
+		{Name: "AWSNeuron", Format: FormatCapacity, AllocatedKey: "hami.io/aws-neuron-devices-allocated"},
+		{Name: "AMDGPU", RegisterKey: "hami.io/node-amd-register", Format: FormatJSON, MasterOnly: true, AllocatedKey: "hami.io/amd-devices-allocated"},
 		{Name: "biren", RegisterKey: "hami.io/node-biren-register", HandshakeKey: "hami.io/node-handshake-biren", Format: FormatJSON, MasterOnly: true},
 	}
 	for _, c := range defaultAscendChips() {
