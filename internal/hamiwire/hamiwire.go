@@ -6,6 +6,8 @@
 package hamiwire
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -100,4 +102,20 @@ func VectorDirs() (map[string]bool, error) {
 		return nil, fmt.Errorf("no hami-* vector folders in %s", root)
 	}
 	return dirs, nil
+}
+
+// ReadVectors decodes the vector file dir/name into v. It reports false, without an error, when
+// the file does not exist (a vector folder may hold only some files).
+func ReadVectors(dir, name string, v any) (bool, error) {
+	data, err := os.ReadFile(filepath.Join(dir, name))
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return false, fmt.Errorf("%s/%s: %w", dir, name, err)
+	}
+	return true, nil
 }

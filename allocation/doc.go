@@ -1,0 +1,66 @@
+// Package allocation is the pod side of HAMi's protocol, as pure functions: the pod annotations
+// the scheduler writes and the device plugin consumes, what a pod asks for, what the pods on a
+// node already hold, HAMi's NVIDIA fit and policies, and the environment and mounts the device
+// plugin gives a container. It imports no client; the scheduler extender and the node agent
+// put it together with the API server and the node lock (package nodelock).
+//
+// The protocol in short: at filter the scheduler picks a node and GPUs and writes
+// [KeyNode], [KeyTime] and the vendor's device lists (for NVIDIA
+// hami.io/vgpu-devices-to-allocate and hami.io/vgpu-devices-allocated, the keys of
+// [annotation.Vendor]) with one entry per container, encoded by [EncodePodDevices]; at bind it
+// takes the node lock and sets [KeyBindPhase] to [PhaseAllocating]. The kubelet then calls the
+// device plugin's Allocate once per container: the plugin decodes the to-allocate list
+// ([DecodePodDevices]), serves the next entry ([PodDevices.Next], [ContainerResponse]), writes
+// the list back without it ([PodDevices.Consume]) and, after the last one, sets
+// [PhaseSuccess] and releases the lock.
+//
+// Scheduler side:
+//
+//	req := allocation.Requests(pod, allocation.Config{}) // chart resource names and defaults
+//	if !req.Any() {
+//		return // not a HAMi pod: every candidate node passes
+//	}
+//	d := allocation.Schedule(nodes, req, pod.Annotations, allocation.Config{})
+//	// d.Node, and EncodePodDevices(d.Devices) for both device annotations; d.Failed[node] says
+//	// why the others do not fit ("1/2 CardInsufficientMemory, 1/2 CardNotHealth").
+//
+// where each [Node] pairs the node's registered devices with what the pods on it hold:
+// [PodNode] says which node a pod counts against, [Allocated] what it holds there, and
+// [PodDevices.Usage] and [WithUsage] add it up.
+//
+// Device plugin side:
+//
+//	pd, err := allocation.DecodePodDevices(pod.Annotations[annotation.KeyNVIDIAToAllocate], allocation.VersionMaster)
+//	i, ok := pd.Next()                      // the container served now
+//	ctr, _ := allocation.ContainerAt(pod, i) // init containers first
+//	resp, err := allocation.ContainerResponse(pd[i], allocation.Container{PodUID: string(pod.UID), Name: ctr.Name, Env: ctr.Env, CacheID: uuid}, gpus, allocation.EnvOptions{})
+//	next := allocation.EncodePodDevices(pd.Consume(i)) // merge-patch it back
+//
+// Where HAMi v2.9.0 and master differ, [Version] chooses; master is the default. Conformance
+// tests replay the vectors HAMi's own functions produced (poddevices.json, fit.json and the
+// container responses of allocate.json, both versions).
+//
+// Deliberate differences from HAMi, each asserted in a test, only where HAMi loses data or is
+// random:
+//
+//   - The empty piece after the last ';' of a device list is not an entry, so decoding and
+//     encoding give the same value and consuming an entry never lengthens it (HAMi appends one
+//     empty entry per round trip: "a:;b:;" becomes ";b:;;" and then ";;;;").
+//   - A device with fewer than four fields is [ErrMalformed] with [VersionV290] too (v2.9.0
+//     returns no devices and no error; every caller ends up with no devices either way).
+//   - A container without a GPU always keeps its empty entry. HAMi master drops it when the
+//     GPU model is not the word NVIDIA, and its device plugin then serves container 0 with the
+//     devices of container 1.
+//   - Fit reasons list their parts sorted (HAMi: random map order); GPUs are sorted stably
+//     (HAMi's sort is not stable beyond 12 GPUs); equal node scores go to the node whose name
+//     sorts first (HAMi: whichever goroutine finished last); a total of 0 slots, cores or
+//     memory adds 0 to a score (HAMi divides by it).
+//   - A GPU count or memory beyond int32 saturates (HAMi wraps it around, so 2^32+1 GPUs ask
+//     for one); usage sums are 64-bit.
+//
+// Not implemented: MIG placement (a GPU in "mig" mode is skipped with
+// CardNotFoundCustomFilterRule), topology-aware pair scores (ordered as spread), ResourceQuota
+// checks, and CDI device list strategies.
+//
+// Everything here is a pure function of its arguments, safe for concurrent use.
+package allocation

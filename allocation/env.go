@@ -1,0 +1,195 @@
+package allocation
+
+import (
+	"cmp"
+	"fmt"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/hamireg/hamireg/annotation"
+)
+
+// Chart defaults of the device plugin's container environment.
+const (
+	// DefaultHookPath is where HAMi-core (libvgpu.so) is installed on the host (HOOK_PATH).
+	DefaultHookPath = "/usr/local"
+	// DefaultLibCudaLogLevel is the chart's libCudaLogLevel.
+	DefaultLibCudaLogLevel = "1"
+	// ContainerDevicesDir is where the volume-mounts device list strategy mounts one entry per
+	// device.
+	ContainerDevicesDir = "/var/run/nvidia-container-devices"
+)
+
+// The device list and device ID strategies of NVIDIA's device plugin that HAMi's honours.
+const (
+	// DeviceListEnvVar lists the devices in NVIDIA_VISIBLE_DEVICES (the default).
+	DeviceListEnvVar = "envvar"
+	// DeviceListVolumeMounts lists them as mounts under [ContainerDevicesDir].
+	DeviceListVolumeMounts = "volume-mounts"
+	// DeviceIDUUID names devices by UUID (the default).
+	DeviceIDUUID = "uuid"
+	// DeviceIDIndex names them by NVML index.
+	DeviceIDIndex = "index"
+)
+
+// EnvOptions are the device plugin settings that shape a container's environment. The zero
+// value is HAMi's chart.
+type EnvOptions struct {
+	// HookPath is the host folder of HAMi-core (the HOOK_PATH environment variable of HAMi's
+	// plugin). Default [DefaultHookPath].
+	HookPath string
+	// DeviceListStrategy is [DeviceListEnvVar] (default) or [DeviceListVolumeMounts].
+	DeviceListStrategy string
+	// DeviceIDStrategy is [DeviceIDUUID] (default) or [DeviceIDIndex].
+	DeviceIDStrategy string
+	// DeviceMemoryScaling above 1 sets CUDA_OVERSUBSCRIBE=true. Default 1.
+	DeviceMemoryScaling float64
+	// LibCudaLogLevel is LIBCUDA_LOG_LEVEL: nil means [DefaultLibCudaLogLevel], "" sets none.
+	LibCudaLogLevel *string
+	// DisableCoreLimit sets GPU_CORE_UTILIZATION_POLICY=disable.
+	DisableCoreLimit bool
+	// GDRCopy, GDS and MOFED set NVIDIA_GDRCOPY, NVIDIA_GDS and NVIDIA_MOFED to "enabled".
+	GDRCopy, GDS, MOFED bool
+	// LibVGPU is the host file mounted as <HookPath>/vgpu/libvgpu.so. HAMi mounts
+	// <HookPath>/vgpu/libvgpu.so.<version> when that file exists; the caller, who can look,
+	// says so here. Default <HookPath>/vgpu/libvgpu.so.
+	LibVGPU string
+	// License mounts <HookPath>/vgpu/license and vgpuvalidator into the container; set it when
+	// <HookPath>/vgpu/license exists on the host.
+	License bool
+}
+
+// Container identifies the container a response is for.
+type Container struct {
+	// PodUID and Name name the host folder HAMi-core keeps the container's state in.
+	PodUID, Name string
+	// Env is the container's environment: CUDA_DISABLE_CONTROL=true leaves out the
+	// ld.so.preload mount, which turns HAMi-core's limits off.
+	Env []corev1.EnvVar
+	// CacheID names the shared memory cache file; HAMi's plugin uses a random UUID per
+	// Allocate.
+	CacheID string
+}
+
+// Mount is a host path mounted into the container.
+type Mount struct {
+	ContainerPath, HostPath string
+	ReadOnly                bool
+}
+
+// Response is what the device plugin answers the kubelet for one container.
+type Response struct {
+	Envs   map[string]string
+	Mounts []Mount
+	// StateDir is the host folder mounted at <HookPath>/vgpu: the caller creates it empty,
+	// mode 0777, before answering (HAMi's plugin recreates it on every Allocate).
+	StateDir string
+}
+
+// ContainerResponse builds the environment and mounts HAMi's device plugin gives a container
+// whose devices are devs (its entry of the to-allocate annotation): NVIDIA_VISIBLE_DEVICES
+// (UUIDs, or with [DeviceIDIndex] NVML indexes from gpus, in entry order without repeats),
+// CUDA_DEVICE_MEMORY_LIMIT_<i>=<MiB>m per device, CUDA_DEVICE_SM_LIMIT from the first device,
+// CUDA_DEVICE_MEMORY_SHARED_CACHE, the optional variables of opts, and HAMi-core's mounts:
+// libvgpu.so, the container's state folder, /tmp/vgpulock, /etc/ld.so.preload (unless the
+// container sets CUDA_DISABLE_CONTROL) and the license files. gpus are the node's GPUs, needed
+// only for the index strategy. It fails for an empty entry and for a device the index strategy
+// cannot find.
+func ContainerResponse(devs ContainerDevices, c Container, gpus []annotation.Device, opts EnvOptions) (Response, error) {
+	if len(devs) == 0 {
+		return Response{}, fmt.Errorf("container response for %s: no devices in its entry", c.Name)
+	}
+	hook := cmp.Or(opts.HookPath, DefaultHookPath)
+	vgpu := path.Join(hook, "vgpu")
+	ids := make([]string, 0, len(devs))
+	for _, d := range devs {
+		id := d.UUID
+		if opts.DeviceIDStrategy == DeviceIDIndex {
+			i := slices.IndexFunc(gpus, func(g annotation.Device) bool { return g.ID == d.GPU() })
+			if i < 0 {
+				return Response{}, fmt.Errorf("container response for %s: unknown device %s (not a GPU of this node)", c.Name, d.UUID)
+			}
+			id = strconv.FormatUint(uint64(gpus[i].Index), 10)
+		}
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	r := Response{Envs: map[string]string{}, StateDir: path.Join(vgpu, "containers", c.PodUID+"_"+c.Name)}
+	if opts.DeviceListStrategy == DeviceListVolumeMounts {
+		r.Envs["NVIDIA_VISIBLE_DEVICES"] = ContainerDevicesDir
+		for _, id := range ids {
+			r.Mounts = append(r.Mounts, Mount{ContainerPath: path.Join(ContainerDevicesDir, id), HostPath: "/dev/null"})
+		}
+	} else {
+		r.Envs["NVIDIA_VISIBLE_DEVICES"] = strings.Join(ids, ",")
+	}
+	for name, on := range map[string]bool{"NVIDIA_GDRCOPY": opts.GDRCopy, "NVIDIA_GDS": opts.GDS, "NVIDIA_MOFED": opts.MOFED} {
+		if on {
+			r.Envs[name] = "enabled"
+		}
+	}
+	for i, d := range devs {
+		r.Envs[fmt.Sprintf("CUDA_DEVICE_MEMORY_LIMIT_%d", i)] = fmt.Sprintf("%dm", d.Usedmem)
+	}
+	r.Envs["CUDA_DEVICE_SM_LIMIT"] = strconv.FormatInt(int64(devs[0].Usedcores), 10)
+	r.Envs["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = path.Join(vgpu, c.CacheID+".cache")
+	if opts.DeviceMemoryScaling > 1 {
+		r.Envs["CUDA_OVERSUBSCRIBE"] = "true"
+	}
+	level := DefaultLibCudaLogLevel
+	if opts.LibCudaLogLevel != nil {
+		level = *opts.LibCudaLogLevel
+	}
+	if level != "" {
+		r.Envs["LIBCUDA_LOG_LEVEL"] = level
+	}
+	if opts.DisableCoreLimit {
+		r.Envs["GPU_CORE_UTILIZATION_POLICY"] = "disable"
+	}
+	r.Mounts = append(r.Mounts,
+		Mount{ContainerPath: path.Join(vgpu, "libvgpu.so"), HostPath: cmp.Or(opts.LibVGPU, path.Join(vgpu, "libvgpu.so")), ReadOnly: true},
+		Mount{ContainerPath: vgpu, HostPath: r.StateDir},
+		Mount{ContainerPath: "/tmp/vgpulock", HostPath: "/tmp/vgpulock"},
+	)
+	if !controlDisabled(c.Env) {
+		r.Mounts = append(r.Mounts, Mount{ContainerPath: "/etc/ld.so.preload", HostPath: path.Join(vgpu, "ld.so.preload"), ReadOnly: true})
+	}
+	if opts.License {
+		r.Mounts = append(r.Mounts,
+			Mount{ContainerPath: "/tmp/license", HostPath: path.Join(vgpu, "license"), ReadOnly: true},
+			Mount{ContainerPath: "/usr/bin/vgpuvalidator", HostPath: path.Join(vgpu, "vgpuvalidator"), ReadOnly: true},
+		)
+	}
+	return r, nil
+}
+
+// controlDisabled reports whether the container sets CUDA_DISABLE_CONTROL to a true value.
+func controlDisabled(env []corev1.EnvVar) bool {
+	for _, e := range env {
+		if e.Name == "CUDA_DISABLE_CONTROL" {
+			if on, err := strconv.ParseBool(e.Value); err == nil && on {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// ContainerAt returns the container of pod that entry i of its device list belongs to: init
+// containers first, then the regular ones.
+func ContainerAt(pod *corev1.Pod, i int) (*corev1.Container, bool) {
+	switch n := len(pod.Spec.InitContainers); {
+	case i < 0:
+		return nil, false
+	case i < n:
+		return &pod.Spec.InitContainers[i], true
+	case i-n < len(pod.Spec.Containers):
+		return &pod.Spec.Containers[i-n], true
+	}
+	return nil, false
+}
