@@ -20,6 +20,9 @@
 // Package diagnose checks all three for one node and names the broken channel, the case of
 // HAMi's troubleshooting guide and the fix; examples/doctor is its command line.
 //
+// Package [github.com/hamireg/hamireg/nodelock] is HAMi's node lock hami.io/mutex.lock,
+// which the scheduler takes at bind and the device plugin releases after Allocate.
+//
 // Data flows one way: NVML → nvmlscan → register (channel 2) and kubeletplugin (channel 1);
 // Node informer → schedcache → handshake (channel 3). The packages annotation and handshake are
 // pure (no I/O, no clock, no logging) and build without cgo; only nvmlscan uses cgo.
