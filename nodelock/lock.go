@@ -6,10 +6,13 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/hamireg/hamireg/annotation"
 )
 
-// Key is the Node annotation that holds HAMi's node lock, shared by every vendor.
-const Key = "hami.io/mutex.lock"
+// Key is the Node annotation that holds HAMi's node lock, shared by every vendor
+// ([annotation.KeyNodeLock]).
+const Key = annotation.KeyNodeLock
 
 // Lock is a parsed node lock value: "<RFC 3339 time>,<namespace>,<pod>", or only the time in
 // the legacy form that does not name its owner.

@@ -9,15 +9,14 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/nodelock"
 )
 
-// The package owns the key but must agree with the annotation package's list of keys.
-func TestKeyMatchesAnnotationPackage(t *testing.T) {
+// The key is HAMi's.
+func TestKey(t *testing.T) {
 	t.Parallel()
-	if nodelock.Key != annotation.KeyNodeLock {
-		t.Errorf("Key = %q, annotation.KeyNodeLock = %q", nodelock.Key, annotation.KeyNodeLock)
+	if nodelock.Key != "hami.io/mutex.lock" {
+		t.Errorf("Key = %q", nodelock.Key)
 	}
 }
 
