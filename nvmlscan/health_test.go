@@ -440,12 +440,13 @@ func TestRunOnceAndClose(t *testing.T) {
 		if n.Freed() != 1 || len(n.Server.ShutdownCalls()) != 1 {
 			t.Errorf("freed %d, shutdown %d; want 1, 1", n.Freed(), len(n.Server.ShutdownCalls()))
 		}
+		synctest.Wait()
 		select {
 		case err := <-errc:
 			if err != nil {
 				t.Errorf("Run stopped by Close: %v, want nil", err)
 			}
-		case <-time.After(10 * time.Second):
+		default:
 			t.Fatal("Run did not return after Close")
 		}
 	})

@@ -236,13 +236,12 @@ func TestRunReturnsOnCancel(t *testing.T) {
 		go func() { done <- c.Run(ctx) }()
 		synctest.Wait() // Run waits for the informer
 		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run = %v", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("Run did not return")
+		synctest.Wait()
+		if len(done) == 0 {
+			t.Fatal("Run did not return once the bubble settled")
+		}
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v", err)
 		}
 		if c.HasSynced() || c.Ready() {
 			t.Error("synced without an informer")
