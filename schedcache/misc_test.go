@@ -262,10 +262,11 @@ func TestConcurrentReaders(t *testing.T) {
 		e := start(t, Options{}, objs...)
 		e.settled("all registered", func() bool { return e.cache.Snapshot().Len() == nodes })
 		e.settled("ticker waiting", e.clock.HasWaiters)
-		// synctest.Wait returns once every other goroutine of the bubble is blocked, which
-		// spinning readers never are, so the test cannot wait while they read: they read on
-		// through the updates and the tick until the tick's cycle has started (as long as the
-		// test used to wait for it), or give up after a million rounds.
+		// synctest.Wait returns only once every other goroutine of the bubble is blocked, and
+		// spinning readers never are: the test cannot wait while they read. So they read
+		// through the updates and the tick and stop on their own once the tick's cycle has
+		// started (where the test used to stop them), or after a million rounds (they need
+		// about a tenth of that).
 		cycles := e.cache.stats.cycles.Load()
 		var wg sync.WaitGroup
 		for range 4 {
