@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
@@ -48,7 +49,7 @@ func scan(ctx context.Context, t *testing.T, s *nvmlscan.Scanner) nvmlscan.Resul
 }
 
 // startRun runs s.Run in a goroutine and returns a function that stops it and returns its
-// error.
+// error. In a synctest bubble the 10 s it waits for Run to return are the bubble's fake time.
 func startRun(ctx context.Context, t *testing.T, s *nvmlscan.Scanner) (stop func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(ctx)
@@ -83,25 +84,16 @@ func testContext(t *testing.T) context.Context {
 	return ctx
 }
 
-// eventually polls cond until it holds or 10 s passed.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// waitChanged waits for a health notification.
+// waitChanged waits until every other goroutine of the test's synctest bubble is blocked (the
+// events sent to the node have been handled) and takes the health notification, which must be
+// there by then.
 func waitChanged(t *testing.T, s *nvmlscan.Scanner) {
 	t.Helper()
+	synctest.Wait()
 	select {
 	case <-s.HealthChanged():
-	case <-time.After(10 * time.Second):
-		t.Fatal("no health notification within 10 s")
+	default:
+		t.Fatal("no health notification once the bubble settled")
 	}
 }
 

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
+	"testing/synctest"
 
 	"go.uber.org/goleak"
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
@@ -179,14 +179,12 @@ func failPatches(cs *fake.Clientset, n int, err error) {
 	})
 }
 
-// eventually polls cond every 5 ms for up to 10 s.
-func eventually(t *testing.T, what string, cond func() bool) {
+// settled waits until every other goroutine of the test's synctest bubble is blocked, so that
+// whatever the test set off has run to its end, and fails the test unless cond then holds.
+func settled(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
+	synctest.Wait()
+	if !cond() {
+		t.Fatalf("still waiting for %s once the bubble settled", what)
 	}
 }

@@ -444,7 +444,9 @@ func (w *Writer) Run(ctx context.Context) error {
 		w.mu.Unlock()
 	}()
 
-	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+	// WaitFor is told of the sync, where WaitForCacheSync polls every 100 ms: in a synctest
+	// bubble the first sync follows the list at once, without fake time passing.
+	if !cache.WaitFor(ctx, "", informer.HasSyncedChecker()) {
 		return nil // cancelled before the first list
 	}
 	w.mu.Lock()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -12,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/hamireg/hamireg/annotation"
@@ -44,9 +44,9 @@ func Example() {
 	factory.Start(ctx.Done())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
-	for !c.Ready() {
-		time.Sleep(time.Millisecond)
-	}
+	// Examples run outside a synctest bubble; wait as a readiness check would, with client-go's
+	// poll of Ready (every 100 ms).
+	cache.WaitForCacheSync(ctx.Done(), c.Ready)
 
 	for n := range c.Snapshot().All() {
 		fmt.Println(n.Name, "registered with", len(n.Devices(annotation.VendorNVIDIA)), "GPUs")

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/go-logr/logr/funcr"
@@ -99,7 +100,8 @@ func newTestLeader(leading bool) *testLeader {
 func (l *testLeader) IsLeader() bool { return l.ts.isLeading() }
 func (l *testLeader) Term() Term     { return l.ts.term() }
 
-// env is a cache running against a fake clientset with a fake clock.
+// env is a cache running against a fake clientset with a fake clock, inside the test's
+// synctest bubble: create it in the function given to synctest.Test, with its t.
 type env struct {
 	t       *testing.T
 	client  *fake.Clientset
@@ -164,18 +166,37 @@ func (e *env) run() {
 			e.t.Errorf("Run: %v", err)
 		}
 	})
-	e.eventually("cache synced", e.cache.HasSynced)
+	e.until("cache synced", e.cache.HasSynced)
 }
 
-// eventually polls cond until it holds or 10 s pass.
-func (e *env) eventually(what string, cond func() bool) {
+// settled waits until every other goroutine of the bubble is blocked, so that what the test
+// set off has run to its end, and fails the test unless cond then holds.
+func (e *env) settled(what string, cond func() bool) {
+	e.t.Helper()
+	synctest.Wait()
+	if !cond() {
+		e.t.Fatalf("still waiting for %s once the bubble settled\nlogs:\n%s", what, e.logs)
+	}
+}
+
+// until is settled for what client-go times with the real clock, which in the bubble is fake
+// time that moves only while the test goroutine blocks too: the first sync
+// (cache.WaitForCacheSync polls every 100 ms) and the handshake writes (the write queue
+// delays each by its back-off, 5 ms at first). It lets the bubble settle and checks cond, and
+// while cond does not hold lets a millisecond of fake time pass, failing after 10 s of it.
+// The cache's own time is the fake clock, which only the test steps.
+func (e *env) until(what string, cond func() bool) {
 	e.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			e.t.Fatalf("timed out waiting for %s\nlogs:\n%s", what, e.logs)
+	for {
+		synctest.Wait()
+		if cond() {
+			return
 		}
-		time.Sleep(2 * time.Millisecond)
+		if !time.Now().Before(deadline) {
+			e.t.Fatalf("still waiting for %s after 10 s of the bubble's fake time\nlogs:\n%s", what, e.logs)
+		}
+		<-time.After(time.Millisecond)
 	}
 }
 
@@ -188,9 +209,10 @@ func (e *env) state(name string) State {
 	return n.Registrations[0].State
 }
 
+// waitState waits until the bubble settled and checks the node's state.
 func (e *env) waitState(name string, s State) {
 	e.t.Helper()
-	e.eventually(fmt.Sprintf("node %s in state %s", name, s), func() bool { return e.state(name) == s })
+	e.settled(fmt.Sprintf("node %s in state %s", name, s), func() bool { return e.state(name) == s })
 }
 
 // update changes a node through the API, as an agent or the kubelet would.
@@ -245,10 +267,10 @@ func (e *env) events() []string {
 // tick advances the fake clock by d once the cache's ticker waits, and waits for the cycle.
 func (e *env) tick(d time.Duration) {
 	e.t.Helper()
-	e.eventually("ticker waiting", e.clock.HasWaiters)
+	e.settled("ticker waiting", e.clock.HasWaiters)
 	before := e.cache.Stats().Cycles
 	e.clock.Step(d)
-	e.eventually("a cycle", func() bool { return e.cache.Stats().Cycles > before })
+	e.settled("a cycle", func() bool { return e.cache.Stats().Cycles > before })
 }
 
 var metaDelete = metav1.DeleteOptions{}
