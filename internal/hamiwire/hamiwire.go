@@ -81,12 +81,13 @@ type DeviceV290 struct {
 }
 
 // VectorDirs returns HAMi's conformance vector folders (hami-<version>/) under
-// $HAMIREG_VECTORS, else under ../../shared/testdata (the shared folder beside the repository,
-// seen from a package folder one level below the root). The value is true for v2.9.0 folders.
+// $HAMIREG_VECTORS, else under shared/testdata in the nearest folder above the test's working
+// directory that has one (the shared folder beside the repository, from a package at any
+// depth). The value is true for v2.9.0 folders.
 func VectorDirs() (map[string]bool, error) {
 	root := os.Getenv("HAMIREG_VECTORS")
 	if root == "" {
-		root = filepath.Join("..", "..", "shared", "testdata")
+		root = findShared()
 	}
 	entries, err := os.ReadDir(root)
 	if err != nil {
@@ -118,4 +119,25 @@ func ReadVectors(dir, name string, v any) (bool, error) {
 		return false, fmt.Errorf("%s/%s: %w", dir, name, err)
 	}
 	return true, nil
+}
+
+// findShared returns the nearest shared/testdata above the working directory, or the relative
+// path where one is expected beside the repository when there is none (the error then names it).
+func findShared() string {
+	fallback := filepath.Join("..", "..", "shared", "testdata")
+	dir, err := os.Getwd()
+	if err != nil {
+		return fallback
+	}
+	for {
+		candidate := filepath.Join(dir, "shared", "testdata")
+		if info, err := os.Stat(candidate); err == nil && info.IsDir() {
+			return candidate
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return fallback
+		}
+		dir = parent
+	}
 }
