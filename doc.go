@@ -20,12 +20,19 @@
 // Package diagnose checks all three for one node and names the broken channel, the case of
 // HAMi's troubleshooting guide and the fix; examples/doctor is its command line.
 //
-// Package [github.com/hamireg/hamireg/nodelock] is HAMi's node lock hami.io/mutex.lock,
-// which the scheduler takes at bind and the device plugin releases after Allocate.
+// Once a node registers, a pod runs through the allocation half of the protocol: the
+// scheduler's filter picks a node and GPUs and writes them into pod annotations, its bind
+// takes the node lock hami.io/mutex.lock, and the device plugin's Allocate consumes the
+// annotations, returns HAMi-core's container environment and releases the lock. Package
+// [github.com/hamireg/hamireg/allocation] is that protocol as pure functions (the pod device
+// codec, requests, usage, HAMi's NVIDIA fit and policies, the container response), package
+// [github.com/hamireg/hamireg/nodelock] the node lock, and allocation/allocationtest writes
+// what HAMi's scheduler writes, for device plugin tests.
 //
 // Data flows one way: NVML → nvmlscan → register (channel 2) and kubeletplugin (channel 1);
-// Node informer → schedcache → handshake (channel 3). The packages annotation and handshake are
-// pure (no I/O, no clock, no logging) and build without cgo; only nvmlscan uses cgo.
+// Node informer → schedcache → handshake (channel 3). The packages annotation, handshake and
+// allocation are pure (no I/O, no clock, no logging) and build without cgo; only nvmlscan uses
+// cgo.
 //
 // The wire format is byte-identical to HAMi's for the same device list (master's shape by
 // default, v2.9.0's on request), and readers accept what HAMi accepts. Where HAMi crashes or
