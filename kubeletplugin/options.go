@@ -16,15 +16,18 @@ const (
 	// DefaultResourceName is the extended resource HAMi's NVIDIA plugin advertises.
 	DefaultResourceName = "nvidia.com/gpu"
 	// DefaultPluginDir is the kubelet's device-plugin folder for the default --root-dir
-	// (/var/lib/kubelet). It holds kubelet.sock and the plugins' sockets.
-	DefaultPluginDir = "/var/lib/kubelet/device-plugins"
+	// (/var/lib/kubelet): the kubelet's own [pluginapi.DevicePluginPath],
+	// "/var/lib/kubelet/device-plugins/". It holds kubelet.sock and the plugins' sockets.
+	DefaultPluginDir = pluginapi.DevicePluginPath
 	// DefaultRegistryDir is the kubelet's plugin-watcher folder for the default --root-dir.
 	DefaultRegistryDir = "/var/lib/kubelet/plugins_registry"
 	// DefaultSocketName is the plugin's socket name in the plugin folder.
 	DefaultSocketName = "hamireg-nvidia-gpu.sock"
 	// DefaultSplitCount is HAMi's default deviceSplitCount.
 	DefaultSplitCount = 10
-	// KubeletSocketName is the name of the kubelet's registration socket in the plugin folder.
+	// KubeletSocketName is the name of the kubelet's registration socket in the plugin folder,
+	// the base name of [pluginapi.KubeletSocket] (a test keeps the two in step: Go cannot
+	// take a constant apart).
 	KubeletSocketName = "kubelet.sock"
 
 	defaultRegisterTimeout = 10 * time.Second
