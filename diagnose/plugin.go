@@ -320,10 +320,7 @@ func (a *analysis) conditionEvidence() []string {
 }
 
 func describeToleration(t corev1.Toleration) string {
-	s := t.Key
-	if s == "" {
-		s = "*"
-	}
+	s := cmp.Or(t.Key, "*")
 	if t.Operator == corev1.TolerationOpExists {
 		s += " exists"
 	} else {

@@ -1,6 +1,7 @@
 package register
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -169,10 +170,7 @@ func New(client kubernetes.Interface, nodeName string, source DeviceSource, opts
 	if err := validateNodeName(nodeName); err != nil {
 		return nil, fmt.Errorf("new register writer: %w", err)
 	}
-	vendor := opts.Vendor
-	if vendor == (annotation.Vendor{}) {
-		vendor = annotation.NVIDIA()
-	}
+	vendor := cmp.Or(opts.Vendor, annotation.NVIDIA())
 	if vendor.RegisterKey == "" {
 		return nil, invalid("vendor %q has no register annotation", vendor.Name)
 	}
@@ -200,12 +198,10 @@ func New(client kubernetes.Interface, nodeName string, source DeviceSource, opts
 		v    *time.Duration
 		def  time.Duration
 	}{{"Period", &w.period, DefaultPeriod}, {"RetryInitial", &w.retryMin, DefaultRetryInitial}, {"RetryMax", &w.retryMax, DefaultRetryMax}} {
-		switch {
-		case *d.v < 0:
+		if *d.v < 0 {
 			return nil, invalid("negative %s %v", d.name, *d.v)
-		case *d.v == 0:
-			*d.v = d.def
 		}
+		*d.v = cmp.Or(*d.v, d.def)
 	}
 	if w.retryMin > w.retryMax {
 		return nil, invalid("RetryInitial %v exceeds RetryMax %v", w.retryMin, w.retryMax)
@@ -214,10 +210,7 @@ func New(client kubernetes.Interface, nodeName string, source DeviceSource, opts
 		w.clock = clock.RealClock{}
 	}
 	w.activeRecorder = w.recorder
-	label := vendor.Name
-	if label == "" {
-		label = vendor.RegisterKey
-	}
+	label := cmp.Or(vendor.Name, vendor.RegisterKey)
 	m, err := newMetrics(opts.Registerer, label)
 	if err != nil {
 		return nil, fmt.Errorf("new register writer: %w", err)

@@ -1,6 +1,7 @@
 package schedcache
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -614,10 +615,7 @@ func (c *Cache) decode(ctx context.Context, e *nodeEntry, i int, node *corev1.No
 		return
 	case errors.Is(verdict.Err, annotation.ErrNoDevices):
 		ve.decodeState = StateNoDevices
-		msg := verdict.HAMiLog
-		if msg == "" {
-			msg = "no " + v.Name + " device found"
-		}
+		msg := cmp.Or(verdict.HAMiLog, "no "+v.Name+" device found")
 		logger.Info(msg, "node", klog.KObj(node), "deviceAnnotation", raw)
 		c.warn(e, ReasonRegisterEmpty, "%s register annotation %s lists no devices (%q): the node has no schedulable %s devices", v.Name, v.RegisterKey, truncate(raw), v.Name)
 	case errors.Is(verdict.Err, annotation.ErrInvalidElement):
@@ -626,10 +624,7 @@ func (c *Cache) decode(ctx context.Context, e *nodeEntry, i int, node *corev1.No
 		c.warn(e, ReasonRegisterInvalid, "%s register annotation %s holds an invalid device (HAMi's scheduler would crash on it); devices removed from scheduling: %v", v.Name, v.RegisterKey, verdict.Err)
 	default:
 		ve.decodeState = StateMalformed
-		msg := verdict.HAMiLog
-		if msg == "" {
-			msg = "failed to decode node devices"
-		}
+		msg := cmp.Or(verdict.HAMiLog, "failed to decode node devices")
 		logger.Error(verdict.Err, msg, "node", klog.KObj(node), "deviceAnnotation", truncate(raw))
 		c.warn(e, ReasonRegisterMalformed, "%s register annotation does not decode; devices removed from scheduling: %v", v.Name, verdict.Err)
 	}

@@ -5,6 +5,7 @@
 package hamiwire
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -81,10 +82,7 @@ type DeviceV290 struct {
 // $HAMIREG_VECTORS, else under ../../shared/testdata (the shared folder beside the repository,
 // seen from a package folder one level below the root). The value is true for v2.9.0 folders.
 func VectorDirs() (map[string]bool, error) {
-	root := os.Getenv("HAMIREG_VECTORS")
-	if root == "" {
-		root = filepath.Join("..", "..", "shared", "testdata")
-	}
+	root := cmp.Or(os.Getenv("HAMIREG_VECTORS"), filepath.Join("..", "..", "shared", "testdata"))
 	entries, err := os.ReadDir(root)
 	if err != nil {
 		return nil, fmt.Errorf("read conformance vectors: %w (set HAMIREG_VECTORS to the folder holding hami-<version>/)", err)
