@@ -421,11 +421,12 @@ func (w *Writer) Run(ctx context.Context) error {
 		recorder = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: EventComponent, Host: w.node})
 	}
 
-	store, informer := cache.NewInformerWithOptions(cache.InformerOptions{
-		ListerWatcher: cache.ToListWatcherWithWatchListSemantics(w.listWatch(), w.client),
-		ObjectType:    &corev1.Node{},
-		Handler:       w.handler(logger),
-	})
+	informer := cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(w.listWatch(), w.client),
+		&corev1.Node{}, cache.SharedIndexInformerOptions{})
+	reg, err := cache.NewTypedSharedIndexInformer[*corev1.Node](informer).AddTypedEventHandler(w.handler(logger), cache.HandlerOptions{Logger: &logger})
+	if err != nil {
+		return fmt.Errorf("run register writer: add node event handler: %w", err)
+	}
 	var wg sync.WaitGroup
 	wg.Go(func() { informer.RunWithContext(ctx) })
 	defer func() {
@@ -437,11 +438,11 @@ func (w *Writer) Run(ctx context.Context) error {
 		w.mu.Unlock()
 	}()
 
-	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
 		return nil // cancelled before the first list
 	}
 	w.mu.Lock()
-	w.store = store
+	w.store = informer.GetStore()
 	w.activeRecorder = recorder
 	w.mu.Unlock()
 	select { // the first sync covers whatever the initial list reported
@@ -521,18 +522,16 @@ func (w *Writer) listWatch() *cache.ListWatch {
 
 // handler turns watch events of the Node into rescans: when the Node appears, and when the
 // annotation changes to anything but what this Writer wrote.
-func (w *Writer) handler(logger klog.Logger) cache.ResourceEventHandler {
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			if n, ok := obj.(*corev1.Node); ok && n.Name == w.node {
+func (w *Writer) handler(logger klog.Logger) cache.TypedResourceEventHandler[*corev1.Node] {
+	return cache.TypedResourceEventHandlerFuncs[*corev1.Node]{
+		AddFunc: func(n *corev1.Node) {
+			if n.Name == w.node {
 				logger.V(4).Info("Node observed")
 				w.Rescan()
 			}
 		},
-		UpdateFunc: func(oldObj, newObj any) {
-			o, ok1 := oldObj.(*corev1.Node)
-			n, ok2 := newObj.(*corev1.Node)
-			if !ok1 || !ok2 || n.Name != w.node {
+		UpdateFunc: func(o, n *corev1.Node) {
+			if n.Name != w.node {
 				return
 			}
 			ov, op := o.Annotations[w.key]
@@ -549,7 +548,7 @@ func (w *Writer) handler(logger klog.Logger) cache.ResourceEventHandler {
 			logger.V(2).Info("Register annotation changed on the Node, rescanning", "present", np)
 			w.Rescan()
 		},
-		DeleteFunc: func(any) {
+		DeleteFunc: func(cache.DeletedObject[*corev1.Node]) {
 			logger.V(2).Info("Node deleted; waiting for it to appear again")
 		},
 	}
