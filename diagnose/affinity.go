@@ -2,66 +2,22 @@ package diagnose
 
 import (
 	"slices"
-	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 )
 
-func requiredAffinity(spec *corev1.PodSpec) *corev1.NodeSelector {
-	if spec.Affinity == nil || spec.Affinity.NodeAffinity == nil {
-		return nil
+// requiredAffinityMismatch reports whether node fails the required node affinity of spec, with
+// the scheduler's own matcher (terms ORed, expressions ANDed, an empty term matching nothing).
+// A selector that does not parse matches no node; err then says why.
+func requiredAffinityMismatch(node *corev1.Node, spec *corev1.PodSpec) (sel *corev1.NodeSelector, mismatch bool, err error) {
+	if spec.Affinity == nil || spec.Affinity.NodeAffinity == nil || spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		return nil, false, nil
 	}
-	return spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
-}
-
-// matchesNodeSelector evaluates required node affinity: the terms are ORed, the expressions
-// of a term ANDed (an empty term matches nothing), as the scheduler does.
-func matchesNodeSelector(node *corev1.Node, sel *corev1.NodeSelector) bool {
-	for _, term := range sel.NodeSelectorTerms {
-		if len(term.MatchExpressions) == 0 && len(term.MatchFields) == 0 {
-			continue
-		}
-		ok := true
-		for _, e := range term.MatchExpressions {
-			v, has := node.Labels[e.Key]
-			ok = ok && matchRequirement(e, v, has)
-		}
-		for _, e := range term.MatchFields {
-			ok = ok && e.Key == "metadata.name" && matchRequirement(e, node.Name, true)
-		}
-		if ok {
-			return true
-		}
-	}
-	return false
-}
-
-func matchRequirement(e corev1.NodeSelectorRequirement, v string, has bool) bool {
-	switch e.Operator {
-	case corev1.NodeSelectorOpIn:
-		return has && slices.Contains(e.Values, v)
-	case corev1.NodeSelectorOpNotIn:
-		return !has || !slices.Contains(e.Values, v)
-	case corev1.NodeSelectorOpExists:
-		return has
-	case corev1.NodeSelectorOpDoesNotExist:
-		return !has
-	case corev1.NodeSelectorOpGt, corev1.NodeSelectorOpLt:
-		if !has || len(e.Values) != 1 {
-			return false
-		}
-		got, err1 := strconv.ParseInt(v, 10, 64)
-		want, err2 := strconv.ParseInt(e.Values[0], 10, 64)
-		if err1 != nil || err2 != nil {
-			return false
-		}
-		if e.Operator == corev1.NodeSelectorOpGt {
-			return got > want
-		}
-		return got < want
-	}
-	return false
+	sel = spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+	ok, err := nodeaffinity.NewLazyErrorNodeSelector(sel).Match(node)
+	return sel, !ok, err
 }
 
 func describeNodeSelector(sel *corev1.NodeSelector) string {

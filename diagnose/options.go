@@ -1,6 +1,7 @@
 package diagnose
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 
@@ -79,39 +80,30 @@ type Options struct {
 }
 
 func (o Options) withDefaults() (Options, error) {
-	def := func(s *string, v string) {
-		if *s == "" {
-			*s = v
-		}
-	}
-	def(&o.Namespace, DefaultNamespace)
-	def(&o.DaemonSet, DefaultDaemonSet)
-	def(&o.PluginSelector, DefaultPluginSelector)
-	def(&o.PluginContainer, DefaultPluginContainer)
-	def(&o.ServiceAccount, DefaultServiceAccount)
-	def(&o.Scheduler, DefaultScheduler)
-	def(&o.SchedulerSelector, DefaultSchedulerSelector)
-	def(&o.ExtenderContainer, DefaultExtenderContainer)
-	def(&o.Lease, DefaultLease)
+	o.Namespace = cmp.Or(o.Namespace, DefaultNamespace)
+	o.DaemonSet = cmp.Or(o.DaemonSet, DefaultDaemonSet)
+	o.PluginSelector = cmp.Or(o.PluginSelector, DefaultPluginSelector)
+	o.PluginContainer = cmp.Or(o.PluginContainer, DefaultPluginContainer)
+	o.ServiceAccount = cmp.Or(o.ServiceAccount, DefaultServiceAccount)
+	o.Scheduler = cmp.Or(o.Scheduler, DefaultScheduler)
+	o.SchedulerSelector = cmp.Or(o.SchedulerSelector, DefaultSchedulerSelector)
+	o.ExtenderContainer = cmp.Or(o.ExtenderContainer, DefaultExtenderContainer)
+	o.Lease = cmp.Or(o.Lease, DefaultLease)
 	if o.Vendor.Name == "" {
 		o.Vendor = annotation.NVIDIA()
 	}
-	def(&o.ResourceName, o.Vendor.ResourceName)
+	o.ResourceName = cmp.Or(o.ResourceName, o.Vendor.ResourceName)
 	if o.ResourceName == "" {
 		return o, fmt.Errorf("%w: vendor %s has no resource name; set ResourceName", ErrInvalidOptions, o.Vendor.Name)
 	}
 	if o.Vendor.RegisterKey == "" {
 		return o, fmt.Errorf("%w: vendor %s has no register annotation", ErrInvalidOptions, o.Vendor.Name)
 	}
-	if o.Location == nil {
-		o.Location = time.Local
-	}
+	o.Location = cmp.Or(o.Location, time.Local)
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
-	if o.LogTail == 0 {
-		o.LogTail = DefaultLogTail
-	}
+	o.LogTail = cmp.Or(o.LogTail, DefaultLogTail)
 	if o.LogTimeout <= 0 {
 		o.LogTimeout = DefaultLogTimeout
 	}

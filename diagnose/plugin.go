@@ -11,6 +11,7 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 )
 
 // Tolerations the DaemonSet controller adds to every daemon Pod (and network-unavailable for
@@ -193,19 +194,23 @@ func (a *analysis) whyNoPod() {
 		a.addLabelFixes(&f, missing)
 		a.add(f)
 	}
-	if req := requiredAffinity(spec); req != nil && !matchesNodeSelector(a.node, req) {
+	if req, mismatch, err := requiredAffinityMismatch(a.node, spec); mismatch {
 		found = true
-		a.add(Finding{Case: CasePluginNotScheduled, Severity: SeverityError, Code: CodeNodeSelectorMismatch,
+		f := Finding{Case: CasePluginNotScheduled, Severity: SeverityError, Code: CodeNodeSelectorMismatch,
 			Summary:  fmt.Sprintf("node %s does not match the required node affinity of DaemonSet %s", a.node.Name, a.dsRef()),
 			Evidence: []string{"required node affinity: " + describeNodeSelector(req)},
-			Fix:      []string{fmt.Sprintf("kubectl -n %s get daemonset %s -o jsonpath='{.spec.template.spec.affinity}'", o.Namespace, o.DaemonSet)}})
+			Fix:      []string{fmt.Sprintf("kubectl -n %s get daemonset %s -o jsonpath='{.spec.template.spec.affinity}'", o.Namespace, o.DaemonSet)}}
+		if err != nil {
+			f.Evidence = append(f.Evidence, "the scheduler cannot evaluate it, so it matches no node: "+err.Error())
+		}
+		a.add(f)
 	}
 	tolerations := slices.Concat(spec.Tolerations, daemonTolerations)
 	if spec.HostNetwork {
 		tolerations = append(tolerations, corev1.Toleration{Key: corev1.TaintNodeNetworkUnavailable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule})
 	}
 	for _, taint := range a.node.Spec.Taints {
-		if taint.Effect == corev1.TaintEffectPreferNoSchedule || tolerates(tolerations, &taint) {
+		if taint.Effect == corev1.TaintEffectPreferNoSchedule || corev1helpers.TolerationsTolerateTaint(logr.Discard(), tolerations, &taint, false) {
 			continue
 		}
 		found = true
@@ -315,10 +320,7 @@ func (a *analysis) conditionEvidence() []string {
 }
 
 func describeToleration(t corev1.Toleration) string {
-	s := t.Key
-	if s == "" {
-		s = "*"
-	}
+	s := cmp.Or(t.Key, "*")
 	if t.Operator == corev1.TolerationOpExists {
 		s += " exists"
 	} else {
@@ -328,15 +330,6 @@ func describeToleration(t corev1.Toleration) string {
 		s += ":" + string(t.Effect)
 	}
 	return s
-}
-
-func tolerates(tolerations []corev1.Toleration, taint *corev1.Taint) bool {
-	for i := range tolerations {
-		if tolerations[i].ToleratesTaint(logr.Discard(), taint, false) {
-			return true
-		}
-	}
-	return false
 }
 
 func runtimeClassFinding(cs Case, name, summary string) Finding {

@@ -1,6 +1,7 @@
 package handshake
 
 import (
+	"cmp"
 	"strings"
 	"time"
 )
@@ -88,9 +89,7 @@ func Parse(raw string, present bool, loc *time.Location) Value {
 	if !ok {
 		return v
 	}
-	if loc == nil {
-		loc = time.Local
-	}
+	loc = cmp.Or(loc, time.Local)
 	if t, err := time.ParseInLocation(Layout, rest, loc); err == nil {
 		v.Time, v.TimeOK = t, true
 	}
@@ -116,8 +115,5 @@ func Deleted(now time.Time, loc *time.Location) string {
 }
 
 func format(now time.Time, loc *time.Location) string {
-	if loc == nil {
-		loc = time.Local
-	}
-	return now.In(loc).Format(Layout)
+	return now.In(cmp.Or(loc, time.Local)).Format(Layout)
 }

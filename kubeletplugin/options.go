@@ -1,6 +1,7 @@
 package kubeletplugin
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"path/filepath"
@@ -16,15 +17,18 @@ const (
 	// DefaultResourceName is the extended resource HAMi's NVIDIA plugin advertises.
 	DefaultResourceName = "nvidia.com/gpu"
 	// DefaultPluginDir is the kubelet's device-plugin folder for the default --root-dir
-	// (/var/lib/kubelet). It holds kubelet.sock and the plugins' sockets.
-	DefaultPluginDir = "/var/lib/kubelet/device-plugins"
+	// (/var/lib/kubelet): the kubelet's own [pluginapi.DevicePluginPath],
+	// "/var/lib/kubelet/device-plugins/". It holds kubelet.sock and the plugins' sockets.
+	DefaultPluginDir = pluginapi.DevicePluginPath
 	// DefaultRegistryDir is the kubelet's plugin-watcher folder for the default --root-dir.
 	DefaultRegistryDir = "/var/lib/kubelet/plugins_registry"
 	// DefaultSocketName is the plugin's socket name in the plugin folder.
 	DefaultSocketName = "hamireg-nvidia-gpu.sock"
 	// DefaultSplitCount is HAMi's default deviceSplitCount.
 	DefaultSplitCount = 10
-	// KubeletSocketName is the name of the kubelet's registration socket in the plugin folder.
+	// KubeletSocketName is the name of the kubelet's registration socket in the plugin folder,
+	// the base name of [pluginapi.KubeletSocket] (a test keeps the two in step: Go cannot
+	// take a constant apart).
 	KubeletSocketName = "kubelet.sock"
 
 	defaultRegisterTimeout = 10 * time.Second
@@ -131,39 +135,19 @@ func PluginDirFromRootDir(root string) string { return filepath.Join(root, "devi
 func RegistryDirFromRootDir(root string) string { return filepath.Join(root, "plugins_registry") }
 
 func (o Options) withDefaults() Options {
-	if o.ResourceName == "" {
-		o.ResourceName = DefaultResourceName
-	}
-	if o.PluginDir == "" {
-		o.PluginDir = DefaultPluginDir
-	}
-	if o.RegistryDir == "" {
-		o.RegistryDir = DefaultRegistryDir
-	}
-	if o.SocketName == "" {
-		o.SocketName = DefaultSocketName
-	}
-	if o.SplitCount == 0 {
-		o.SplitCount = DefaultSplitCount
-	}
+	o.ResourceName = cmp.Or(o.ResourceName, DefaultResourceName)
+	o.PluginDir = cmp.Or(o.PluginDir, DefaultPluginDir)
+	o.RegistryDir = cmp.Or(o.RegistryDir, DefaultRegistryDir)
+	o.SocketName = cmp.Or(o.SocketName, DefaultSocketName)
+	o.SplitCount = cmp.Or(o.SplitCount, DefaultSplitCount)
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
-	if o.RegisterTimeout == 0 {
-		o.RegisterTimeout = defaultRegisterTimeout
-	}
-	if o.InitialBackoff == 0 {
-		o.InitialBackoff = defaultInitialBackoff
-	}
-	if o.MaxBackoff == 0 {
-		o.MaxBackoff = defaultMaxBackoff
-	}
-	if o.ResyncPeriod == 0 {
-		o.ResyncPeriod = defaultResyncPeriod
-	}
-	if o.DrainTimeout == 0 {
-		o.DrainTimeout = defaultDrainTimeout
-	}
+	o.RegisterTimeout = cmp.Or(o.RegisterTimeout, defaultRegisterTimeout)
+	o.InitialBackoff = cmp.Or(o.InitialBackoff, defaultInitialBackoff)
+	o.MaxBackoff = cmp.Or(o.MaxBackoff, defaultMaxBackoff)
+	o.ResyncPeriod = cmp.Or(o.ResyncPeriod, defaultResyncPeriod)
+	o.DrainTimeout = cmp.Or(o.DrainTimeout, defaultDrainTimeout)
 	return o
 }
 

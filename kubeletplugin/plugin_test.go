@@ -170,6 +170,20 @@ func TestVirtualDevices(t *testing.T) {
 	}
 }
 
+// The constants that are the kubelet's stay in step with k8s.io/kubelet.
+func TestKubeletConstants(t *testing.T) {
+	t.Parallel()
+	if got, want := kubeletplugin.KubeletSocketName, filepath.Base(pluginapi.KubeletSocket); got != want {
+		t.Errorf("KubeletSocketName = %q, want %q", got, want)
+	}
+	if got, want := filepath.Join(kubeletplugin.DefaultPluginDir, kubeletplugin.KubeletSocketName), pluginapi.KubeletSocket; got != want {
+		t.Errorf("default kubelet socket %q, want %q", got, want)
+	}
+	if got, want := kubeletplugin.PluginDirFromRootDir("/var/lib/kubelet"), filepath.Clean(kubeletplugin.DefaultPluginDir); got != want {
+		t.Errorf("PluginDirFromRootDir(default root) = %q, want %q", got, want)
+	}
+}
+
 func TestPluginDirFromRootDir(t *testing.T) {
 	t.Parallel()
 	if got, want := kubeletplugin.PluginDirFromRootDir("/var/lib/k0s/kubelet"), "/var/lib/k0s/kubelet/device-plugins"; got != want {

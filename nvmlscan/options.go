@@ -1,6 +1,7 @@
 package nvmlscan
 
 import (
+	"cmp"
 	"fmt"
 	"io/fs"
 	"math"
@@ -132,12 +133,10 @@ func (o Options) config() (*config, error) {
 		probeInterval: DefaultProbeInterval,
 		waitTimeout:   DefaultWaitTimeout,
 	}
-	switch {
-	case o.SplitCount < 0 || o.SplitCount > math.MaxInt32:
+	if o.SplitCount < 0 || o.SplitCount > math.MaxInt32 {
 		return nil, invalid("split count %d is not within [0, %d]", o.SplitCount, math.MaxInt32)
-	case o.SplitCount > 0:
-		c.splitCount = int32(o.SplitCount)
 	}
+	c.splitCount = cmp.Or(int32(o.SplitCount), c.splitCount)
 	if o.MemoryScaling != nil {
 		v := *o.MemoryScaling
 		if !(v > 0) || math.IsInf(v, 0) {
@@ -198,9 +197,7 @@ func (o Options) config() (*config, error) {
 		if d.value < 0 {
 			return nil, invalid("%s %v is negative", d.name, d.value)
 		}
-		if d.value > 0 {
-			*d.dst = d.value
-		}
+		*d.dst = cmp.Or(d.value, *d.dst)
 	}
 	if c.waitTimeout < time.Millisecond || c.waitTimeout > time.Hour {
 		return nil, invalid("wait timeout %v is not within [1ms, 1h]", c.waitTimeout)

@@ -1,6 +1,7 @@
 package register
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -169,10 +170,7 @@ func New(client kubernetes.Interface, nodeName string, source DeviceSource, opts
 	if err := validateNodeName(nodeName); err != nil {
 		return nil, fmt.Errorf("new register writer: %w", err)
 	}
-	vendor := opts.Vendor
-	if vendor == (annotation.Vendor{}) {
-		vendor = annotation.NVIDIA()
-	}
+	vendor := cmp.Or(opts.Vendor, annotation.NVIDIA())
 	if vendor.RegisterKey == "" {
 		return nil, invalid("vendor %q has no register annotation", vendor.Name)
 	}
@@ -200,12 +198,10 @@ func New(client kubernetes.Interface, nodeName string, source DeviceSource, opts
 		v    *time.Duration
 		def  time.Duration
 	}{{"Period", &w.period, DefaultPeriod}, {"RetryInitial", &w.retryMin, DefaultRetryInitial}, {"RetryMax", &w.retryMax, DefaultRetryMax}} {
-		switch {
-		case *d.v < 0:
+		if *d.v < 0 {
 			return nil, invalid("negative %s %v", d.name, *d.v)
-		case *d.v == 0:
-			*d.v = d.def
 		}
+		*d.v = cmp.Or(*d.v, d.def)
 	}
 	if w.retryMin > w.retryMax {
 		return nil, invalid("RetryInitial %v exceeds RetryMax %v", w.retryMin, w.retryMax)
@@ -214,10 +210,7 @@ func New(client kubernetes.Interface, nodeName string, source DeviceSource, opts
 		w.clock = clock.RealClock{}
 	}
 	w.activeRecorder = w.recorder
-	label := vendor.Name
-	if label == "" {
-		label = vendor.RegisterKey
-	}
+	label := cmp.Or(vendor.Name, vendor.RegisterKey)
 	m, err := newMetrics(opts.Registerer, label)
 	if err != nil {
 		return nil, fmt.Errorf("new register writer: %w", err)
@@ -428,11 +421,12 @@ func (w *Writer) Run(ctx context.Context) error {
 		recorder = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: EventComponent, Host: w.node})
 	}
 
-	store, informer := cache.NewInformerWithOptions(cache.InformerOptions{
-		ListerWatcher: cache.ToListWatcherWithWatchListSemantics(w.listWatch(), w.client),
-		ObjectType:    &corev1.Node{},
-		Handler:       w.handler(logger),
-	})
+	informer := cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(w.listWatch(), w.client),
+		&corev1.Node{}, cache.SharedIndexInformerOptions{})
+	reg, err := cache.NewTypedSharedIndexInformer[*corev1.Node](informer).AddTypedEventHandler(w.handler(logger), cache.HandlerOptions{Logger: &logger})
+	if err != nil {
+		return fmt.Errorf("run register writer: add node event handler: %w", err)
+	}
 	var wg sync.WaitGroup
 	wg.Go(func() { informer.RunWithContext(ctx) })
 	defer func() {
@@ -445,12 +439,13 @@ func (w *Writer) Run(ctx context.Context) error {
 	}()
 
 	// WaitFor is told of the sync, where WaitForCacheSync polls every 100 ms: in a synctest
-	// bubble the first sync follows the list at once, without fake time passing.
-	if !cache.WaitFor(ctx, "", informer.HasSyncedChecker()) {
+	// bubble the first sync follows the list at once, without fake time passing. The
+	// registration's checker also waits for the first Add to reach the handler.
+	if !cache.WaitFor(ctx, "", reg.HasSyncedChecker()) {
 		return nil // cancelled before the first list
 	}
 	w.mu.Lock()
-	w.store = store
+	w.store = informer.GetStore()
 	w.activeRecorder = recorder
 	w.mu.Unlock()
 	select { // the first sync covers whatever the initial list reported
@@ -530,18 +525,16 @@ func (w *Writer) listWatch() *cache.ListWatch {
 
 // handler turns watch events of the Node into rescans: when the Node appears, and when the
 // annotation changes to anything but what this Writer wrote.
-func (w *Writer) handler(logger klog.Logger) cache.ResourceEventHandler {
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			if n, ok := obj.(*corev1.Node); ok && n.Name == w.node {
+func (w *Writer) handler(logger klog.Logger) cache.TypedResourceEventHandler[*corev1.Node] {
+	return cache.TypedResourceEventHandlerFuncs[*corev1.Node]{
+		AddFunc: func(n *corev1.Node) {
+			if n.Name == w.node {
 				logger.V(4).Info("Node observed")
 				w.Rescan()
 			}
 		},
-		UpdateFunc: func(oldObj, newObj any) {
-			o, ok1 := oldObj.(*corev1.Node)
-			n, ok2 := newObj.(*corev1.Node)
-			if !ok1 || !ok2 || n.Name != w.node {
+		UpdateFunc: func(o, n *corev1.Node) {
+			if n.Name != w.node {
 				return
 			}
 			ov, op := o.Annotations[w.key]
@@ -558,7 +551,7 @@ func (w *Writer) handler(logger klog.Logger) cache.ResourceEventHandler {
 			logger.V(2).Info("Register annotation changed on the Node, rescanning", "present", np)
 			w.Rescan()
 		},
-		DeleteFunc: func(any) {
+		DeleteFunc: func(cache.DeletedObject[*corev1.Node]) {
 			logger.V(2).Info("Node deleted; waiting for it to appear again")
 		},
 	}

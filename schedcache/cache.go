@@ -1,6 +1,7 @@
 package schedcache
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -203,11 +204,11 @@ func (c *Cache) Run(ctx context.Context) error {
 	defer writes.ShutDown()
 	defer events.ShutDown()
 
-	reg, err := c.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	reg, err := cache.NewTypedSharedIndexInformer[*corev1.Node](c.informer).AddTypedEventHandler(cache.TypedResourceEventHandlerFuncs[*corev1.Node]{
 		AddFunc:    c.onAdd,
 		UpdateFunc: c.onUpdate,
 		DeleteFunc: c.onDelete,
-	})
+	}, cache.HandlerOptions{Logger: &logger})
 	if err != nil {
 		return fmt.Errorf("run schedcache: add node event handler: %w", err)
 	}
@@ -364,19 +365,12 @@ func (c *Cache) enqueue(name string) {
 	}
 }
 
-func (c *Cache) onAdd(obj any) {
-	if n, ok := obj.(*corev1.Node); ok {
-		c.stats.eventsQueued.Add(1)
-		c.enqueue(n.Name)
-	}
+func (c *Cache) onAdd(n *corev1.Node) {
+	c.stats.eventsQueued.Add(1)
+	c.enqueue(n.Name)
 }
 
-func (c *Cache) onUpdate(oldObj, newObj any) {
-	o, ok1 := oldObj.(*corev1.Node)
-	n, ok2 := newObj.(*corev1.Node)
-	if !ok1 || !ok2 {
-		return
-	}
+func (c *Cache) onUpdate(o, n *corev1.Node) {
 	if !c.relevantChange(o, n) {
 		c.stats.eventsFiltered.Add(1)
 		return
@@ -385,9 +379,11 @@ func (c *Cache) onUpdate(oldObj, newObj any) {
 	c.enqueue(n.Name)
 }
 
-func (c *Cache) onDelete(obj any) {
-	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
-	if err != nil || key == "" {
+// onDelete also receives the informer's tombstones (DeletedFinalStateUnknown, possibly
+// without an object): the key is what the cache goes by.
+func (c *Cache) onDelete(obj cache.DeletedObject[*corev1.Node]) {
+	key := obj.GetKey()
+	if key == "" {
 		return
 	}
 	c.stats.eventsQueued.Add(1)
@@ -614,10 +610,7 @@ func (c *Cache) decode(ctx context.Context, e *nodeEntry, i int, node *corev1.No
 		return
 	case errors.Is(verdict.Err, annotation.ErrNoDevices):
 		ve.decodeState = StateNoDevices
-		msg := verdict.HAMiLog
-		if msg == "" {
-			msg = "no " + v.Name + " device found"
-		}
+		msg := cmp.Or(verdict.HAMiLog, "no "+v.Name+" device found")
 		logger.Info(msg, "node", klog.KObj(node), "deviceAnnotation", raw)
 		c.warn(e, ReasonRegisterEmpty, "%s register annotation %s lists no devices (%q): the node has no schedulable %s devices", v.Name, v.RegisterKey, truncate(raw), v.Name)
 	case errors.Is(verdict.Err, annotation.ErrInvalidElement):
@@ -626,10 +619,7 @@ func (c *Cache) decode(ctx context.Context, e *nodeEntry, i int, node *corev1.No
 		c.warn(e, ReasonRegisterInvalid, "%s register annotation %s holds an invalid device (HAMi's scheduler would crash on it); devices removed from scheduling: %v", v.Name, v.RegisterKey, verdict.Err)
 	default:
 		ve.decodeState = StateMalformed
-		msg := verdict.HAMiLog
-		if msg == "" {
-			msg = "failed to decode node devices"
-		}
+		msg := cmp.Or(verdict.HAMiLog, "failed to decode node devices")
 		logger.Error(verdict.Err, msg, "node", klog.KObj(node), "deviceAnnotation", truncate(raw))
 		c.warn(e, ReasonRegisterMalformed, "%s register annotation does not decode; devices removed from scheduling: %v", v.Name, verdict.Err)
 	}

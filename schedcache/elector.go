@@ -1,6 +1,7 @@
 package schedcache
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync/atomic"
@@ -57,15 +58,9 @@ func NewElector(client kubernetes.Interface, opts ElectorOptions) (*Elector, err
 	if opts.Namespace == "" || opts.Name == "" || opts.Identity == "" {
 		return nil, fmt.Errorf("new elector: namespace, name and identity are required: %w", ErrInvalidOptions)
 	}
-	if opts.LeaseDuration == 0 {
-		opts.LeaseDuration = DefaultLeaseDuration
-	}
-	if opts.RenewDeadline == 0 {
-		opts.RenewDeadline = DefaultRenewDeadline
-	}
-	if opts.RetryPeriod == 0 {
-		opts.RetryPeriod = DefaultRetryPeriod
-	}
+	opts.LeaseDuration = cmp.Or(opts.LeaseDuration, DefaultLeaseDuration)
+	opts.RenewDeadline = cmp.Or(opts.RenewDeadline, DefaultRenewDeadline)
+	opts.RetryPeriod = cmp.Or(opts.RetryPeriod, DefaultRetryPeriod)
 	e := &Elector{client: client, opts: opts, ts: newTermState()}
 	// Let client-go validate the durations now rather than in Run.
 	if _, err := e.elector(); err != nil {

@@ -77,11 +77,11 @@ func (f *LeaseFollower) Run(ctx context.Context) error {
 		func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", f.opts.Name).String()
 		})
-	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { f.observe(obj) },
-		UpdateFunc: func(_, obj any) { f.observe(obj) },
-		DeleteFunc: func(any) { f.observe(nil) },
-	}); err != nil {
+	if _, err := cache.NewTypedSharedIndexInformer[*coordinationv1.Lease](informer).AddTypedEventHandler(cache.TypedResourceEventHandlerFuncs[*coordinationv1.Lease]{
+		AddFunc:    f.observe,
+		UpdateFunc: func(_, lease *coordinationv1.Lease) { f.observe(lease) },
+		DeleteFunc: func(cache.DeletedObject[*coordinationv1.Lease]) { f.observe(nil) },
+	}, cache.HandlerOptions{Logger: &logger}); err != nil {
 		return fmt.Errorf("run lease follower: %w", err)
 	}
 	var wg sync.WaitGroup
@@ -111,9 +111,8 @@ func (f *LeaseFollower) Run(ctx context.Context) error {
 }
 
 // observe records a delivery of the Lease (nil: deleted).
-func (f *LeaseFollower) observe(obj any) {
+func (f *LeaseFollower) observe(lease *coordinationv1.Lease) {
 	f.mu.Lock()
-	lease, _ := obj.(*coordinationv1.Lease)
 	f.holder, f.duration = "", 0
 	if lease != nil {
 		if lease.Spec.HolderIdentity != nil {

@@ -1,6 +1,7 @@
 package schedcache
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 
@@ -98,27 +99,15 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Tick < 0 || o.Handshake.Window < 0 || o.WriteQPS < 0 || o.WriteBurst < 0 || o.WriteWorkers < 0 {
 		return o, fmt.Errorf("validate options: negative tick, window, write rate or workers: %w", ErrInvalidOptions)
 	}
-	if o.Tick == 0 {
-		o.Tick = DefaultTick
-	}
-	if o.Handshake.Window == 0 {
-		o.Handshake.Window = handshake.DefaultWindow
-	}
+	o.Tick = cmp.Or(o.Tick, DefaultTick)
+	o.Handshake.Window = cmp.Or(o.Handshake.Window, handshake.DefaultWindow)
 	if o.Leader == nil {
 		o.Leader = AlwaysLeader()
 	}
-	if o.FieldManager == "" {
-		o.FieldManager = DefaultFieldManager
-	}
-	if o.WriteQPS == 0 {
-		o.WriteQPS = DefaultWriteQPS
-	}
-	if o.WriteBurst == 0 {
-		o.WriteBurst = DefaultWriteBurst
-	}
-	if o.WriteWorkers == 0 {
-		o.WriteWorkers = DefaultWriteWorkers
-	}
+	o.FieldManager = cmp.Or(o.FieldManager, DefaultFieldManager)
+	o.WriteQPS = cmp.Or(o.WriteQPS, DefaultWriteQPS)
+	o.WriteBurst = cmp.Or(o.WriteBurst, DefaultWriteBurst)
+	o.WriteWorkers = cmp.Or(o.WriteWorkers, DefaultWriteWorkers)
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}

@@ -135,14 +135,10 @@ func (n *NodeInfo) Devices(vendor string) []annotation.Device {
 // Snapshot is a consistent, immutable view of every node with at least one registered vendor,
 // taken at one point in time. It is safe for concurrent use and never changes.
 type Snapshot struct {
-	generation uint64
+	generation uint64 // the cache's content generation it was taken at
 	nodes      map[string]*NodeInfo
 	sorted     []*NodeInfo
 }
-
-// Generation increases whenever the cache's published content changes; equal generations mean
-// equal content.
-func (s *Snapshot) Generation() uint64 { return s.generation }
 
 // Len returns the number of registered nodes.
 func (s *Snapshot) Len() int { return len(s.sorted) }

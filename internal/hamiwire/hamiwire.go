@@ -6,6 +6,7 @@
 package hamiwire
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -85,10 +86,7 @@ type DeviceV290 struct {
 // directory that has one (the shared folder beside the repository, from a package at any
 // depth). The value is true for v2.9.0 folders.
 func VectorDirs() (map[string]bool, error) {
-	root := os.Getenv("HAMIREG_VECTORS")
-	if root == "" {
-		root = findShared()
-	}
+	root := cmp.Or(os.Getenv("HAMIREG_VECTORS"), findShared())
 	entries, err := os.ReadDir(root)
 	if err != nil {
 		return nil, fmt.Errorf("read conformance vectors: %w (set HAMIREG_VECTORS to the folder holding hami-<version>/)", err)

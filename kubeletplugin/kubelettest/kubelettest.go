@@ -129,7 +129,9 @@ func (k *Kubelet) Close() {
 func (k *Kubelet) Dir() string { return k.dir }
 
 // SocketPath is Dir()/kubelet.sock.
-func (k *Kubelet) SocketPath() string { return filepath.Join(k.dir, "kubelet.sock") }
+func (k *Kubelet) SocketPath() string {
+	return filepath.Join(k.dir, filepath.Base(pluginapi.KubeletSocket))
+}
 
 // Reject makes the following Register calls fail with err (nil: accept again).
 func (k *Kubelet) Reject(err error) {

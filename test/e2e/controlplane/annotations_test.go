@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/hamireg/hamireg/annotation"
+	"github.com/hamireg/hamireg/test/e2e/harness"
 )
 
 // Two writers patch different annotations of one Node at the same time, as HAMi's device
@@ -16,7 +17,7 @@ import (
 func TestConcurrentAnnotationWritersBothSurvive(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	name := uniqueName("concurrent")
+	name := harness.UniqueName("concurrent")
 	createNode(t, name, nil)
 
 	const rounds = 25
@@ -59,7 +60,7 @@ func TestConcurrentAnnotationWritersBothSurvive(t *testing.T) {
 func TestMergePatchNullDeletesOnlyThatAnnotation(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	name := uniqueName("nulldelete")
+	name := harness.UniqueName("nulldelete")
 	createNode(t, name, nil)
 	if err := patchAnnotations(ctx, name, []byte(`{"metadata":{"annotations":{"a.example.com/x":"1","b.example.com/y":"2"}}}`)); err != nil {
 		t.Fatalf("patch: %v", err)

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/hamireg/hamireg/test/e2e/harness"
 )
 
 // The apiserver reports the version the harness was built for, the k8s.io/kubernetes
@@ -42,8 +44,8 @@ func TestServerVersionIsTheRealOne(t *testing.T) {
 // must not be parallel: the apiserver is down for a while.
 func TestAPIServerRestartKeepsDataAndClients(t *testing.T) {
 	ctx := t.Context()
-	name := uniqueName("restart")
-	createNode(t, name, map[string]string{"e2e.hamireg.io/test": name})
+	name := harness.UniqueName("restart")
+	createNode(t, name, map[string]string{harness.TestLabel: name})
 	client := cp.AdminClient()
 	before := cp.APIServerPid()
 
@@ -63,7 +65,7 @@ func TestAPIServerRestartKeepsDataAndClients(t *testing.T) {
 	if err != nil {
 		t.Fatalf("GET after restart with the old client: %v", err)
 	}
-	if n.Labels["e2e.hamireg.io/test"] != name {
+	if n.Labels[harness.TestLabel] != name {
 		t.Errorf("node labels after restart = %v", n.Labels)
 	}
 }

@@ -2,10 +2,7 @@ package controlplane_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
-	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -13,23 +10,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// uniqueName returns prefix-<random>, a valid DNS label for isolating a test's objects.
-func uniqueName(prefix string) string {
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	return strings.ToLower(prefix) + "-" + hex.EncodeToString(b)
-}
-
-// createNode creates a Node with the given labels (no status).
-func createNode(t *testing.T, name string, labels map[string]string) *corev1.Node {
+// createNode creates a Node with the given labels (no status), deleted when the test ends.
+func createNode(t *testing.T, name string, labels map[string]string) {
 	t.Helper()
-	n, err := cp.AdminClient().CoreV1().Nodes().Create(t.Context(), &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("create node %s: %v", name, err)
-	}
-	return n
+	cp.CreateNode(t, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}})
 }
 
 // annotationMergePatch is what HAMi's device plugin sends: a JSON merge patch that sets

@@ -8,13 +8,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+
+	"github.com/hamireg/hamireg/test/e2e/harness"
 )
 
 // Two client-go leader-election candidates on one Lease: the standby takes over when the
 // leader stops (its context is cancelled and it releases the Lease).
 func TestLeaderElectionHandsOverWhenLeaderStops(t *testing.T) {
 	t.Parallel()
-	ns := uniqueName("lease")
+	ns := harness.UniqueName("lease")
 	if err := cp.EnsureNamespace(t.Context(), ns); err != nil {
 		t.Fatal(err)
 	}

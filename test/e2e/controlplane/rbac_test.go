@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/hamireg/hamireg/annotation"
+	"github.com/hamireg/hamireg/test/e2e/harness"
 )
 
 // A device plugin's ServiceAccount without "patch nodes" can read its Node but cannot
@@ -19,7 +20,7 @@ func TestServiceAccountWithoutPatchIsForbidden(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	admin := cp.AdminClient()
-	ns, role := uniqueName("rbac"), uniqueName("nodes-readonly")
+	ns, role := harness.UniqueName("rbac"), harness.UniqueName("nodes-readonly")
 	_, err := admin.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: role},
 		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}}},
@@ -27,7 +28,7 @@ func TestServiceAccountWithoutPatchIsForbidden(t *testing.T) {
 	if err != nil {
 		t.Fatalf("create cluster role: %v", err)
 	}
-	node := uniqueName("rbac-node")
+	node := harness.UniqueName("rbac-node")
 	createNode(t, node, nil)
 
 	limited, err := cp.ServiceAccountClient(ctx, ns, "limited", role)
@@ -48,7 +49,7 @@ func TestServiceAccountWithoutPatchIsForbidden(t *testing.T) {
 	}
 
 	// The same ServiceAccount may patch once a role grants it: the 403 came from RBAC.
-	writer := uniqueName("nodes-patch")
+	writer := harness.UniqueName("nodes-patch")
 	_, err = admin.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: writer},
 		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"patch"}}},

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/hamireg/hamireg/annotation"
+	"github.com/hamireg/hamireg/test/e2e/harness"
 )
 
 // The register annotation, encoded by the SDK's codec and written with a JSON merge patch
@@ -16,7 +17,7 @@ import (
 func TestRegisterAnnotationRoundTripThroughAPIServer(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	name := uniqueName("register")
+	name := harness.UniqueName("register")
 	createNode(t, name, nil)
 
 	devices := annotation.Canonical([]annotation.Device{

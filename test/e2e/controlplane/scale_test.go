@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/hamireg/hamireg/test/e2e/harness"
 )
 
 // 2,000 Nodes (a large HAMi cluster) are created with the raised client QPS and a
@@ -20,8 +22,8 @@ func TestTwoThousandNodesAndAnInformerSyncs(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	const count = 2000
-	prefix := uniqueName("scale")
-	set := map[string]string{"e2e.hamireg.io/test": prefix}
+	prefix := harness.UniqueName("scale")
+	set := map[string]string{harness.TestLabel: prefix}
 
 	start := time.Now()
 	g, gctx := errgroup.WithContext(ctx)
@@ -41,7 +43,7 @@ func TestTwoThousandNodesAndAnInformerSyncs(t *testing.T) {
 
 	start = time.Now()
 	factory := informers.NewSharedInformerFactoryWithOptions(cp.AdminClient(), 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = "e2e.hamireg.io/test=" + prefix }))
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = harness.TestLabel + "=" + prefix }))
 	nodes := factory.Core().V1().Nodes()
 	informer := nodes.Informer()
 	factory.Start(ctx.Done())

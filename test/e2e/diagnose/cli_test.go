@@ -13,6 +13,7 @@ import (
 
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/diagnose"
+	"github.com/hamireg/hamireg/test/e2e/harness"
 )
 
 var doctorBin struct {
@@ -76,7 +77,7 @@ func TestDiagnoseDoctorCLI(t *testing.T) {
 	t.Parallel()
 	buildDoctor(t) // before the scenario's objects, so the Lease stays fresh
 	h := installHAMi(t, install{})
-	prefix := uniqueName("cli")
+	prefix := harness.UniqueName("cli")
 	healthy := gpuNode(prefix+"-ok", h.now)
 	unlabelled := gpuNode(prefix+"-nolabel", h.now)
 	delete(unlabelled.Labels, gpuLabel)

@@ -20,6 +20,7 @@ import (
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/diagnose"
 	"github.com/hamireg/hamireg/handshake"
+	"github.com/hamireg/hamireg/test/e2e/harness"
 )
 
 // expect is a finding the report must carry: its code and severity, and text that its
@@ -78,7 +79,7 @@ func runScenarios(t *testing.T, scenarios map[string]scenario) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			h := installHAMi(t, sc.install)
-			n := gpuNode(uniqueName("gpu"), h.now)
+			n := gpuNode(harness.UniqueName("gpu"), h.now)
 			if sc.node != nil {
 				sc.node(n)
 			}
@@ -175,15 +176,6 @@ func codes(fs []diagnose.Finding) []string {
 		out[i] = string(f.Severity) + " " + f.Code
 	}
 	return out
-}
-
-func getNode(t *testing.T, name string) *corev1.Node {
-	t.Helper()
-	n, err := cp.AdminClient().CoreV1().Nodes().Get(t.Context(), name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("get node %s: %v", name, err)
-	}
-	return n
 }
 
 // fixPatch is a `kubectl -n NS patch daemonset NAME --type=T -p 'PATCH'` command in a fix.
@@ -776,7 +768,7 @@ func TestDiagnoseAnnotation(t *testing.T) {
 			absent: []string{diagnose.CodePatchForbidden},
 			check: func(t *testing.T, e *env, r *diagnose.Report) {
 				t.Helper()
-				raw := getNode(t, e.node).Annotations[annotation.KeyNVIDIARegister]
+				raw := cp.GetNode(t, e.node).Annotations[annotation.KeyNVIDIARegister]
 				at := strings.Index(raw, "81559.5")
 				f, _ := r.Finding(diagnose.CodeAnnotationMalformed)
 				if want := fmt.Sprintf("malformed at byte %d:", at); !strings.Contains(f.Summary, want) {
@@ -803,7 +795,7 @@ func TestDiagnoseAnnotation(t *testing.T) {
 			}},
 			check: func(t *testing.T, e *env, r *diagnose.Report) {
 				t.Helper()
-				raw := getNode(t, e.node).Annotations[annotation.KeyNVIDIARegister]
+				raw := cp.GetNode(t, e.node).Annotations[annotation.KeyNVIDIARegister]
 				f, _ := r.Finding(diagnose.CodeAnnotationMalformed)
 				if want := fmt.Sprintf("malformed at byte %d:", len(raw)); !strings.Contains(f.Summary, want) {
 					t.Errorf("summary %q, want %q", f.Summary, want)
@@ -876,20 +868,14 @@ func applyRBACFix(t *testing.T, e *env) {
 	bindClusterRole(t, "hami-device-plugin-nodes", e.h.ns, pluginName,
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch", "patch"}})
 	// The RBAC authorizer sees the binding through its informers, a moment later.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	harness.Eventually(t, "the RBAC fix to take effect", 30*time.Second, func() bool {
 		r, err := diagnose.Node(ctx, cp.AdminClient(), e.node, diagnose.Options{Namespace: e.h.ns})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, ok := r.Finding(diagnose.CodePatchForbidden); !ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the RBAC fix is not in effect after 30s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		_, forbidden := r.Finding(diagnose.CodePatchForbidden)
+		return !forbidden
+	})
 }
 
 // TestDiagnoseScheduler: case 5, the channels are set but HAMi's scheduler does not take the
@@ -1057,7 +1043,7 @@ func TestDiagnoseNodes(t *testing.T) {
 	t.Run("GPU nodes only, as Node reports them", func(t *testing.T) {
 		t.Parallel()
 		h := installHAMi(t, install{})
-		prefix := uniqueName("fleet")
+		prefix := harness.UniqueName("fleet")
 		healthy := gpuNode(prefix+"-a", h.now)
 		noCount := gpuNode(prefix+"-b", h.now)
 		delete(noCount.Status.Capacity, resourceGPU)
@@ -1125,7 +1111,7 @@ func TestDiagnoseErrors(t *testing.T) {
 	t.Run("unknown node", func(t *testing.T) {
 		t.Parallel()
 		h := installHAMi(t, install{})
-		name := uniqueName("nowhere")
+		name := harness.UniqueName("nowhere")
 		r, err := diagnose.Node(t.Context(), cp.AdminClient(), name, diagnose.Options{Namespace: h.ns})
 		if !errors.Is(err, diagnose.ErrNodeNotFound) || r != nil {
 			t.Fatalf("Node(%s) = %v, %v; want ErrNodeNotFound", name, r, err)
@@ -1170,7 +1156,7 @@ func TestDiagnoseDoctorPermissions(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
 			h := installHAMi(t, install{})
-			n := gpuNode(uniqueName("gpu"), h.now)
+			n := gpuNode(harness.UniqueName("gpu"), h.now)
 			createNode(t, n)
 			e := &env{h: h, node: n.Name}
 			e.pod = h.addPluginPod(t, n.Name, running)

@@ -25,6 +25,7 @@ import (
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/diagnose"
 	"github.com/hamireg/hamireg/handshake"
+	"github.com/hamireg/hamireg/test/e2e/harness"
 )
 
 // What the fixtures install: the values of HAMi's Helm chart (release "hami"), in a
@@ -55,11 +56,6 @@ const (
 
 	resourceGPU = corev1.ResourceName(annotation.ResourceNVIDIAGPU)
 )
-
-// uniqueName returns prefix-<random>, a valid name that isolates a scenario's objects.
-func uniqueName(prefix string) string {
-	return prefix + "-" + randomHex(4)
-}
 
 func randomHex(n int) string {
 	b := make([]byte, n)
@@ -187,13 +183,10 @@ func setGPUs(n *corev1.Node, count int64) {
 func createNode(t *testing.T, n *corev1.Node) {
 	t.Helper()
 	nodes := cp.AdminClient().CoreV1().Nodes()
-	created, err := nodes.Create(t.Context(), n, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("create node %s: %v", n.Name, err)
-	}
-	t.Cleanup(func() { _ = nodes.Delete(context.WithoutCancel(t.Context()), n.Name, metav1.DeleteOptions{}) })
+	created := cp.CreateNode(t, n)
 	if !slices.Equal(created.Spec.Taints, n.Spec.Taints) {
 		created.Spec.Taints = n.Spec.Taints
+		var err error
 		if created, err = nodes.Update(t.Context(), created, metav1.UpdateOptions{}); err != nil {
 			t.Fatalf("untaint node %s: %v", n.Name, err)
 		}
@@ -254,7 +247,7 @@ func installHAMi(t *testing.T, in install) *hami {
 	t.Helper()
 	ctx := t.Context()
 	c := cp.AdminClient()
-	h := &hami{ns: uniqueName("hami"), lease: in.Lease, now: time.Now()}
+	h := &hami{ns: harness.UniqueName("hami"), lease: in.Lease, now: time.Now()}
 	if err := cp.EnsureNamespace(ctx, h.ns); err != nil {
 		t.Fatal(err)
 	}

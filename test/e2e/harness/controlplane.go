@@ -328,21 +328,7 @@ func (cp *ControlPlane) StartAPIServer(ctx context.Context) error {
 		return err
 	}
 	defer hc.CloseIdleConnections()
-	err = p.WaitUntil(ctx, 50*time.Millisecond, func(ctx context.Context) bool {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, cp.Host()+"/readyz", nil)
-		if err != nil {
-			return false
-		}
-		req.Header.Set("Authorization", "Bearer "+cp.pki.adminToken)
-		resp, err := hc.Do(req)
-		if err != nil {
-			return false
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		_ = resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
-	if err != nil {
+	if err := p.WaitUntil(ctx, 50*time.Millisecond, readyz(hc, cp.Host()+"/readyz", cp.pki.adminToken)); err != nil {
 		return err
 	}
 	v, err := cp.admin.Discovery().ServerVersion()
@@ -353,6 +339,27 @@ func (cp *ControlPlane) StartAPIServer(ctx context.Context) error {
 	cp.version = v.GitVersion
 	cp.mu.Unlock()
 	return nil
+}
+
+// readyz is a probe for proc.Process.WaitUntil: GET url answers 200. A token, when set, is
+// sent as a bearer token.
+func readyz(hc *http.Client, url, token string) func(context.Context) bool {
+	return func(ctx context.Context) bool {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return false
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return false
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}
 }
 
 // StopAPIServer stops kube-apiserver (SIGTERM, SIGKILL after 15 s) and leaves etcd running,

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -108,20 +107,7 @@ func (cp *ControlPlane) StartScheduler(ctx context.Context, opts SchedulerOption
 	}}
 	defer hc.CloseIdleConnections()
 	start := time.Now()
-	err = p.WaitUntil(ctx, 50*time.Millisecond, func(ctx context.Context) bool {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("https://127.0.0.1:%d/readyz", s.port), nil)
-		if err != nil {
-			return false
-		}
-		resp, err := hc.Do(req)
-		if err != nil {
-			return false
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		_ = resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
-	if err != nil {
+	if err := p.WaitUntil(ctx, 50*time.Millisecond, readyz(hc, fmt.Sprintf("https://127.0.0.1:%d/readyz", s.port), "")); err != nil {
 		return nil, errors.Join(err, s.Stop())
 	}
 	cp.opts.Logf("kube-scheduler ready in %v (config %s)", time.Since(start).Round(time.Millisecond), configPath)

@@ -1,12 +1,10 @@
 package kubelet_test
 
 import (
-	"context"
 	"errors"
 	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -27,13 +25,7 @@ func startRegistrationServer(t *testing.T) *kubeletpeer.RegistrationServer {
 
 func waitForEvent(t *testing.T, srv *kubeletpeer.RegistrationServer, kind kubeletpeer.EventKind) kubeletpeer.Event {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	ev, err := srv.WaitFor(ctx, func(e kubeletpeer.Event) bool { return e.Kind == kind && e.Resource == resource })
-	if err != nil {
-		t.Fatalf("wait for %s: %v", kind, err)
-	}
-	return ev
+	return srv.WaitForEvent(t, string(kind), func(e kubeletpeer.Event) bool { return e.Kind == kind && e.Resource == resource })
 }
 
 // A minimal plugin registers; the kubelet dials back to <dir>/<Endpoint>, asks for the

@@ -58,3 +58,16 @@ func ShortTempDir(tb testing.TB) string {
 	tb.Cleanup(func() { _ = os.RemoveAll(dir) })
 	return dir
 }
+
+// WaitForEvent reads Events until match returns true and returns that event; it fails tb,
+// naming what it waited for, when that does not happen within 20 s.
+func (s *RegistrationServer) WaitForEvent(tb testing.TB, what string, match func(Event) bool) Event {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(tb.Context(), 20*time.Second)
+	defer cancel()
+	ev, err := s.WaitFor(ctx, match)
+	if err != nil {
+		tb.Fatalf("wait for %s: %v", what, err)
+	}
+	return ev
+}

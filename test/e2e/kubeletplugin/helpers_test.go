@@ -96,14 +96,3 @@ func waitForResources(tb testing.TB, dm *kubeletpeer.DeviceManager, capacity, al
 	tb.Helper()
 	dm.WaitForResources(tb, resource, capacity, allocatable)
 }
-
-func waitForEvent(tb testing.TB, srv *kubeletpeer.RegistrationServer, what string, match func(kubeletpeer.Event) bool) kubeletpeer.Event {
-	tb.Helper()
-	ctx, cancel := context.WithTimeout(tb.Context(), 20*time.Second)
-	defer cancel()
-	ev, err := srv.WaitFor(ctx, match)
-	if err != nil {
-		tb.Fatalf("waiting for %s: %v", what, err)
-	}
-	return ev
-}

@@ -3,6 +3,7 @@ package kubeletplugin_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/hamireg/hamireg/kubeletplugin"
+	"github.com/hamireg/hamireg/test/e2e/harness"
 	"github.com/hamireg/hamireg/test/e2e/kubeletpeer"
 )
 
@@ -28,11 +30,11 @@ func TestKubeletRegistration(t *testing.T) {
 	t.Cleanup(func() { _ = srv.Stop() })
 	p := startPlugin(t, kubeletplugin.Options{PluginDir: srv.Dir(), SocketName: "hami.sock"}, gpus(true, false))
 
-	ev := waitForEvent(t, srv, "connect", func(e kubeletpeer.Event) bool { return e.Kind == kubeletpeer.EventConnected })
+	ev := srv.WaitForEvent(t, "connect", func(e kubeletpeer.Event) bool { return e.Kind == kubeletpeer.EventConnected })
 	if ev.Resource != resource || ev.SocketPath != filepath.Join(srv.Dir(), "hami.sock") || ev.Options.GetPreStartRequired() || ev.Options.GetGetPreferredAllocationAvailable() {
 		t.Errorf("connected %+v", ev)
 	}
-	ev = waitForEvent(t, srv, "device list", func(e kubeletpeer.Event) bool { return e.Kind == kubeletpeer.EventListAndWatch })
+	ev = srv.WaitForEvent(t, "device list", func(e kubeletpeer.Event) bool { return e.Kind == kubeletpeer.EventListAndWatch })
 	if len(ev.Devices) != 2*split || ev.Healthy() != split {
 		t.Fatalf("devices %d healthy %d, want %d and %d", len(ev.Devices), ev.Healthy(), 2*split, split)
 	}
@@ -48,7 +50,7 @@ func TestKubeletRegistration(t *testing.T) {
 	if err := p.stop(); err != nil {
 		t.Fatal(err)
 	}
-	waitForEvent(t, srv, "disconnect", func(e kubeletpeer.Event) bool { return e.Kind == kubeletpeer.EventDisconnected })
+	srv.WaitForEvent(t, "disconnect", func(e kubeletpeer.Event) bool { return e.Kind == kubeletpeer.EventDisconnected })
 }
 
 // The kubelet's verdict on a bad resource name reaches the caller, with its own words.
@@ -84,7 +86,7 @@ func TestKubeletRelocatedPluginDir(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = srv.Stop() })
 	startPlugin(t, kubeletplugin.Options{PluginDir: kubeletplugin.PluginDirFromRootDir(root)}, gpus(true))
-	ev := waitForEvent(t, srv, "device list", func(e kubeletpeer.Event) bool { return e.Kind == kubeletpeer.EventListAndWatch })
+	ev := srv.WaitForEvent(t, "device list", func(e kubeletpeer.Event) bool { return e.Kind == kubeletpeer.EventListAndWatch })
 	if len(ev.Devices) != split {
 		t.Errorf("devices = %d, want %d", len(ev.Devices), split)
 	}
@@ -202,13 +204,7 @@ func TestKubeletDuplicateRegisterTrap(t *testing.T) {
 		if err := os.Remove(p.SocketPath()); err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(20 * time.Second)
-		for p.Stats().Registrations == before {
-			if time.Now().After(deadline) {
-				t.Fatalf("re-registration %d did not happen; stats %+v", i, p.Stats())
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		harness.Eventually(t, fmt.Sprintf("re-registration %d", i), 20*time.Second, func() bool { return p.Stats().Registrations != before })
 		waitForResources(t, dm, 2*split, 2*split)
 	}
 	if st := p.Stats(); st.RegistrationFailures != 0 {

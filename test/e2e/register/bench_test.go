@@ -19,6 +19,7 @@ import (
 
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/register"
+	"github.com/hamireg/hamireg/test/e2e/harness"
 )
 
 // compression is how much faster than real time BenchmarkSteadyState runs: the 30 s rescan
@@ -61,7 +62,7 @@ func steadyState(b *testing.B, start agent) {
 	window := time.Hour / compression
 	var requests, patches, gets, watches, hours float64
 	for range b.N {
-		node := uniqueName("reg-bench-steady")
+		node := harness.UniqueName("reg-bench-steady")
 		createNode(b, node, nil)
 		c := newCounter(compression)
 		stop := start(ctx, b, countingClient(b, c), node, period)
@@ -91,7 +92,7 @@ func startWriter(ctx context.Context, b *testing.B, client kubernetes.Interface,
 		b.Fatal(err)
 	}
 	stop := run(ctx, b, w)
-	waitFor(b, 10*time.Second, "start-up write", func() bool { return w.Stats().Writes == 1 })
+	harness.Eventually(b, "start-up write", 10*time.Second, func() bool { return w.Stats().Writes == 1 })
 	return stop
 }
 
@@ -150,7 +151,7 @@ func startHAMiAgent(ctx context.Context, b *testing.B, client kubernetes.Interfa
 // changes (on a 1-GPU node: never, until it is restarted). Goal: p99 < 2000 ms.
 func BenchmarkHeal(b *testing.B) {
 	ctx := quiet(b)
-	node := uniqueName("reg-bench-heal")
+	node := harness.UniqueName("reg-bench-heal")
 	createNode(b, node, nil)
 	devs := gpus(8)
 	w, err := register.New(cp.AdminClient(), node, newSource(devs), register.Options{Period: time.Hour})
@@ -159,7 +160,7 @@ func BenchmarkHeal(b *testing.B) {
 	}
 	run(ctx, b, w)
 	value := want(devs)
-	waitFor(b, 10*time.Second, "first write", func() bool { return annotations(b, node)[key] == value })
+	harness.Eventually(b, "first write", 10*time.Second, func() bool { return annotations(b, node)[key] == value })
 
 	n, err := cp.AdminClient().CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	if err != nil {

@@ -2,9 +2,6 @@ package register_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"math"
 	"net/http"
@@ -16,7 +13,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
@@ -25,13 +21,6 @@ import (
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/register"
 )
-
-// uniqueName returns prefix-<random>, a valid Node name that isolates a test's objects.
-func uniqueName(prefix string) string {
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	return prefix + "-" + hex.EncodeToString(b)
-}
 
 // counter is an http.RoundTripper wrapper that counts the requests a client sends, by kind
 // ("GET nodes", "LIST nodes", "WATCH nodes", "PATCH nodes", "POST events", …).
@@ -183,45 +172,22 @@ func testContext(t *testing.T) context.Context {
 // createNode creates a Node with the given annotations.
 func createNode(tb testing.TB, name string, annotations map[string]string) {
 	tb.Helper()
-	_, err := cp.AdminClient().CoreV1().Nodes().Create(tb.Context(), &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		tb.Fatalf("create node %s: %v", name, err)
-	}
-	tb.Cleanup(func() {
-		_ = cp.AdminClient().CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
-	})
+	cp.CreateNode(tb, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations}})
 }
 
 // annotations reads the Node's annotations with the admin client.
 func annotations(tb testing.TB, name string) map[string]string {
 	tb.Helper()
-	n, err := cp.AdminClient().CoreV1().Nodes().Get(tb.Context(), name, metav1.GetOptions{})
-	if err != nil {
-		tb.Fatalf("get node %s: %v", name, err)
-	}
-	return n.Annotations
+	return cp.GetNode(tb, name).Annotations
 }
 
 // handPatch merge-patches annotations as an operator would with kubectl annotate; a nil
 // value deletes the key.
 func handPatch(tb testing.TB, name string, annotations map[string]*string) {
 	tb.Helper()
-	if err := patchAnnotations(tb.Context(), name, annotations); err != nil {
+	if err := cp.PatchNodeAnnotations(tb.Context(), name, "", annotations); err != nil {
 		tb.Fatal(err)
 	}
-}
-
-func patchAnnotations(ctx context.Context, name string, annotations map[string]*string) error {
-	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
-	if err != nil {
-		return err
-	}
-	if _, err := cp.AdminClient().CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, body, metav1.PatchOptions{}); err != nil {
-		return fmt.Errorf("patch node %s: %w", name, err)
-	}
-	return nil
 }
 
 // run runs w until the test ends, and checks that Run returns nil promptly on cancellation.
@@ -246,18 +212,4 @@ func run(ctx context.Context, tb testing.TB, w *register.Writer) (stop func()) {
 	}
 	tb.Cleanup(stop)
 	return stop
-}
-
-// waitFor polls cond every 10 ms until it holds or timeout passes, and returns how long it
-// took.
-func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) time.Duration {
-	tb.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > timeout {
-			tb.Fatalf("%s: not within %v", what, timeout)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return time.Since(start)
 }

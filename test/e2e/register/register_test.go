@@ -18,6 +18,7 @@ import (
 
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/register"
+	"github.com/hamireg/hamireg/test/e2e/harness"
 )
 
 const key = annotation.KeyNVIDIARegister
@@ -27,7 +28,7 @@ const key = annotation.KeyNVIDIARegister
 func TestRegisterFirstWriteThenNoRequests(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	node := uniqueName("reg-steady")
+	node := harness.UniqueName("reg-steady")
 	createNode(t, node, map[string]string{"owner": "ops"})
 	c := newCounter(1)
 	w, err := register.New(countingClient(t, c), node, newSource(gpus(8)), register.Options{Period: 50 * time.Millisecond})
@@ -35,14 +36,14 @@ func TestRegisterFirstWriteThenNoRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	run(ctx, t, w)
-	waitFor(t, 10*time.Second, "first write", func() bool { return annotations(t, node)[key] == want(gpus(8)) })
+	harness.Eventually(t, "first write", 10*time.Second, func() bool { return annotations(t, node)[key] == want(gpus(8)) })
 	if got := annotations(t, node)["owner"]; got != "ops" {
 		t.Errorf("other annotation = %q after the write, want ops", got)
 	}
 	startup := c.snapshot()
 	t.Logf("startup requests: %v", startup)
 	noops := w.Stats().NoOps
-	waitFor(t, 20*time.Second, "30 unchanged rescans", func() bool { return w.Stats().NoOps >= noops+30 })
+	harness.Eventually(t, "30 unchanged rescans", 20*time.Second, func() bool { return w.Stats().NoOps >= noops+30 })
 	if got, total := c.since(startup); total != 0 {
 		t.Errorf("requests during 30 unchanged rescans: %v, want none", got)
 	}
@@ -57,7 +58,7 @@ func TestRegisterFirstWriteThenNoRequests(t *testing.T) {
 func TestRegisterRestoresHandDeletedAndEditedAnnotation(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	node := uniqueName("reg-heal")
+	node := harness.UniqueName("reg-heal")
 	createNode(t, node, nil)
 	c := newCounter(1)
 	w, err := register.New(countingClient(t, c), node, newSource(gpus(8)), register.Options{Period: time.Hour})
@@ -65,19 +66,19 @@ func TestRegisterRestoresHandDeletedAndEditedAnnotation(t *testing.T) {
 		t.Fatal(err)
 	}
 	run(ctx, t, w)
-	waitFor(t, 10*time.Second, "first write", func() bool { return annotations(t, node)[key] == want(gpus(8)) })
+	harness.Eventually(t, "first write", 10*time.Second, func() bool { return annotations(t, node)[key] == want(gpus(8)) })
 
 	handPatch(t, node, map[string]*string{key: nil}) // kubectl annotate node NODE hami.io/node-nvidia-register-
-	d := waitFor(t, 5*time.Second, "restore after deletion", func() bool { return annotations(t, node)[key] == want(gpus(8)) })
+	d := harness.Eventually(t, "restore after deletion", 5*time.Second, func() bool { return annotations(t, node)[key] == want(gpus(8)) })
 	t.Logf("deleted annotation restored in %v", d)
 
 	garbage := `[{"id":"GPU-edited-by-hand","count":1}]`
 	handPatch(t, node, map[string]*string{key: &garbage})
-	d = waitFor(t, 5*time.Second, "restore after edit", func() bool { return annotations(t, node)[key] == want(gpus(8)) })
+	d = harness.Eventually(t, "restore after edit", 5*time.Second, func() bool { return annotations(t, node)[key] == want(gpus(8)) })
 	t.Logf("edited annotation restored in %v", d)
 
 	// A write is counted after its PATCH response arrives, which can be after the GET above saw it.
-	waitFor(t, 5*time.Second, "the heals counted", func() bool { return w.Stats().Heals >= 2 })
+	harness.Eventually(t, "the heals counted", 5*time.Second, func() bool { return w.Stats().Heals >= 2 })
 	if s := w.Stats(); s.Heals != 2 || s.Writes != 3 {
 		t.Errorf("Stats = %+v, want 3 writes of which 2 heals", s)
 	}
@@ -91,21 +92,21 @@ func TestRegisterRestoresHandDeletedAndEditedAnnotation(t *testing.T) {
 func TestRegisterNodeAppearsLater(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	node := uniqueName("reg-late")
+	node := harness.UniqueName("reg-late")
 	c := newCounter(1)
 	w, err := register.New(countingClient(t, c), node, newSource(gpus(2)), register.Options{Period: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
 	run(ctx, t, w)
-	waitFor(t, 10*time.Second, "ErrNodeNotFound", func() bool { return errors.Is(w.Stats().LastError, register.ErrNodeNotFound) })
+	harness.Eventually(t, "ErrNodeNotFound", 10*time.Second, func() bool { return errors.Is(w.Stats().LastError, register.ErrNodeNotFound) })
 	time.Sleep(time.Second)
 	before := c.snapshot()
 	if before["PATCH nodes"] != 0 || before["GET nodes"] != 0 {
 		t.Errorf("requests while the node is missing: %v", before)
 	}
 	createNode(t, node, nil)
-	d := waitFor(t, 5*time.Second, "write after the node appeared", func() bool { return annotations(t, node)[key] == want(gpus(2)) })
+	d := harness.Eventually(t, "write after the node appeared", 5*time.Second, func() bool { return annotations(t, node)[key] == want(gpus(2)) })
 	t.Logf("written %v after the node was created; requests before: %v", d, before)
 }
 
@@ -114,7 +115,7 @@ func TestRegisterNodeAppearsLater(t *testing.T) {
 func TestRegisterConcurrentWriterLosesNothing(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	node := uniqueName("reg-concurrent")
+	node := harness.UniqueName("reg-concurrent")
 	createNode(t, node, nil)
 	src := newSource(gpus(4))
 	w, err := register.New(cp.AdminClient(), node, src, register.Options{Period: 20 * time.Millisecond})
@@ -128,7 +129,7 @@ func TestRegisterConcurrentWriterLosesNothing(t *testing.T) {
 	wg.Go(func() { // the scheduler, another agent, an operator: keys of their own
 		for i := range others {
 			v := fmt.Sprint(i)
-			if err := patchAnnotations(ctx, node, map[string]*string{fmt.Sprintf("other.example/k%d", i%10): &v}); err != nil {
+			if err := cp.PatchNodeAnnotations(ctx, node, "", map[string]*string{fmt.Sprintf("other.example/k%d", i%10): &v}); err != nil {
 				t.Error(err)
 				return
 			}
@@ -148,7 +149,7 @@ func TestRegisterConcurrentWriterLosesNothing(t *testing.T) {
 	src.set(final)
 	wg.Wait()
 
-	waitFor(t, 10*time.Second, "final device list", func() bool { return annotations(t, node)[key] == want(final) })
+	harness.Eventually(t, "final device list", 10*time.Second, func() bool { return annotations(t, node)[key] == want(final) })
 	got := annotations(t, node)
 	for k := range 10 {
 		wantV := fmt.Sprint(others - 10 + k)
@@ -165,7 +166,7 @@ func TestRegisterConcurrentWriterLosesNothing(t *testing.T) {
 func TestRegisterMinimalClusterRole(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	role := uniqueName("hamireg-register")
+	role := harness.UniqueName("hamireg-register")
 	_, err := cp.AdminClient().RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: role},
 		Rules:      register.ClusterRoleRules(),
@@ -173,12 +174,12 @@ func TestRegisterMinimalClusterRole(t *testing.T) {
 	if err != nil {
 		t.Fatalf("create cluster role: %v", err)
 	}
-	ns := uniqueName("reg-rbac")
+	ns := harness.UniqueName("reg-rbac")
 	client, err := cp.ServiceAccountClient(ctx, ns, "device-plugin", role)
 	if err != nil {
 		t.Fatal(err)
 	}
-	node := uniqueName("reg-rbac")
+	node := harness.UniqueName("reg-rbac")
 	createNode(t, node, nil)
 	src := newSource(gpus(2))
 	w, err := register.New(client, node, src, register.Options{Period: 100 * time.Millisecond})
@@ -186,14 +187,14 @@ func TestRegisterMinimalClusterRole(t *testing.T) {
 		t.Fatal(err)
 	}
 	run(ctx, t, w)
-	waitFor(t, 10*time.Second, "write with the minimal role", func() bool { return annotations(t, node)[key] == want(gpus(2)) })
+	harness.Eventually(t, "write with the minimal role", 10*time.Second, func() bool { return annotations(t, node)[key] == want(gpus(2)) })
 	handPatch(t, node, map[string]*string{key: nil})
-	waitFor(t, 5*time.Second, "heal with the minimal role", func() bool { return annotations(t, node)[key] == want(gpus(2)) })
+	harness.Eventually(t, "heal with the minimal role", 5*time.Second, func() bool { return annotations(t, node)[key] == want(gpus(2)) })
 
 	huge := gpus(1)
 	huge[0].Type = strings.Repeat("X", 300<<10) // annotations are limited to 256 KiB in all
 	src.set(huge)
-	waitFor(t, 10*time.Second, "the rejected write", func() bool { return errors.Is(w.Stats().LastError, register.ErrAPI) })
+	harness.Eventually(t, "the rejected write", 10*time.Second, func() bool { return errors.Is(w.Stats().LastError, register.ErrAPI) })
 	if err := w.Stats().LastError; !apierrors.IsInvalid(err) {
 		t.Errorf("LastError = %v, want an Invalid error from the apiserver", err)
 	}
@@ -206,7 +207,7 @@ func TestRegisterMinimalClusterRole(t *testing.T) {
 func TestRegisterForbiddenNamesServiceAccount(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	role := uniqueName("reg-readonly")
+	role := harness.UniqueName("reg-readonly")
 	_, err := cp.AdminClient().RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: role},
 		Rules: []rbacv1.PolicyRule{
@@ -217,12 +218,12 @@ func TestRegisterForbiddenNamesServiceAccount(t *testing.T) {
 	if err != nil {
 		t.Fatalf("create cluster role: %v", err)
 	}
-	ns := uniqueName("reg-forbidden")
+	ns := harness.UniqueName("reg-forbidden")
 	client, err := cp.ServiceAccountClient(ctx, ns, "limited", role)
 	if err != nil {
 		t.Fatal(err)
 	}
-	node := uniqueName("reg-forbidden")
+	node := harness.UniqueName("reg-forbidden")
 	createNode(t, node, nil)
 
 	// One-shot Sync (GET + PATCH) returns the error.
@@ -246,7 +247,7 @@ func TestRegisterForbiddenNamesServiceAccount(t *testing.T) {
 		t.Fatal(err)
 	}
 	run(ctx, t, w2)
-	waitFor(t, 10*time.Second, "the forbidden error in Stats", func() bool { return errors.Is(w2.Stats().LastError, register.ErrForbidden) })
+	harness.Eventually(t, "the forbidden error in Stats", 10*time.Second, func() bool { return errors.Is(w2.Stats().LastError, register.ErrForbidden) })
 	ev := waitForEvent(t, node)
 	if !strings.Contains(ev.Message, check) {
 		t.Errorf("event message %q lacks %q", ev.Message, check)
@@ -261,7 +262,7 @@ func waitForEvent(t *testing.T, node string) corev1.Event {
 	t.Helper()
 	var ev corev1.Event
 	sel := fields.Set{"involvedObject.kind": "Node", "involvedObject.name": node, "reason": register.EventReasonFailed}.AsSelector().String()
-	waitFor(t, 20*time.Second, "the Warning event on the node", func() bool {
+	harness.Eventually(t, "the Warning event on the node", 20*time.Second, func() bool {
 		list, err := cp.AdminClient().CoreV1().Events(metav1.NamespaceDefault).List(t.Context(), metav1.ListOptions{FieldSelector: sel})
 		if err != nil || len(list.Items) == 0 {
 			return false
@@ -281,7 +282,7 @@ func waitForEvent(t *testing.T, node string) corev1.Event {
 // down for a while.
 func TestRegisterRecoversFromAPIServerRestart(t *testing.T) {
 	ctx := testContext(t)
-	node := uniqueName("reg-restart")
+	node := harness.UniqueName("reg-restart")
 	createNode(t, node, nil)
 	src := newSource(gpus(8))
 	w, err := register.New(cp.AdminClient(), node, src, register.Options{Period: 200 * time.Millisecond})
@@ -289,7 +290,7 @@ func TestRegisterRecoversFromAPIServerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	run(ctx, t, w)
-	waitFor(t, 10*time.Second, "first write", func() bool { return annotations(t, node)[key] == want(gpus(8)) })
+	harness.Eventually(t, "first write", 10*time.Second, func() bool { return annotations(t, node)[key] == want(gpus(8)) })
 
 	t.Cleanup(func() { // whatever happens, leave the apiserver running for the other tests
 		if cp.APIServerPid() == 0 {
@@ -307,22 +308,22 @@ func TestRegisterRecoversFromAPIServerRestart(t *testing.T) {
 	changed := gpus(8)
 	changed[5].Health = false // a GPU fell off the bus while the control plane was down
 	src.set(changed)
-	waitFor(t, 10*time.Second, "a failed write", func() bool { return w.Stats().Failures >= 1 })
+	harness.Eventually(t, "a failed write", 10*time.Second, func() bool { return w.Stats().Failures >= 1 })
 	time.Sleep(3 * time.Second) // a few retries with backoff
 	failures := w.Stats().Failures
 	if err := cp.StartAPIServer(ctx); err != nil {
 		t.Fatalf("start apiserver: %v", err)
 	}
-	d := waitFor(t, 30*time.Second, "recovery", func() bool {
+	d := harness.Eventually(t, "recovery", 30*time.Second, func() bool {
 		n, err := cp.AdminClient().CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		return err == nil && n.Annotations[key] == want(changed)
 	})
 	t.Logf("recovered %v after the apiserver was ready; %d failed attempts while it was down", d, failures)
-	waitFor(t, 10*time.Second, "LastError cleared", func() bool { return w.Stats().LastError == nil })
+	harness.Eventually(t, "LastError cleared", 10*time.Second, func() bool { return w.Stats().LastError == nil })
 	// The watch is back too: a hand deletion is healed. client-go's reflector backs off up to
 	// 30 s between watch attempts while the apiserver is down, so the first heal after an
 	// outage can take that long; later ones are immediate again.
 	handPatch(t, node, map[string]*string{key: nil})
-	d = waitFor(t, 45*time.Second, "heal after the restart", func() bool { return annotations(t, node)[key] == want(changed) })
+	d = harness.Eventually(t, "heal after the restart", 45*time.Second, func() bool { return annotations(t, node)[key] == want(changed) })
 	t.Logf("first heal after the restart took %v", d)
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/schedcache"
+	"github.com/hamireg/hamireg/test/e2e/harness"
 )
 
 // BenchmarkVisibility measures how long a PATCH of the register annotation takes to show in
@@ -14,7 +15,7 @@ import (
 // apiserver, watch and informer. The tick is an hour, so only the event path counts (HAMi:
 // up to 15 s, or never in v2.9.0 when allocatable does not change).
 func BenchmarkVisibility(b *testing.B) {
-	test := uniqueName("visibility")
+	test := harness.UniqueName("visibility")
 	r := startReplica(b, cp.AdminClient(), test, schedcache.Options{Tick: time.Hour}, nil)
 	name := test + "-n"
 	createNode(b, test, name, map[string]string{annotation.KeyNVIDIARegister: annotation.Encode(gpus(8, name, 1000))}, 80)

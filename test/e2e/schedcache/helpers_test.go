@@ -2,9 +2,6 @@ package schedcache_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -26,16 +23,8 @@ import (
 
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/schedcache"
+	"github.com/hamireg/hamireg/test/e2e/harness"
 )
-
-// testLabel isolates tests: each test's Nodes carry it and its caches watch only those.
-const testLabel = "e2e.hamireg.io/test"
-
-func uniqueName(prefix string) string {
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	return prefix + "-" + hex.EncodeToString(b)
-}
 
 // gpus returns n devices as a device plugin publishes them; devmem varies with mem.
 func gpus(n int, node string, mem int32) []annotation.Device {
@@ -51,14 +40,9 @@ func gpus(n int, node string, mem int32) []annotation.Device {
 // nvidia.com/gpu as a kubelet would.
 func createNode(tb testing.TB, test, name string, annotations map[string]string, alloc int64) {
 	tb.Helper()
-	nodes := cp.AdminClient().CoreV1().Nodes()
-	n, err := nodes.Create(tb.Context(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{
-		Name: name, Labels: map[string]string{testLabel: test}, Annotations: annotations}}, metav1.CreateOptions{})
-	if err != nil {
-		tb.Fatalf("create node %s: %v", name, err)
-	}
-	tb.Cleanup(func() { _ = nodes.Delete(context.WithoutCancel(tb.Context()), name, metav1.DeleteOptions{}) })
-	setAllocatable(tb, n.Name, alloc)
+	cp.CreateNode(tb, &corev1.Node{ObjectMeta: metav1.ObjectMeta{
+		Name: name, Labels: map[string]string{harness.TestLabel: test}, Annotations: annotations}})
+	setAllocatable(tb, name, alloc)
 }
 
 // setAllocatable updates the node's status as the kubelet does.
@@ -75,19 +59,9 @@ func setAllocatable(tb testing.TB, name string, alloc int64) {
 // plugin does.
 func agentPatch(tb testing.TB, name string, annotations map[string]*string) {
 	tb.Helper()
-	b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}}) // cannot fail
-	if _, err := cp.AdminClient().CoreV1().Nodes().Patch(tb.Context(), name, types.MergePatchType, b, metav1.PatchOptions{FieldManager: "device-plugin"}); err != nil {
-		tb.Fatalf("patch node %s: %v", name, err)
+	if err := cp.PatchNodeAnnotations(tb.Context(), name, "device-plugin", annotations); err != nil {
+		tb.Fatal(err)
 	}
-}
-
-func getNode(tb testing.TB, name string) *corev1.Node {
-	tb.Helper()
-	n, err := cp.AdminClient().CoreV1().Nodes().Get(tb.Context(), name, metav1.GetOptions{})
-	if err != nil {
-		tb.Fatalf("get node %s: %v", name, err)
-	}
-	return n
 }
 
 // managers returns the field managers that wrote the node's handshake annotation.
@@ -95,7 +69,7 @@ func handshakeManagers(tb testing.TB, name string) []string {
 	tb.Helper()
 	var out []string
 	key := fmt.Sprintf(`"f:%s"`, annotation.KeyNVIDIAHandshake)
-	for _, mf := range getNode(tb, name).ManagedFields {
+	for _, mf := range cp.GetNode(tb, name).ManagedFields {
 		if mf.FieldsV1 != nil && strings.Contains(mf.FieldsV1.GetRawString(), key) {
 			out = append(out, mf.Manager)
 		}
@@ -152,7 +126,7 @@ func startReplica(tb testing.TB, client kubernetes.Interface, test string, opts 
 	r := &replica{logs: &logSink{}}
 	ctx, cancel := context.WithCancel(klog.NewContext(tb.Context(), funcr.New(r.logs.add, funcr.Options{Verbosity: 5})))
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-		o.LabelSelector = testLabel + "=" + test
+		o.LabelSelector = harness.TestLabel + "=" + test
 	}))
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
@@ -198,7 +172,7 @@ func startReplica(tb testing.TB, client kubernetes.Interface, test string, opts 
 			tb.Logf("logs of the replica:\n%s", r.logs)
 		}
 	})
-	eventually(tb, "cache synced", 30*time.Second, c.HasSynced)
+	harness.Eventually(tb, "cache synced", 30*time.Second, c.HasSynced)
 	return r
 }
 
@@ -212,18 +186,7 @@ func (r *replica) state(name string) schedcache.State {
 
 func (r *replica) waitState(tb testing.TB, name string, s schedcache.State) {
 	tb.Helper()
-	eventually(tb, fmt.Sprintf("node %s %s", name, s), 20*time.Second, func() bool { return r.state(name) == s })
-}
-
-func eventually(tb testing.TB, what string, timeout time.Duration, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	harness.Eventually(tb, fmt.Sprintf("node %s %s", name, s), 20*time.Second, func() bool { return r.state(name) == s })
 }
 
 // nodeEvents returns the reasons of the Events recorded on a node.

@@ -16,6 +16,7 @@ import (
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/handshake"
 	"github.com/hamireg/hamireg/schedcache"
+	"github.com/hamireg/hamireg/test/e2e/harness"
 )
 
 // Nodes register as the agent writes: first the kubelet's allocatable, then the device
@@ -23,7 +24,7 @@ import (
 // hour, so nothing here waits for it.
 func TestSchedcacheRegistersAsAgentWrites(t *testing.T) {
 	t.Parallel()
-	test := uniqueName("register")
+	test := harness.UniqueName("register")
 	r := startReplica(t, cp.AdminClient(), test, schedcache.Options{Tick: time.Hour}, nil)
 	names := []string{test + "-a", test + "-b", test + "-c"}
 	for _, name := range names {
@@ -40,8 +41,8 @@ func TestSchedcacheRegistersAsAgentWrites(t *testing.T) {
 		if got := len(n.Devices(annotation.VendorNVIDIA)); got != 8 {
 			t.Errorf("%s: %d devices, want 8", name, got)
 		}
-		eventually(t, "handshake stamp on "+name, 10*time.Second, func() bool {
-			return strings.HasPrefix(getNode(t, name).Annotations[annotation.KeyNVIDIAHandshake], handshake.PrefixRequesting)
+		harness.Eventually(t, "handshake stamp on "+name, 10*time.Second, func() bool {
+			return strings.HasPrefix(cp.GetNode(t, name).Annotations[annotation.KeyNVIDIAHandshake], handshake.PrefixRequesting)
 		})
 		if got := handshakeManagers(t, name); !cmp.Equal(got, []string{schedcache.DefaultFieldManager}) {
 			t.Errorf("%s: handshake written by %v", name, got)
@@ -51,7 +52,7 @@ func TestSchedcacheRegistersAsAgentWrites(t *testing.T) {
 		t.Errorf("snapshot = %v, want %v", got, names)
 	}
 	// A stamp is counted after its PATCH response arrives, which can be after getNode saw it.
-	eventually(t, "3 stamps counted", 5*time.Second, func() bool { return r.cache.Stats().Stamps >= 3 })
+	harness.Eventually(t, "3 stamps counted", 5*time.Second, func() bool { return r.cache.Stats().Stamps >= 3 })
 	if s := r.cache.Stats(); s.Stamps != 3 || s.Cycles != 1 {
 		t.Errorf("stamps %d cycles %d, want 3 stamps and only the first term's cycle", s.Stamps, s.Cycles)
 	}
@@ -61,7 +62,7 @@ func TestSchedcacheRegistersAsAgentWrites(t *testing.T) {
 // tick (HAMi v2.9.0 never reloads it; HAMi master waits up to 15 s).
 func TestSchedcacheChangeVisibleWithoutTick(t *testing.T) {
 	t.Parallel()
-	test := uniqueName("change")
+	test := harness.UniqueName("change")
 	r := startReplica(t, cp.AdminClient(), test, schedcache.Options{Tick: time.Hour}, nil)
 	name := test + "-n"
 	createNode(t, test, name, map[string]string{annotation.KeyNVIDIARegister: annotation.Encode(gpus(8, name, 81559))}, 80)
@@ -70,7 +71,7 @@ func TestSchedcacheChangeVisibleWithoutTick(t *testing.T) {
 	changed[2].Health = false
 	start := time.Now()
 	agentPatch(t, name, map[string]*string{annotation.KeyNVIDIARegister: ptr(annotation.Encode(changed))})
-	eventually(t, "the new devices", 2*time.Second, func() bool {
+	harness.Eventually(t, "the new devices", 2*time.Second, func() bool {
 		n, _ := r.cache.Node(name)
 		d := n.Devices(annotation.VendorNVIDIA)
 		return len(d) == 8 && d[0].Devmem == 40000 && !d[2].Health
@@ -105,7 +106,7 @@ func TestSchedcacheBadAnnotations(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			test := uniqueName("bad")
+			test := harness.UniqueName("bad")
 			r := startReplica(t, cp.AdminClient(), test, schedcache.Options{}, nil)
 			node := test + "-n"
 			good := annotation.Encode(gpus(4, node, 81559))
@@ -124,7 +125,7 @@ func TestSchedcacheBadAnnotations(t *testing.T) {
 				t.Errorf("no log %q at level %d for %s", tc.log, tc.level, node)
 			}
 			want := []string{corev1.EventTypeWarning + " " + tc.reason}
-			eventually(t, "the Event", 10*time.Second, func() bool { return cmp.Equal(nodeEvents(t, node), want) })
+			harness.Eventually(t, "the Event", 10*time.Second, func() bool { return cmp.Equal(nodeEvents(t, node), want) })
 
 			agentPatch(t, node, map[string]*string{annotation.KeyNVIDIARegister: ptr(good)})
 			r.waitState(t, node, schedcache.StateRegistered)
@@ -136,14 +137,14 @@ func TestSchedcacheBadAnnotations(t *testing.T) {
 // the node is not re-added until allocatable returns, although the cache re-stamps the key.
 func TestSchedcacheCleanupExpiredHandshake(t *testing.T) {
 	t.Parallel()
-	test := uniqueName("cleanup")
+	test := harness.UniqueName("cleanup")
 	const window = 2 * time.Second
 	r := startReplica(t, cp.AdminClient(), test, schedcache.Options{Tick: 200 * time.Millisecond,
 		Handshake: handshake.Options{Window: window}}, nil)
 	node := test + "-n"
 
 	// Record every handshake value the apiserver stores for the node.
-	w, err := cp.AdminClient().CoreV1().Nodes().Watch(t.Context(), metav1.ListOptions{LabelSelector: testLabel + "=" + test})
+	w, err := cp.AdminClient().CoreV1().Nodes().Watch(t.Context(), metav1.ListOptions{LabelSelector: harness.TestLabel + "=" + test})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,8 +173,8 @@ func TestSchedcacheCleanupExpiredHandshake(t *testing.T) {
 	if !r.logs.has("Device is unhealthy, cleaning up node", -1, node) && !strings.Contains(r.logs.String(), `"msg"="Device is unhealthy, cleaning up node"`) {
 		t.Error("no cleanup log")
 	}
-	eventually(t, "cleanup written", 10*time.Second, func() bool { return r.cache.Stats().Cleanups == 1 })
-	eventually(t, "the Event", 10*time.Second, func() bool {
+	harness.Eventually(t, "cleanup written", 10*time.Second, func() bool { return r.cache.Stats().Cleanups == 1 })
+	harness.Eventually(t, "the Event", 10*time.Second, func() bool {
 		return slices.Contains(nodeEvents(t, node), corev1.EventTypeWarning+" "+schedcache.ReasonDeviceUnhealthy)
 	})
 
@@ -206,7 +207,7 @@ func TestSchedcacheCleanupExpiredHandshake(t *testing.T) {
 // stops the other takes over within the lease duration plus one second and writes.
 func TestSchedcacheTwoReplicasOnlyLeaderWrites(t *testing.T) {
 	t.Parallel()
-	test := uniqueName("replicas")
+	test := harness.UniqueName("replicas")
 	if err := cp.EnsureNamespace(t.Context(), test); err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +222,7 @@ func TestSchedcacheTwoReplicasOnlyLeaderWrites(t *testing.T) {
 	}
 	ea, eb := elector("replica-a"), elector("replica-b")
 	a := startReplica(t, cp.AdminClient(), test, schedcache.Options{FieldManager: "schedcache-a"}, ea)
-	eventually(t, "replica-a leads", 20*time.Second, ea.IsLeader)
+	harness.Eventually(t, "replica-a leads", 20*time.Second, ea.IsLeader)
 	b := startReplica(t, cp.AdminClient(), test, schedcache.Options{FieldManager: "schedcache-b"}, eb)
 
 	first := []string{test + "-1", test + "-2", test + "-3", test + "-4", test + "-5"}
@@ -231,8 +232,8 @@ func TestSchedcacheTwoReplicasOnlyLeaderWrites(t *testing.T) {
 	for _, name := range first {
 		a.waitState(t, name, schedcache.StateRegistered)
 		b.waitState(t, name, schedcache.StateRegistered)
-		eventually(t, "stamp on "+name, 10*time.Second, func() bool {
-			return getNode(t, name).Annotations[annotation.KeyNVIDIAHandshake] != ""
+		harness.Eventually(t, "stamp on "+name, 10*time.Second, func() bool {
+			return cp.GetNode(t, name).Annotations[annotation.KeyNVIDIAHandshake] != ""
 		})
 	}
 	time.Sleep(500 * time.Millisecond) // room for a wrong write by b to show up
@@ -252,21 +253,21 @@ func TestSchedcacheTwoReplicasOnlyLeaderWrites(t *testing.T) {
 
 	stopped := time.Now()
 	a.stop()
-	eventually(t, "replica-b leads", leaseDuration+time.Second, eb.IsLeader)
+	harness.Eventually(t, "replica-b leads", leaseDuration+time.Second, eb.IsLeader)
 	took := time.Since(stopped)
 	t.Logf("replica-b took over %v after replica-a stopped (lease duration %v)", took.Round(time.Millisecond), leaseDuration)
-	eventually(t, "replica-b ready in its term", 5*time.Second, b.cache.Ready)
+	harness.Eventually(t, "replica-b ready in its term", 5*time.Second, b.cache.Ready)
 
 	second := []string{test + "-6", test + "-7"}
 	for _, name := range second {
 		createNode(t, test, name, map[string]string{annotation.KeyNVIDIARegister: annotation.Encode(gpus(8, name, 81559))}, 80)
 	}
 	for _, name := range second {
-		eventually(t, "stamp on "+name, 10*time.Second, func() bool { return cmp.Equal(handshakeManagers(t, name), []string{"schedcache-b"}) })
+		harness.Eventually(t, "stamp on "+name, 10*time.Second, func() bool { return cmp.Equal(handshakeManagers(t, name), []string{"schedcache-b"}) })
 	}
 	// The counter moves after the PATCH response reaches b, which can be after the GET above
 	// saw the write.
-	eventually(t, "replica-b counts its 2 stamps", 5*time.Second, func() bool { return b.cache.Stats().Stamps >= 2 })
+	harness.Eventually(t, "replica-b counts its 2 stamps", 5*time.Second, func() bool { return b.cache.Stats().Stamps >= 2 })
 	if sa2, sb2 := a.cache.Stats(), b.cache.Stats(); sa2.Stamps != 5 || sb2.Stamps != 2 {
 		t.Errorf("stamps after takeover a=%d b=%d, want 5 and 2", sa2.Stamps, sb2.Stamps)
 	}
@@ -277,7 +278,7 @@ func TestSchedcacheTwoReplicasOnlyLeaderWrites(t *testing.T) {
 // #2154); only the leader's cache writes.
 func TestSchedcacheLeaseFollowerExactIdentity(t *testing.T) {
 	t.Parallel()
-	test := uniqueName("follow")
+	test := harness.UniqueName("follow")
 	if err := cp.EnsureNamespace(t.Context(), test); err != nil {
 		t.Fatal(err)
 	}
@@ -300,12 +301,12 @@ func TestSchedcacheLeaseFollowerExactIdentity(t *testing.T) {
 	f1, f2 := follower("sched-1"), follower("sched-")
 	r1 := startReplica(t, cp.AdminClient(), test, schedcache.Options{FieldManager: "sched-1"}, f1)
 	r2 := startReplica(t, cp.AdminClient(), test, schedcache.Options{FieldManager: "sched-prefix"}, f2)
-	eventually(t, "sched-1 leads", 10*time.Second, f1.IsLeader)
+	harness.Eventually(t, "sched-1 leads", 10*time.Second, f1.IsLeader)
 	name := test + "-n"
 	createNode(t, test, name, map[string]string{annotation.KeyNVIDIARegister: annotation.Encode(gpus(2, name, 81559))}, 20)
-	eventually(t, "the stamp", 10*time.Second, func() bool { return cmp.Equal(handshakeManagers(t, name), []string{"sched-1"}) })
+	harness.Eventually(t, "the stamp", 10*time.Second, func() bool { return cmp.Equal(handshakeManagers(t, name), []string{"sched-1"}) })
 	r2.waitState(t, name, schedcache.StateRegistered)
-	eventually(t, "sched-1 counts its stamp", 5*time.Second, func() bool { return r1.cache.Stats().Stamps >= 1 })
+	harness.Eventually(t, "sched-1 counts its stamp", 5*time.Second, func() bool { return r1.cache.Stats().Stamps >= 1 })
 	if f2.IsLeader() || r2.cache.Stats().Stamps != 0 || r1.cache.Stats().Stamps != 1 {
 		t.Errorf("prefix identity leads %v; stamps r1=%d r2=%d", f2.IsLeader(), r1.cache.Stats().Stamps, r2.cache.Stats().Stamps)
 	}
@@ -318,14 +319,14 @@ func TestSchedcacheLeaseFollowerExactIdentity(t *testing.T) {
 	if _, err := cp.AdminClient().CoordinationV1().Leases(test).Update(t.Context(), l, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "sched-1 follows", 10*time.Second, func() bool { return !f1.IsLeader() })
+	harness.Eventually(t, "sched-1 follows", 10*time.Second, func() bool { return !f1.IsLeader() })
 }
 
 // The cache works with exactly the RBAC its doc lists: nodes get/list/watch/patch, events
 // create/patch (and leases for an Elector, not used here).
 func TestSchedcacheMinimalRBAC(t *testing.T) {
 	t.Parallel()
-	test := uniqueName("rbac")
+	test := harness.UniqueName("rbac")
 	role := &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: test},
 		Rules: []rbacv1.PolicyRule{
@@ -344,10 +345,10 @@ func TestSchedcacheMinimalRBAC(t *testing.T) {
 	name := test + "-n"
 	createNode(t, test, name, map[string]string{annotation.KeyNVIDIARegister: `[null]`}, 20)
 	r.waitState(t, name, schedcache.StateInvalidElement)
-	eventually(t, "the Event", 10*time.Second, func() bool { return len(nodeEvents(t, name)) == 1 })
+	harness.Eventually(t, "the Event", 10*time.Second, func() bool { return len(nodeEvents(t, name)) == 1 })
 	agentPatch(t, name, map[string]*string{annotation.KeyNVIDIARegister: ptr(annotation.Encode(gpus(2, name, 81559)))})
 	r.waitState(t, name, schedcache.StateRegistered)
-	eventually(t, "the stamp", 10*time.Second, func() bool { return r.cache.Stats().Stamps == 1 })
+	harness.Eventually(t, "the stamp", 10*time.Second, func() bool { return r.cache.Stats().Stamps == 1 })
 	if s := r.cache.Stats(); s.WriteErrors != 0 {
 		t.Errorf("write errors = %d", s.WriteErrors)
 	}

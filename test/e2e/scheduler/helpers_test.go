@@ -2,8 +2,6 @@ package scheduler_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"sync"
 	"testing"
 	"time"
@@ -15,15 +13,6 @@ import (
 
 	"github.com/hamireg/hamireg/test/e2e/harness"
 )
-
-// testLabel isolates tests: each test's Nodes carry it and its Pods select it.
-const testLabel = "e2e.hamireg.io/test"
-
-func uniqueName(prefix string) string {
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	return prefix + "-" + hex.EncodeToString(b)
-}
 
 // defaultSched is the binary's shared kube-scheduler, started by the first test that
 // needs it.
@@ -53,12 +42,10 @@ func createReadyNode(t *testing.T, name, test string, allocatable corev1.Resourc
 	t.Helper()
 	ctx := t.Context()
 	nodes := cp.AdminClient().CoreV1().Nodes()
-	n, err := nodes.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{testLabel: test}}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("create node: %v", err)
-	}
+	n := cp.CreateNode(t, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{harness.TestLabel: test}}})
 	n.Spec.Taints = nil
-	if n, err = nodes.Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+	n, err := nodes.Update(ctx, n, metav1.UpdateOptions{})
+	if err != nil {
 		t.Fatalf("remove taints: %v", err)
 	}
 	n.Status.Capacity = allocatable
@@ -89,7 +76,7 @@ func createPod(t *testing.T, ns, name, test, schedulerName string, requests core
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: corev1.PodSpec{
 			SchedulerName: schedulerName,
-			NodeSelector:  map[string]string{testLabel: test},
+			NodeSelector:  map[string]string{harness.TestLabel: test},
 			Containers: []corev1.Container{{
 				Name:      "main",
 				Image:     "registry.invalid/never-pulled:0",

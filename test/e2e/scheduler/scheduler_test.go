@@ -28,7 +28,7 @@ import (
 func TestSchedulerBindsPodToNodeWithAllocatable(t *testing.T) {
 	t.Parallel()
 	defaultScheduler(t)
-	test := uniqueName("bind")
+	test := harness.UniqueName("bind")
 	createReadyNode(t, test+"-small", test, corev1.ResourceList{
 		corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi"), corev1.ResourcePods: resource.MustParse("110"),
 	})
@@ -44,7 +44,7 @@ func TestSchedulerBindsPodToNodeWithAllocatable(t *testing.T) {
 func TestSchedulerLeavesUnfittablePodPending(t *testing.T) {
 	t.Parallel()
 	defaultScheduler(t)
-	test := uniqueName("pending")
+	test := harness.UniqueName("pending")
 	createReadyNode(t, test, test, basicResources())
 	createPod(t, test, "too-big", test, "", corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64")})
 
@@ -100,7 +100,7 @@ func TestSchedulerUsesDeviceManagerAllocatable(t *testing.T) {
 	t.Parallel()
 	defaultScheduler(t)
 	const gpu = "vendor.example.com/gpu"
-	test := uniqueName("devices")
+	test := harness.UniqueName("devices")
 	withGPU, without := test+"-gpu", test+"-nogpu"
 	createReadyNode(t, withGPU, test, basicResources())
 	createReadyNode(t, without, test, basicResources())
@@ -146,7 +146,7 @@ func TestSchedulerUsesDeviceManagerAllocatable(t *testing.T) {
 // with its own profile calls an HTTP filter extender, which here admits one Node only.
 func TestSchedulerCallsConfiguredExtender(t *testing.T) {
 	t.Parallel()
-	test := uniqueName("extender")
+	test := harness.UniqueName("extender")
 	chosen := test + "-chosen"
 	var (
 		mu    sync.Mutex
