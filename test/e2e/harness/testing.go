@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -89,4 +92,11 @@ func (cp *ControlPlane) PatchNodeAnnotations(ctx context.Context, name, fieldMan
 		return fmt.Errorf("patch node %s: %w", name, err)
 	}
 	return nil
+}
+
+// Context returns tb's context with a logger that writes to tb at V(2), so that what a
+// component logs appears beside the test's own output; it is cancelled when tb ends.
+func Context(tb testing.TB) context.Context {
+	tb.Helper()
+	return klog.NewContext(tb.Context(), ktesting.NewLogger(tb, ktesting.NewConfig(ktesting.Verbosity(2))))
 }

@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/hamireg/hamireg/nodelock"
+	"github.com/hamireg/hamireg/test/e2e/harness"
 )
 
 // BenchmarkAcquireRelease measures one lock cycle on a free node against a real
@@ -67,7 +68,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 // not exist: the node is free in every cycle).
 func benchNode(b *testing.B) (string, types.NamespacedName) {
 	b.Helper()
-	node := uniqueName("lock-bench")
+	node := harness.UniqueName("lock-bench")
 	createNode(b, node, map[string]string{"hami.io/node-nvidia-register": "[]"})
 	return node, types.NamespacedName{Namespace: "default", Name: "bench-pod"}
 }

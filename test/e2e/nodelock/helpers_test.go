@@ -1,9 +1,6 @@
 package nodelock_test
 
 import (
-	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -11,37 +8,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/klog/v2"
-	"k8s.io/klog/v2/ktesting"
 
 	"github.com/hamireg/hamireg/nodelock"
+	"github.com/hamireg/hamireg/test/e2e/harness"
 )
 
-// uniqueName returns prefix-<random>, a valid name that isolates a test's objects.
-func uniqueName(prefix string) string {
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	return prefix + "-" + hex.EncodeToString(b)
-}
-
-// testContext returns a context whose logger writes to t (V(2)), cancelled at cleanup.
-func testContext(t *testing.T) context.Context {
-	t.Helper()
-	return klog.NewContext(t.Context(), ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(2))))
-}
-
-// createNode creates a Node with the given annotations and deletes it at cleanup.
+// createNode creates a Node with the given annotations; it is deleted at cleanup.
 func createNode(tb testing.TB, name string, annotations map[string]string) {
 	tb.Helper()
-	_, err := cp.AdminClient().CoreV1().Nodes().Create(tb.Context(), &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		tb.Fatalf("create node %s: %v", name, err)
-	}
-	tb.Cleanup(func() {
-		_ = cp.AdminClient().CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
-	})
+	cp.CreateNode(tb, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations}})
 }
 
 // createPods creates the namespace and a Pod per name in it (nothing schedules or runs
@@ -68,7 +43,7 @@ func createPods(tb testing.TB, ns string, names ...string) []types.NamespacedNam
 // lockRole creates a ClusterRole with nodelock.ClusterRoleRules and returns its name.
 func lockRole(tb testing.TB) string {
 	tb.Helper()
-	name := uniqueName("hamireg-nodelock")
+	name := harness.UniqueName("hamireg-nodelock")
 	_, err := cp.AdminClient().RbacV1().ClusterRoles().Create(tb.Context(), &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Rules:      nodelock.ClusterRoleRules(),

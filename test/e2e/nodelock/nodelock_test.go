@@ -20,6 +20,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/hamireg/hamireg/nodelock"
+	"github.com/hamireg/hamireg/test/e2e/harness"
 )
 
 // conflictCounter counts the 409 answers to the PATCH requests a client sends.
@@ -45,11 +46,11 @@ func (c *conflictCounter) wrap(next http.RoundTripper) http.RoundTripper {
 // always removes it; no annotation of the other writer is lost.
 func TestNodeLockRace(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := harness.Context(t)
 	role := lockRole(t)
-	ns := uniqueName("lock-race")
+	ns := harness.UniqueName("lock-race")
 	pods := createPods(t, ns, "a", "b")
-	node := uniqueName("lock-race")
+	node := harness.UniqueName("lock-race")
 	createNode(t, node, nil)
 
 	var conflicts conflictCounter
@@ -162,7 +163,7 @@ func TestNodeLockRace(t *testing.T) {
 // Takeovers against the real API server, all with the minimal ClusterRole.
 func TestNodeLockTakeover(t *testing.T) {
 	t.Parallel()
-	ns := uniqueName("lock-takeover")
+	ns := harness.UniqueName("lock-takeover")
 	client := serviceAccountClient(t, ns, "scheduler", lockRole(t))
 	pods := createPods(t, ns, "holder", "next")
 	holder, next := pods[0], pods[1]
@@ -197,8 +198,8 @@ func TestNodeLockTakeover(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			ctx := testContext(t)
-			node := uniqueName("lock-takeover")
+			ctx := harness.Context(t)
+			node := harness.UniqueName("lock-takeover")
 			createNode(t, node, map[string]string{"hami.io/node-nvidia-register": "[]"})
 			v := tc.raw
 			if v == "" {
@@ -241,10 +242,10 @@ func TestNodeLockTakeover(t *testing.T) {
 	// A lock whose pod is deleted is taken over at once.
 	t.Run("owner deleted", func(t *testing.T) {
 		t.Parallel()
-		ctx := testContext(t)
-		node := uniqueName("lock-deleted")
+		ctx := harness.Context(t)
+		node := harness.UniqueName("lock-deleted")
 		createNode(t, node, nil)
-		shortLived := createPods(t, ns, uniqueName("short-lived"))[0]
+		shortLived := createPods(t, ns, harness.UniqueName("short-lived"))[0]
 		if err := locker.Acquire(ctx, node, shortLived); err != nil {
 			t.Fatal(err)
 		}
@@ -262,8 +263,8 @@ func TestNodeLockTakeover(t *testing.T) {
 	// Release leaves another pod's lock; ForceRelease removes it.
 	t.Run("release by another pod", func(t *testing.T) {
 		t.Parallel()
-		ctx := testContext(t)
-		node := uniqueName("lock-release")
+		ctx := harness.Context(t)
+		node := harness.UniqueName("lock-release")
 		createNode(t, node, nil)
 		if err := locker.Acquire(ctx, node, holder); err != nil {
 			t.Fatal(err)
@@ -300,8 +301,8 @@ func annotationOf(tb testing.TB, node, key string) string {
 // that says what the lock needs, at once (a refusal is not retried), and nothing is written.
 func TestNodeLockForbiddenWithoutPatch(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
-	role := uniqueName("lock-readonly")
+	ctx := harness.Context(t)
+	role := harness.UniqueName("lock-readonly")
 	_, err := cp.AdminClient().RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: role},
 		Rules: []rbacv1.PolicyRule{
@@ -312,10 +313,10 @@ func TestNodeLockForbiddenWithoutPatch(t *testing.T) {
 	if err != nil {
 		t.Fatalf("create cluster role: %v", err)
 	}
-	ns := uniqueName("lock-forbidden")
+	ns := harness.UniqueName("lock-forbidden")
 	client := serviceAccountClient(t, ns, "limited", role)
 	pod := createPods(t, ns, "p")[0]
-	node := uniqueName("lock-forbidden")
+	node := harness.UniqueName("lock-forbidden")
 	createNode(t, node, nil)
 
 	start := time.Now()

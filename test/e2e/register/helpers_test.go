@@ -15,8 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/klog/v2"
-	"k8s.io/klog/v2/ktesting"
 
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/register"
@@ -161,13 +159,6 @@ func gpus(n int) []annotation.Device {
 
 // want is the value the writer must publish for devs.
 func want(devs []annotation.Device) string { return annotation.Encode(annotation.Canonical(devs)) }
-
-// testContext returns a context whose logger writes to t (V(2)), cancelled at cleanup.
-func testContext(t *testing.T) context.Context {
-	t.Helper()
-	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(2)))
-	return klog.NewContext(t.Context(), logger)
-}
 
 // createNode creates a Node with the given annotations.
 func createNode(tb testing.TB, name string, annotations map[string]string) {

@@ -27,7 +27,7 @@ const key = annotation.KeyNVIDIARegister
 // random order every time): no PATCH, no GET, not even a LIST; only the one watch.
 func TestRegisterFirstWriteThenNoRequests(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := harness.Context(t)
 	node := harness.UniqueName("reg-steady")
 	createNode(t, node, map[string]string{"owner": "ops"})
 	c := newCounter(1)
@@ -57,7 +57,7 @@ func TestRegisterFirstWriteThenNoRequests(t *testing.T) {
 // without a GET.
 func TestRegisterRestoresHandDeletedAndEditedAnnotation(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := harness.Context(t)
 	node := harness.UniqueName("reg-heal")
 	createNode(t, node, nil)
 	c := newCounter(1)
@@ -91,7 +91,7 @@ func TestRegisterRestoresHandDeletedAndEditedAnnotation(t *testing.T) {
 // requests) and writes as soon as the Node is created.
 func TestRegisterNodeAppearsLater(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := harness.Context(t)
 	node := harness.UniqueName("reg-late")
 	c := newCounter(1)
 	w, err := register.New(countingClient(t, c), node, newSource(gpus(2)), register.Options{Period: time.Hour})
@@ -114,7 +114,7 @@ func TestRegisterNodeAppearsLater(t *testing.T) {
 // writer writes, heals and rewrites its key: merge patches of disjoint keys lose nothing.
 func TestRegisterConcurrentWriterLosesNothing(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := harness.Context(t)
 	node := harness.UniqueName("reg-concurrent")
 	createNode(t, node, nil)
 	src := newSource(gpus(4))
@@ -165,7 +165,7 @@ func TestRegisterConcurrentWriterLosesNothing(t *testing.T) {
 // write (here a value the apiserver rejects as too large).
 func TestRegisterMinimalClusterRole(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := harness.Context(t)
 	role := harness.UniqueName("hamireg-register")
 	_, err := cp.AdminClient().RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: role},
@@ -206,7 +206,7 @@ func TestRegisterMinimalClusterRole(t *testing.T) {
 // check to run, and the writer records a Warning Event on the Node.
 func TestRegisterForbiddenNamesServiceAccount(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := harness.Context(t)
 	role := harness.UniqueName("reg-readonly")
 	_, err := cp.AdminClient().RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: role},
@@ -281,7 +281,7 @@ func waitForEvent(t *testing.T, node string) corev1.Event {
 // itself and the final annotation is the current device list. Not parallel: the apiserver is
 // down for a while.
 func TestRegisterRecoversFromAPIServerRestart(t *testing.T) {
-	ctx := testContext(t)
+	ctx := harness.Context(t)
 	node := harness.UniqueName("reg-restart")
 	createNode(t, node, nil)
 	src := newSource(gpus(8))
