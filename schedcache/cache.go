@@ -233,7 +233,9 @@ func (c *Cache) Run(ctx context.Context) error {
 // changes until ctx is done.
 func (c *Cache) cycleLoop(ctx context.Context, reg cache.ResourceEventHandlerRegistration) {
 	logger := klog.FromContext(ctx)
-	if !cache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
+	// WaitFor is told of the sync (WaitForCacheSync polls every 100 ms), so readiness follows
+	// the first list at once.
+	if !cache.WaitFor(ctx, "", reg.HasSyncedChecker()) {
 		return
 	}
 	c.fullSync(ctx)
