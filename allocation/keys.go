@@ -1,5 +1,7 @@
 package allocation
 
+import "github.com/hamireg/hamireg/annotation"
+
 // Pod annotation and label keys of HAMi's allocation protocol, shared by every vendor. The
 // device lists have a key per vendor: [annotation.Vendor] ToAllocateKey and AllocatedKey
 // (for NVIDIA [annotation.KeyNVIDIAToAllocate] and [annotation.KeyNVIDIAAllocated]).
@@ -55,20 +57,12 @@ const (
 )
 
 // Version selects which HAMi release's behaviour the pod side follows where v2.9.0 and
-// master differ.
-type Version int
+// master differ: HAMi's release, [annotation.Version].
+type Version = annotation.Version
 
 const (
 	// VersionMaster is HAMi master (v2.10), the default.
-	VersionMaster Version = iota
+	VersionMaster = annotation.VersionMaster
 	// VersionV290 is HAMi v2.9.0.
-	VersionV290
+	VersionV290 = annotation.VersionV290
 )
-
-// String returns "master" or "v2.9.0".
-func (v Version) String() string {
-	if v == VersionV290 {
-		return "v2.9.0"
-	}
-	return "master"
-}

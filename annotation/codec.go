@@ -6,24 +6,36 @@ import (
 	"github.com/hamireg/hamireg/internal/hamiwire"
 )
 
-// Shape selects which HAMi version's wire struct the codec follows.
-type Shape int
+// Version is a HAMi release, for the packages of this SDK that follow HAMi's behaviour where
+// v2.9.0 and master differ (the wire shape here, the handshake decisions in package handshake,
+// the pod side in package allocation); each says what differs.
+type Version int
 
 const (
-	// ShapeMaster is HAMi master (v2.10): no "devicepairscore", optional "migProfiles".
-	// It is the default.
-	ShapeMaster Shape = iota
-	// ShapeV290 is HAMi v2.9.0: every element carries "devicepairscore":{}, no "migProfiles".
-	ShapeV290
+	// VersionMaster is HAMi master (v2.10), the default.
+	VersionMaster Version = iota
+	// VersionV290 is HAMi v2.9.0.
+	VersionV290
 )
 
 // String returns "master" or "v2.9.0".
-func (s Shape) String() string {
-	if s == ShapeV290 {
+func (v Version) String() string {
+	if v == VersionV290 {
 		return "v2.9.0"
 	}
 	return "master"
 }
+
+// Shape selects which HAMi version's wire struct the codec follows.
+type Shape = Version
+
+const (
+	// ShapeMaster is HAMi master (v2.10): no "devicepairscore", optional "migProfiles".
+	// It is the default.
+	ShapeMaster = VersionMaster
+	// ShapeV290 is HAMi v2.9.0: every element carries "devicepairscore":{}, no "migProfiles".
+	ShapeV290 = VersionV290
+)
 
 // Encode returns the register annotation value HAMi master's node agent writes for devices,
 // byte for byte: it is encoding/json over HAMi's own wire struct, as HAMi's encoder is, so the

@@ -1,26 +1,23 @@
 package handshake
 
-import "time"
+import (
+	"time"
 
-// Version selects whose semantics the decision functions follow.
-type Version int
+	"github.com/hamireg/hamireg/annotation"
+)
+
+// Version selects whose semantics the decision functions follow: HAMi's release,
+// [annotation.Version].
+type Version = annotation.Version
 
 const (
 	// VersionMaster is HAMi master (v2.10), the default: a Deleted_ value is re-stamped at once,
 	// an unparsable Requesting_ value counts as healthy, cleanup deletes the key.
-	VersionMaster Version = iota
+	VersionMaster = annotation.VersionMaster
 	// VersionV290 is HAMi v2.9.0: Deleted_ has a 60 s cooldown, an unparsable Requesting_ time
 	// is the zero time (expired), cleanup writes Deleted_<now>.
-	VersionV290
+	VersionV290 = annotation.VersionV290
 )
-
-// String returns "master" or "v2.9.0".
-func (v Version) String() string {
-	if v == VersionV290 {
-		return "v2.9.0"
-	}
-	return "master"
-}
 
 // Options tune the decision functions. The zero value means HAMi master's defaults.
 type Options struct {
