@@ -15,38 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/hamireg/hamireg/annotation"
-	"github.com/hamireg/hamireg/internal/hamiwire"
+	"github.com/hamireg/hamireg/internal/vectors"
 )
-
-// vectorDirs returns the HAMi vector folders (see hamiwire.VectorDirs) with their version.
-func vectorDirs(t *testing.T) map[string]Version {
-	t.Helper()
-	found, err := hamiwire.VectorDirs()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dirs := map[string]Version{}
-	for dir, v290 := range found {
-		dirs[dir] = VersionMaster
-		if v290 {
-			dirs[dir] = VersionV290
-		}
-	}
-	return dirs
-}
-
-// readVectors decodes dir/name into v; false when the folder has no such file.
-func readVectors(t *testing.T, dir, name string, v any) bool {
-	t.Helper()
-	ok, err := hamiwire.ReadVectors(dir, name, v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !ok {
-		t.Logf("%s: no %s, skipped", dir, name)
-	}
-	return ok
-}
 
 // decodeRaw decodes a vector field whose shape depends on the vector; null decodes to nothing.
 func decodeRaw(t *testing.T, raw json.RawMessage, v any) {
@@ -92,9 +62,10 @@ type podDevicesFile struct {
 // and its decoder's decisions and values, with the deliberate differences of the package doc.
 func TestConformancePodDevices(t *testing.T) {
 	t.Parallel()
-	for dir, version := range vectorDirs(t) {
+	for _, folder := range vectors.Folders(t) {
+		dir, version := folder.Dir, vectors.Pick(folder, VersionMaster, VersionV290)
 		var f podDevicesFile
-		if !readVectors(t, dir, "poddevices.json", &f) {
+		if !folder.Read(t, "poddevices.json", &f) {
 			continue
 		}
 		base := filepath.Base(dir)
@@ -289,9 +260,10 @@ type fitFile struct {
 func TestConformanceFit(t *testing.T) {
 	t.Parallel()
 	nv := annotation.NVIDIA()
-	for dir, version := range vectorDirs(t) {
+	for _, folder := range vectors.Folders(t) {
+		dir, version := folder.Dir, vectors.Pick(folder, VersionMaster, VersionV290)
 		var f fitFile
-		if !readVectors(t, dir, "fit.json", &f) {
+		if !folder.Read(t, "fit.json", &f) {
 			continue
 		}
 		base := filepath.Base(dir)
@@ -448,9 +420,10 @@ func TestConformanceAllocateEnv(t *testing.T) {
 	t.Parallel()
 	const hook, cacheID = "/usr/local", "0f5e5d3c-8f0e-4c1b-9b6a-5f7c2d1e0a9b"
 	placeholders := strings.NewReplacer("{HOOK_PATH}", hook, "{uuid}", cacheID)
-	for dir, version := range vectorDirs(t) {
+	for _, folder := range vectors.Folders(t) {
+		dir, version := folder.Dir, vectors.Pick(folder, VersionMaster, VersionV290)
 		var f allocateFile
-		if !readVectors(t, dir, "allocate.json", &f) {
+		if !folder.Read(t, "allocate.json", &f) {
 			continue
 		}
 		base := filepath.Base(dir)

@@ -3,7 +3,6 @@ package annotation
 import (
 	"encoding/json"
 	"errors"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,43 +10,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
-	"github.com/hamireg/hamireg/internal/hamiwire"
+	"github.com/hamireg/hamireg/internal/vectors"
 )
-
-// vectorDirs returns the HAMi vector folders (see hamiwire.VectorDirs); v2.9.0 folders use
-// ShapeV290, every other one ShapeMaster.
-func vectorDirs(t *testing.T) map[string]Shape {
-	t.Helper()
-	found, err := hamiwire.VectorDirs()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dirs := map[string]Shape{}
-	for dir, v290 := range found {
-		dirs[dir] = ShapeMaster
-		if v290 {
-			dirs[dir] = ShapeV290
-		}
-	}
-	return dirs
-}
-
-// readVectors decodes dir/name into v; it reports false when the file does not exist.
-func readVectors(t *testing.T, dir, name string, v any) bool {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join(dir, name))
-	if errors.Is(err, os.ErrNotExist) {
-		t.Logf("%s: no %s, skipped", dir, name)
-		return false
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(data, v); err != nil {
-		t.Fatalf("%s/%s: %v", dir, name, err)
-	}
-	return true
-}
 
 // vectorDevice is a device as the vector files spell it (every field explicit).
 type vectorDevice struct {
@@ -109,9 +73,10 @@ type encodeFile struct {
 
 func TestConformanceEncode(t *testing.T) {
 	t.Parallel()
-	for dir, shape := range vectorDirs(t) {
+	for _, folder := range vectors.Folders(t) {
+		dir, shape := folder.Dir, vectors.Pick(folder, ShapeMaster, ShapeV290)
 		var f encodeFile
-		if !readVectors(t, dir, "encode.json", &f) {
+		if !folder.Read(t, "encode.json", &f) {
 			continue
 		}
 		n := 0
@@ -159,9 +124,10 @@ type decodeFile struct {
 
 func TestConformanceDecode(t *testing.T) {
 	t.Parallel()
-	for dir, shape := range vectorDirs(t) {
+	for _, folder := range vectors.Folders(t) {
+		dir, shape := folder.Dir, vectors.Pick(folder, ShapeMaster, ShapeV290)
 		var f decodeFile
-		if !readVectors(t, dir, "decode.json", &f) {
+		if !folder.Read(t, "decode.json", &f) {
 			continue
 		}
 		base := filepath.Base(dir)
@@ -263,12 +229,13 @@ func TestConformanceDecode(t *testing.T) {
 // value parsed as zero devices) this package follows master and rejects.
 func TestConformanceDecodeV290Legacy(t *testing.T) {
 	t.Parallel()
-	for dir, shape := range vectorDirs(t) {
+	for _, folder := range vectors.Folders(t) {
+		dir, shape := folder.Dir, vectors.Pick(folder, ShapeMaster, ShapeV290)
 		if shape != ShapeV290 {
 			continue
 		}
 		var f decodeFile
-		if !readVectors(t, dir, "decode.json", &f) {
+		if !folder.Read(t, "decode.json", &f) {
 			continue
 		}
 		n := 0

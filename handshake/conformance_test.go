@@ -1,9 +1,6 @@
 package handshake
 
 import (
-	"encoding/json"
-	"errors"
-	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -11,25 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hamireg/hamireg/internal/hamiwire"
+	"github.com/hamireg/hamireg/internal/vectors"
 )
-
-// vectorDirs returns the HAMi vector folders (see hamiwire.VectorDirs) with their semantics.
-func vectorDirs(t *testing.T) map[string]Version {
-	t.Helper()
-	found, err := hamiwire.VectorDirs()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dirs := map[string]Version{}
-	for dir, v290 := range found {
-		dirs[dir] = VersionMaster
-		if v290 {
-			dirs[dir] = VersionV290
-		}
-	}
-	return dirs
-}
 
 type handshakeFile struct {
 	Vectors []struct {
@@ -75,18 +55,11 @@ func expand(s string, now time.Time) (string, bool) {
 func TestConformanceCheck(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	for dir, version := range vectorDirs(t) {
-		data, err := os.ReadFile(filepath.Join(dir, "handshake.json"))
-		if errors.Is(err, os.ErrNotExist) {
-			t.Logf("%s: no handshake.json, skipped", dir)
-			continue
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, folder := range vectors.Folders(t) {
+		dir, version := folder.Dir, vectors.Pick(folder, VersionMaster, VersionV290)
 		var f handshakeFile
-		if err := json.Unmarshal(data, &f); err != nil {
-			t.Fatal(err)
+		if !folder.Read(t, "handshake.json", &f) {
+			continue
 		}
 		opts := Options{Location: time.UTC, Version: version}
 		n := 0

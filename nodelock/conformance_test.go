@@ -3,7 +3,6 @@ package nodelock_test
 import (
 	"encoding/json"
 	"errors"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,41 +13,15 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	testingclock "k8s.io/utils/clock/testing"
 
-	"github.com/hamireg/hamireg/internal/hamiwire"
+	"github.com/hamireg/hamireg/internal/vectors"
 	"github.com/hamireg/hamireg/nodelock"
 )
-
-// readVectors decodes file of every HAMi vector folder into a new T, by folder.
-func readVectors[T any](t *testing.T, file string) map[string]*T {
-	t.Helper()
-	dirs, err := hamiwire.VectorDirs()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]*T{}
-	for dir := range dirs {
-		data, err := os.ReadFile(filepath.Join(dir, file))
-		if errors.Is(err, os.ErrNotExist) {
-			t.Logf("%s: no %s, skipped", dir, file)
-			continue
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		v := new(T)
-		if err := json.Unmarshal(data, v); err != nil {
-			t.Fatalf("%s/%s: %v", dir, file, err)
-		}
-		out[dir] = v
-	}
-	return out
-}
 
 // HAMi's ParseNodeLock on every vector: the same accept/reject decision, the same time,
 // namespace and pod; a rejection says what is wrong in HAMi's terms.
 func TestConformanceParse(t *testing.T) {
 	t.Parallel()
-	type vectors struct {
+	type vectorFile struct {
 		Vectors []struct {
 			Name          string `json:"name"`
 			Input         string `json:"input"`
@@ -58,7 +31,11 @@ func TestConformanceParse(t *testing.T) {
 			WantError     string `json:"want_error"`
 		} `json:"vectors"`
 	}
-	for dir, f := range readVectors[vectors](t, "nodelock.json") {
+	for _, folder := range vectors.Folders(t) {
+		dir, f := folder.Dir, new(vectorFile)
+		if !folder.Read(t, "nodelock.json", f) {
+			continue
+		}
 		for _, v := range f.Vectors {
 			got, err := nodelock.Parse(v.Input)
 			if v.WantError != "" {
@@ -103,7 +80,7 @@ func TestConformanceSchedulerBindSequence(t *testing.T) {
 		Resource string          `json:"resource"`
 		Type     string          `json:"type"`
 	}
-	type vectors struct {
+	type vectorFile struct {
 		Sequence []struct {
 			Name  string `json:"name"`
 			Input struct {
@@ -119,7 +96,11 @@ func TestConformanceSchedulerBindSequence(t *testing.T) {
 		} `json:"scheduler_bind_sequence"`
 	}
 	pod := types.NamespacedName{Namespace: "default", Name: "gpu-pod"}
-	for dir, f := range readVectors[vectors](t, "allocate.json") {
+	for _, folder := range vectors.Folders(t) {
+		dir, f := folder.Dir, new(vectorFile)
+		if !folder.Read(t, "allocate.json", f) {
+			continue
+		}
 		n := 0
 		for _, v := range f.Sequence {
 			if !v.Input.PodRequestsGPU {

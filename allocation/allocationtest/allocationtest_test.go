@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -21,7 +20,7 @@ import (
 
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/allocation/allocationtest"
-	"github.com/hamireg/hamireg/internal/hamiwire"
+	"github.com/hamireg/hamireg/internal/vectors"
 	"github.com/hamireg/hamireg/nodelock"
 )
 
@@ -62,12 +61,8 @@ func writes(cs *fake.Clientset) []write {
 // Binding of allocate.json's scheduler_bind_sequence for a free node.
 func TestScheduleWritesWhatHAMiWrites(t *testing.T) {
 	t.Parallel()
-	dirs, err := hamiwire.VectorDirs()
-	if err != nil {
-		t.Fatal(err)
-	}
 	n := 0
-	for dir := range dirs {
+	for _, folder := range vectors.Folders(t) {
 		var f struct {
 			Sequence []struct {
 				Name    string `json:"name"`
@@ -78,8 +73,8 @@ func TestScheduleWritesWhatHAMiWrites(t *testing.T) {
 				APICalls []string `json:"api_calls"`
 			} `json:"scheduler_bind_sequence"`
 		}
-		if ok, err := hamiwire.ReadVectors(dir, "allocate.json", &f); err != nil || !ok {
-			t.Fatalf("%s: %v %v", dir, ok, err)
+		if !folder.Read(t, "allocate.json", &f) {
+			continue
 		}
 		for _, v := range f.Sequence {
 			if v.Name != "bind_success_unlocked_node" {
@@ -126,7 +121,7 @@ func TestScheduleWritesWhatHAMiWrites(t *testing.T) {
 				got = got[:len(want)] // the fake clientset's stand-in for the Binding follows
 			}
 			if diff := cmp.Diff(want, got); diff != "" {
-				t.Errorf("%s: bind writes (-HAMi +got):\n%s", filepath.Base(dir), diff)
+				t.Errorf("%s: bind writes (-HAMi +got):\n%s", folder.Name(), diff)
 			}
 			if bound.Spec.NodeName != "node1" || bound.Annotations[allocation.KeyBindPhase] != "allocating" || bound.Labels[allocation.KeyNode] != "node1" {
 				t.Errorf("bound pod: %+v", bound.ObjectMeta)
