@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/hamireg/hamireg/internal/reactors"
 	"github.com/hamireg/hamireg/nodelock"
 )
 
@@ -158,16 +159,7 @@ func (c *cluster) editBeforePatches(n int, f func(*corev1.Node)) {
 
 // fail makes the next n requests verb resource fail with err (n < 0: all).
 func (c *cluster) fail(verb, resource string, n int, err error) {
-	var mu sync.Mutex
-	c.PrependReactor(verb, resource, func(k8stesting.Action) (bool, runtime.Object, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if n == 0 {
-			return false, nil, nil
-		}
-		n--
-		return true, nil, err
-	})
+	reactors.Fail(&c.Fake, verb, resource, n, err)
 }
 
 // count returns how many requests verb resource the clientset got.

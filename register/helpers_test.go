@@ -22,6 +22,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/hamireg/hamireg/annotation"
+	"github.com/hamireg/hamireg/internal/reactors"
 )
 
 // TestMain fails the binary if any test leaves a goroutine behind: every Run must join what
@@ -167,16 +168,7 @@ func setAnnotations(t *testing.T, cs *fake.Clientset, annotations map[string]str
 
 // failPatches makes the next n patches of nodes fail with err (n < 0: all).
 func failPatches(cs *fake.Clientset, n int, err error) {
-	var mu sync.Mutex
-	cs.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if n == 0 {
-			return false, nil, nil
-		}
-		n--
-		return true, nil, err
-	})
+	reactors.Fail(&cs.Fake, "patch", "nodes", n, err)
 }
 
 // settled waits until every other goroutine of the test's synctest bubble is blocked, so that
