@@ -67,7 +67,7 @@ func Schedule(nodes []Node, req PodRequest, podAnnotations map[string]string, c 
 	binpack := hasPolicy(cmp.Or(Policy(podAnnotations[KeyNodeSchedulerPolicy]), c.NodeSchedulerPolicy), PolicyBinpack)
 	best := 0.0
 	for _, n := range nodes {
-		pd, reason, ok := Fit(n.Devices, req, podAnnotations, n.Annotations, c)
+		pd, reason, ok := fit(n.Devices, req, podAnnotations, n.Annotations, c)
 		if !ok {
 			d.Failed[n.Name] = reason
 			continue
@@ -124,7 +124,11 @@ func ratio(a, b int64) float64 {
 //
 // devices is not modified. node holds the node's annotations.
 func Fit(devices []DeviceUsage, req PodRequest, pod, node map[string]string, c Config) (PodDevices, string, bool) {
-	c = c.orDefaults()
+	return fit(devices, req, pod, node, c.orDefaults())
+}
+
+// fit is [Fit] with c already completed, for [Schedule] to call once per node.
+func fit(devices []DeviceUsage, req PodRequest, pod, node map[string]string, c Config) (PodDevices, string, bool) {
 	policy := cmp.Or(Policy(pod[KeyGPUSchedulerPolicy]), c.GPUSchedulerPolicy)
 	f := fitter{pod: pod, c: c, binpack: hasPolicy(policy, PolicyBinpack)}
 	if c.Version == VersionMaster {
