@@ -1,10 +1,11 @@
 // Package kubeletplugin is the device-plugin side of channel 1 of HAMi registration: a
 // device plugin gRPC server (deviceplugin v1beta1) and its registration with the kubelet,
-// which then advertises the resource (nvidia.com/gpu by default) in the Node's capacity and
-// allocatable.
+// which then advertises the vendor's resource ([Options.Vendor]; nvidia.com/gpu by default) in
+// the Node's capacity and allocatable.
 //
-// Each GPU (an [annotation.Device]) is published as Count virtual devices (the split count,
-// [Options.SplitCount] when Count is 0) with HAMi's ids "<uuid>-<i>" ([VirtualDeviceID]),
+// Each GPU (an [annotation.Device]) is published as Count virtual devices (Count is the split
+// count, as in the register annotation) with HAMi's ids "<uuid>-<i>" ([VirtualDeviceID],
+// [ParseVirtualDeviceID] for the way back),
 // the GPU's health and its NUMA node as topology. The kubelet counts capacity = GPUs x split
 // count and allocatable = the healthy virtual devices. [Plugin.SetDevices] replaces the GPUs;
 // every change is re-sent, as a full list, on the open ListAndWatch stream.
@@ -63,7 +64,14 @@
 //
 // All methods of [Plugin] are safe for concurrent use; SetDevices never blocks on the kubelet.
 // One Run may be active at a time ([ErrAlreadyRunning]). Allocate and the other callbacks may
-// be called concurrently. Tests use package [github.com/hamireg/hamireg/kubeletplugin/kubelettest], a fake kubelet.
+// be called concurrently; each sees the devices published at the time of the call. Tests use
+// package [github.com/hamireg/hamireg/kubeletplugin/kubelettest], a fake kubelet.
+//
+// # Usage
+//
+// Most programs do not use this package directly: package
+// [github.com/hamireg/hamireg/nodeagent] runs a Plugin together with the register annotation
+// and HAMi's Allocate protocol. On its own (the snippet is [ExampleNew]):
 //
 //	p, err := kubeletplugin.New(kubeletplugin.Options{PluginDir: kubeletplugin.PluginDirFromRootDir("/var/lib/k0s/kubelet")})
 //	if err != nil {

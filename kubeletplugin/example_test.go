@@ -20,13 +20,13 @@ func ExamplePlugin() {
 	}
 	defer kubelet.Close()
 
-	p, err := kubeletplugin.New(kubeletplugin.Options{PluginDir: kubelet.Dir(), SplitCount: 4})
+	p, err := kubeletplugin.New(kubeletplugin.Options{PluginDir: kubelet.Dir()})
 	if err != nil {
 		panic(err)
 	}
 	gpus := []annotation.Device{
-		{ID: "GPU-0fc1", Index: 0, Health: true},
-		{ID: "GPU-7a2e", Index: 1, Numa: 1, Health: true},
+		{ID: "GPU-0fc1", Index: 0, Count: 4, Health: true}, // Count: the split count
+		{ID: "GPU-7a2e", Index: 1, Count: 4, Numa: 1, Health: true},
 	}
 	p.SetDevices(gpus)
 	done := make(chan error, 1)
@@ -61,4 +61,31 @@ func ExamplePlugin() {
 	// registrations 1: capacity 8, allocatable 4, first GPU-0fc1-0
 	// registrations 2: capacity 8, allocatable 4, first GPU-0fc1-0
 	// Run: <nil>
+}
+
+// The kubelet hands Allocate the ids the plugin published; ParseVirtualDeviceID tells which
+// GPU each one is a replica of.
+func ExampleParseVirtualDeviceID() {
+	id := kubeletplugin.VirtualDeviceID("GPU-0fc1a2b3-4c5d", 7)
+	uuid, replica, err := kubeletplugin.ParseVirtualDeviceID(id)
+	fmt.Println(id, uuid, replica, err)
+	_, _, err = kubeletplugin.ParseVirtualDeviceID("MIG-4f5e")
+	fmt.Println(err)
+	// Output:
+	// GPU-0fc1a2b3-4c5d-7 GPU-0fc1a2b3-4c5d 7 <nil>
+	// parse device id "MIG-4f5e": replica "4f5e" is not a non-negative decimal: invalid virtual device id
+}
+
+// The package documentation's usage snippet, compiled: serve devices to a kubelet started with
+// --root-dir=/var/lib/k0s/kubelet.
+func ExampleNew() {
+	run := func(ctx context.Context, devices []annotation.Device) error {
+		p, err := kubeletplugin.New(kubeletplugin.Options{PluginDir: kubeletplugin.PluginDirFromRootDir("/var/lib/k0s/kubelet")})
+		if err != nil {
+			return err
+		}
+		p.SetDevices(devices) // []annotation.Device, e.g. from nvmlscan; call again on health changes
+		return p.Run(ctx)
+	}
+	_ = run
 }

@@ -10,12 +10,12 @@ import (
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	"k8s.io/utils/clock"
+
+	"github.com/hamireg/hamireg/annotation"
 )
 
 // Defaults of [Options].
 const (
-	// DefaultResourceName is the extended resource HAMi's NVIDIA plugin advertises.
-	DefaultResourceName = "nvidia.com/gpu"
 	// DefaultPluginDir is the kubelet's device-plugin folder for the default --root-dir
 	// (/var/lib/kubelet): the kubelet's own [pluginapi.DevicePluginPath],
 	// "/var/lib/kubelet/device-plugins/". It holds kubelet.sock and the plugins' sockets.
@@ -24,8 +24,6 @@ const (
 	DefaultRegistryDir = "/var/lib/kubelet/plugins_registry"
 	// DefaultSocketName is the plugin's socket name in the plugin folder.
 	DefaultSocketName = "hamireg-nvidia-gpu.sock"
-	// DefaultSplitCount is HAMi's default deviceSplitCount.
-	DefaultSplitCount = 10
 	// KubeletSocketName is the name of the kubelet's registration socket in the plugin folder,
 	// the base name of [pluginapi.KubeletSocket] (a test keeps the two in step: Go cannot
 	// take a constant apart).
@@ -66,22 +64,25 @@ func (m Mode) String() string {
 }
 
 // AllocateFunc answers the kubelet's Allocate call: one ContainerAllocateResponse per
-// ContainerAllocateRequest, in order.
-type AllocateFunc func(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error)
+// ContainerAllocateRequest, in order. devices are the GPUs published at the time of the call
+// (the last [Plugin.SetDevices], canonical order), shared and read-only.
+type AllocateFunc func(ctx context.Context, devices []annotation.Device, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error)
 
-// PreferredAllocationFunc answers GetPreferredAllocation (a hint for the kubelet).
-type PreferredAllocationFunc func(ctx context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error)
+// PreferredAllocationFunc answers GetPreferredAllocation (a hint for the kubelet). devices are
+// as for [AllocateFunc].
+type PreferredAllocationFunc func(ctx context.Context, devices []annotation.Device, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error)
 
 // PreStartContainerFunc answers PreStartContainer, called before each container that got
-// devices from this plugin starts.
-type PreStartContainerFunc func(ctx context.Context, req *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error)
+// devices from this plugin starts. devices are as for [AllocateFunc].
+type PreStartContainerFunc func(ctx context.Context, devices []annotation.Device, req *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error)
 
 // Options configures a [Plugin]. The zero value is valid: every field documents its default.
 type Options struct {
-	// ResourceName is the extended resource the plugin advertises. Default
-	// [DefaultResourceName]. Only emptiness is checked here; the kubelet validates the name
-	// and its verdict (e.g. `the ResourceName "gpu" is invalid`) is returned by Run.
-	ResourceName string
+	// Vendor names the extended resource the plugin advertises (Vendor.ResourceName). Default
+	// annotation.NVIDIA(), resource nvidia.com/gpu. Only emptiness is checked here; the kubelet
+	// validates the name and its verdict (e.g. `the ResourceName "gpu" is invalid`) is
+	// returned by Run.
+	Vendor annotation.Vendor
 	// Mode is the registration mode. Default [ModeRegister].
 	Mode Mode
 	// PluginDir is the kubelet's device-plugin folder: kubelet.sock is there and, in
@@ -98,9 +99,6 @@ type Options struct {
 	// the path in this process when the folder is mounted elsewhere in the container). Default:
 	// the socket's path in this process.
 	Endpoint string
-	// SplitCount is the number of virtual devices per GPU whose annotation.Device.Count is 0.
-	// Default [DefaultSplitCount].
-	SplitCount int32
 	// Allocate answers Allocate. Default: one empty ContainerAllocateResponse per container.
 	Allocate AllocateFunc
 	// GetPreferredAllocation, when set, is advertised in GetDevicePluginOptions and answers
@@ -135,11 +133,10 @@ func PluginDirFromRootDir(root string) string { return filepath.Join(root, "devi
 func RegistryDirFromRootDir(root string) string { return filepath.Join(root, "plugins_registry") }
 
 func (o Options) withDefaults() Options {
-	o.ResourceName = cmp.Or(o.ResourceName, DefaultResourceName)
+	o.Vendor = cmp.Or(o.Vendor, annotation.NVIDIA())
 	o.PluginDir = cmp.Or(o.PluginDir, DefaultPluginDir)
 	o.RegistryDir = cmp.Or(o.RegistryDir, DefaultRegistryDir)
 	o.SocketName = cmp.Or(o.SocketName, DefaultSocketName)
-	o.SplitCount = cmp.Or(o.SplitCount, DefaultSplitCount)
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
@@ -165,8 +162,8 @@ func (o Options) validate() error {
 	if n := len(filepath.Join(o.socketDir(), o.SocketName)); n > maxUnixSocketPath {
 		problems = append(problems, fmt.Sprintf("socket path %s is %d bytes, over the unix limit of %d", filepath.Join(o.socketDir(), o.SocketName), n, maxUnixSocketPath))
 	}
-	if o.SplitCount < 0 {
-		problems = append(problems, fmt.Sprintf("SplitCount %d is negative", o.SplitCount))
+	if o.Vendor.ResourceName == "" {
+		problems = append(problems, fmt.Sprintf("vendor %q has no resource name", o.Vendor.Name))
 	}
 	for _, d := range []struct {
 		name string
@@ -185,7 +182,7 @@ func (o Options) validate() error {
 	if len(problems) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%w: %s", ErrInvalidOptions, strings.Join(problems, "; "))
+	return fmt.Errorf("%s: %w", strings.Join(problems, "; "), ErrInvalidOptions)
 }
 
 // socketDir is the folder of the plugin's own socket.

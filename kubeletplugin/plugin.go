@@ -39,7 +39,7 @@ type Plugin struct {
 	changed chan struct{} // closed and replaced on every SetDevices
 
 	stats struct {
-		registrations, registrationFailures, serves, streams, activeStreams, sends atomic.Int64
+		registrations, registrationFailures, serves, streams, activeStreams, sends atomic.Uint64
 	}
 }
 
@@ -47,15 +47,15 @@ type Plugin struct {
 type Stats struct {
 	// Registrations counts registrations the kubelet accepted (Register calls in
 	// ModeRegister, NotifyRegistrationStatus with PluginRegistered in ModePluginWatcher).
-	Registrations int64
+	Registrations uint64
 	// RegistrationFailures counts failed or rejected registrations.
-	RegistrationFailures int64
+	RegistrationFailures uint64
 	// Serves counts gRPC server starts (1 + the restarts).
-	Serves int64
+	Serves uint64
 	// Streams counts ListAndWatch streams opened by the kubelet; ActiveStreams those open now.
-	Streams, ActiveStreams int64
+	Streams, ActiveStreams uint64
 	// Sends counts ListAndWatch messages sent.
-	Sends int64
+	Sends uint64
 }
 
 // New validates opts, fills in the defaults and returns a Plugin that publishes no devices
@@ -87,7 +87,7 @@ func (p *Plugin) SetDevices(devices []annotation.Device) {
 	next := annotation.Canonical(devices)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if devicesEqual(p.devices, next, p.opts.SplitCount) {
+	if devicesEqual(p.devices, next) {
 		return
 	}
 	p.devices = next
@@ -95,12 +95,12 @@ func (p *Plugin) SetDevices(devices []annotation.Device) {
 	p.changed = make(chan struct{})
 }
 
-func devicesEqual(a, b []annotation.Device, split int32) bool {
+func devicesEqual(a, b []annotation.Device) bool {
 	if len(a) != len(b) {
 		return false
 	}
 	for i := range a {
-		if a[i].ID != b[i].ID || a[i].Health != b[i].Health || a[i].Numa != b[i].Numa || splitOf(a[i], split) != splitOf(b[i], split) {
+		if a[i].ID != b[i].ID || a[i].Health != b[i].Health || a[i].Numa != b[i].Numa || a[i].Count != b[i].Count {
 			return false
 		}
 	}
@@ -111,7 +111,15 @@ func devicesEqual(a, b []annotation.Device, split int32) bool {
 func (p *Plugin) snapshot() ([]*pluginapi.Device, <-chan struct{}) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return VirtualDevices(p.devices, p.opts.SplitCount), p.changed
+	return VirtualDevices(p.devices), p.changed
+}
+
+// Devices returns the GPUs last given to [Plugin.SetDevices], in canonical order. The slice is
+// shared: do not modify it.
+func (p *Plugin) Devices() []annotation.Device {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.devices
 }
 
 // Stats returns the counters.
@@ -152,7 +160,7 @@ func (p *Plugin) Run(ctx context.Context) error {
 	}
 	defer p.running.Store(false)
 
-	logger := klog.LoggerWithValues(klog.FromContext(ctx), "resourceName", p.opts.ResourceName, "socket", p.socketPath, "mode", p.opts.Mode.String())
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "resourceName", p.opts.Vendor.ResourceName, "socket", p.socketPath, "mode", p.opts.Mode.String())
 	ctx = klog.NewContext(ctx, logger)
 
 	dir := p.opts.socketDir()
@@ -413,7 +421,7 @@ func (p *Plugin) register(ctx context.Context) error {
 	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
 		Version:      pluginapi.Version,
 		Endpoint:     p.opts.SocketName,
-		ResourceName: p.opts.ResourceName,
+		ResourceName: p.opts.Vendor.ResourceName,
 		Options:      p.pluginOptions(),
 	})
 	if err == nil {
@@ -421,7 +429,7 @@ func (p *Plugin) register(ctx context.Context) error {
 	}
 	if status.Code(err) == codes.Unknown {
 		p.stats.registrationFailures.Add(1)
-		return &RegistrationError{KubeletSocket: kubeletSock, Endpoint: p.opts.SocketName, ResourceName: p.opts.ResourceName, Err: err}
+		return &RegistrationError{KubeletSocket: kubeletSock, Endpoint: p.opts.SocketName, ResourceName: p.opts.Vendor.ResourceName, Err: err}
 	}
 	return fmt.Errorf("register with kubelet at %s: %w", kubeletSock, err)
 }

@@ -3,6 +3,7 @@ package kubeletplugin_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -102,16 +103,16 @@ func TestNewValidation(t *testing.T) {
 		opts    kubeletplugin.Options
 		wantErr bool
 	}{
-		"zero":              {},
-		"plugin watcher":    {opts: kubeletplugin.Options{Mode: kubeletplugin.ModePluginWatcher}},
-		"unknown mode":      {opts: kubeletplugin.Options{Mode: 7}, wantErr: true},
-		"socket with slash": {opts: kubeletplugin.Options{SocketName: "a/b.sock"}, wantErr: true},
-		"not .sock":         {opts: kubeletplugin.Options{SocketName: "gpu"}, wantErr: true},
-		"kubelet.sock":      {opts: kubeletplugin.Options{SocketName: "kubelet.sock"}, wantErr: true},
-		"path too long":     {opts: kubeletplugin.Options{PluginDir: "/" + strings.Repeat("d", 100)}, wantErr: true},
-		"negative split":    {opts: kubeletplugin.Options{SplitCount: -1}, wantErr: true},
-		"negative backoff":  {opts: kubeletplugin.Options{InitialBackoff: -time.Second}, wantErr: true},
-		"max below initial": {opts: kubeletplugin.Options{InitialBackoff: time.Minute, MaxBackoff: time.Second}, wantErr: true},
+		"zero":                    {},
+		"plugin watcher":          {opts: kubeletplugin.Options{Mode: kubeletplugin.ModePluginWatcher}},
+		"unknown mode":            {opts: kubeletplugin.Options{Mode: 7}, wantErr: true},
+		"socket with slash":       {opts: kubeletplugin.Options{SocketName: "a/b.sock"}, wantErr: true},
+		"not .sock":               {opts: kubeletplugin.Options{SocketName: "gpu"}, wantErr: true},
+		"kubelet.sock":            {opts: kubeletplugin.Options{SocketName: "kubelet.sock"}, wantErr: true},
+		"path too long":           {opts: kubeletplugin.Options{PluginDir: "/" + strings.Repeat("d", 100)}, wantErr: true},
+		"vendor without resource": {opts: kubeletplugin.Options{Vendor: annotation.Vendor{Name: "X", RegisterKey: "x"}}, wantErr: true},
+		"negative backoff":        {opts: kubeletplugin.Options{InitialBackoff: -time.Second}, wantErr: true},
+		"max below initial":       {opts: kubeletplugin.Options{InitialBackoff: time.Minute, MaxBackoff: time.Second}, wantErr: true},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -134,7 +135,6 @@ func TestVirtualDevices(t *testing.T) {
 	}
 	tests := map[string]struct {
 		devices []annotation.Device
-		split   int32
 		want    []*pluginapi.Device
 	}{
 		"none": {want: []*pluginapi.Device{}},
@@ -143,26 +143,21 @@ func TestVirtualDevices(t *testing.T) {
 				{ID: "GPU-b", Index: 1, Count: 1, Numa: 1, Health: false},
 				{ID: "GPU-a", Index: 0, Count: 2, Numa: 0, Health: true},
 			},
-			split: 10,
 			want: []*pluginapi.Device{
 				{ID: "GPU-a-0", Health: pluginapi.Healthy, Topology: topo(0)},
 				{ID: "GPU-a-1", Health: pluginapi.Healthy, Topology: topo(0)},
 				{ID: "GPU-b-0", Health: pluginapi.Unhealthy, Topology: topo(1)},
 			},
 		},
-		"zero count uses split": {
-			devices: []annotation.Device{{ID: "GPU-a", Health: true}},
-			split:   2,
-			want: []*pluginapi.Device{
-				{ID: "GPU-a-0", Health: pluginapi.Healthy, Topology: topo(0)},
-				{ID: "GPU-a-1", Health: pluginapi.Healthy, Topology: topo(0)},
-			},
+		"count is trusted: zero and negative publish nothing": {
+			devices: []annotation.Device{{ID: "GPU-a", Health: true}, {ID: "GPU-b", Index: 1, Count: -3, Health: true}, {ID: "GPU-c", Index: 2, Count: 1}},
+			want:    []*pluginapi.Device{{ID: "GPU-c-0", Health: pluginapi.Unhealthy, Topology: topo(0)}},
 		},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			got := kubeletplugin.VirtualDevices(tc.devices, tc.split)
+			got := kubeletplugin.VirtualDevices(tc.devices)
 			if diff := cmp.Diff(tc.want, got, protocmp.Transform()); diff != "" {
 				t.Errorf("VirtualDevices (-want +got):\n%s", diff)
 			}
@@ -364,7 +359,10 @@ func TestCallbacks(t *testing.T) {
 	var got []string
 	p, _ := runPlugin(t, kubeletplugin.Options{
 		PluginDir: k.Dir(),
-		Allocate: func(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+		Allocate: func(_ context.Context, devs []annotation.Device, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+			if len(devs) != 1 || devs[0].ID != "GPU-a" {
+				return nil, fmt.Errorf("callback saw devices %v, want the published GPU-a", devs)
+			}
 			resp := &pluginapi.AllocateResponse{}
 			for _, c := range req.GetContainerRequests() {
 				got = append(got, c.GetDevicesIds()...)
@@ -372,7 +370,7 @@ func TestCallbacks(t *testing.T) {
 			}
 			return resp, nil
 		},
-		GetPreferredAllocation: func(_ context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
+		GetPreferredAllocation: func(_ context.Context, _ []annotation.Device, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
 			return &pluginapi.PreferredAllocationResponse{ContainerResponses: []*pluginapi.ContainerPreferredAllocationResponse{{DeviceIDs: req.GetContainerRequests()[0].GetAvailableDeviceIDs()[:1]}}}, nil
 		},
 	}, gpus(true))

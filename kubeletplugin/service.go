@@ -39,7 +39,7 @@ func (v *service) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingSe
 	st := &v.p.stats
 	st.streams.Add(1)
 	st.activeStreams.Add(1)
-	defer st.activeStreams.Add(-1)
+	defer st.activeStreams.Add(^uint64(0)) // minus one
 	v.logger.V(3).Info("ListAndWatch stream opened")
 	for {
 		devs, changed := v.p.snapshot()
@@ -69,7 +69,7 @@ func (s *server) markLost() { s.lostOnce.Do(func() { close(s.streamLost) }) }
 
 func (v *service) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	if v.p.opts.Allocate != nil {
-		return v.p.opts.Allocate(ctx, req)
+		return v.p.opts.Allocate(ctx, v.p.Devices(), req)
 	}
 	resp := &pluginapi.AllocateResponse{}
 	for range req.GetContainerRequests() {
@@ -82,21 +82,21 @@ func (v *service) GetPreferredAllocation(ctx context.Context, req *pluginapi.Pre
 	if v.p.opts.GetPreferredAllocation == nil {
 		return nil, status.Error(codes.Unimplemented, "GetPreferredAllocation is not offered by this plugin")
 	}
-	return v.p.opts.GetPreferredAllocation(ctx, req)
+	return v.p.opts.GetPreferredAllocation(ctx, v.p.Devices(), req)
 }
 
 func (v *service) PreStartContainer(ctx context.Context, req *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
 	if v.p.opts.PreStartContainer == nil {
 		return &pluginapi.PreStartContainerResponse{}, nil
 	}
-	return v.p.opts.PreStartContainer(ctx, req)
+	return v.p.opts.PreStartContainer(ctx, v.p.Devices(), req)
 }
 
 // GetInfo tells the kubelet's plugin watcher what this socket is (ModePluginWatcher).
 func (v *service) GetInfo(context.Context, *registerapi.InfoRequest) (*registerapi.PluginInfo, error) {
 	return &registerapi.PluginInfo{
 		Type:              registerapi.DevicePlugin,
-		Name:              v.p.opts.ResourceName,
+		Name:              v.p.opts.Vendor.ResourceName,
 		Endpoint:          v.p.opts.Endpoint,
 		SupportedVersions: []string{pluginapi.Version},
 	}, nil
@@ -111,7 +111,7 @@ func (v *service) NotifyRegistrationStatus(_ context.Context, st *registerapi.Re
 		return &registerapi.RegistrationStatusResponse{}, nil
 	}
 	v.p.stats.registrationFailures.Add(1)
-	err := &RegistrationError{Endpoint: v.p.opts.Endpoint, ResourceName: v.p.opts.ResourceName, Err: errors.New(st.GetError())}
+	err := &RegistrationError{Endpoint: v.p.opts.Endpoint, ResourceName: v.p.opts.Vendor.ResourceName, Err: errors.New(st.GetError())}
 	select {
 	case v.registerErrs <- err:
 	default:

@@ -28,7 +28,7 @@
 // time it is called; the caller decides how often (HAMi: every 30 s). [Scanner.Run] runs the
 // XID health watch until its context ends; the health it keeps shows in the Health field of
 // the scanned devices, in [Scanner.Unhealthy], and as a notification on
-// [Scanner.HealthChanged]. [Scanner.Close] stops Run, waits for a scan in progress and shuts
+// [Scanner.Changed]. [Scanner.Close] stops Run, waits for a scan in progress and shuts
 // NVML down.
 //
 // # Concurrency
@@ -39,6 +39,10 @@
 // keep no global state.
 //
 // # Usage
+//
+// A node program hands the Scanner to package github.com/hamireg/hamireg/nodeagent as its
+// device source ([Scanner.Devices], [Scanner.Changed] and [Scanner.Run] are what it calls). On
+// its own ([ExampleScanner]):
 //
 //	s, err := nvmlscan.New(nvml.New(), nvmlscan.Options{}) // chart defaults
 //	if err != nil {

@@ -15,9 +15,9 @@ var (
 	ErrInit = errors.New("nvml init failed")
 	// ErrClosed means the scanner was closed.
 	ErrClosed = errors.New("scanner closed")
-	// ErrRunning means [Scanner.Run] was called while another Run of the same scanner is
+	// ErrAlreadyRunning means [Scanner.Run] was called while another Run of the same scanner is
 	// still running.
-	ErrRunning = errors.New("scanner already running")
+	ErrAlreadyRunning = errors.New("scanner already running")
 	// ErrMemoryNotSupported means the GPU does not report its memory (NVML returns
 	// ERROR_NOT_SUPPORTED, e.g. on unified-memory parts such as GB10) and
 	// Options.PreConfiguredMemory is 0, so the GPU is skipped, as HAMi does.

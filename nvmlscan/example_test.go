@@ -74,3 +74,23 @@ func ExampleNew_noDriver() {
 	// true true
 	// nvml Init err: ERROR_LIBRARY_NOT_FOUND: libnvidia-ml.so.1 is not in the container, so the container did not get the NVIDIA driver: make nvidia the default runtime of the node's container runtime (containerd, CRI-O, Docker), or give the device plugin pod a RuntimeClass (runtimeClassName: nvidia)
 }
+
+// The package documentation's usage snippet, compiled.
+func ExampleScanner() {
+	run := func(ctx context.Context) error {
+		s, err := nvmlscan.New(nvml.New(), nvmlscan.Options{}) // chart defaults
+		if err != nil {
+			return err // errors.Is(err, nvml.ERROR_LIBRARY_NOT_FOUND): the pod did not get the driver
+		}
+		defer s.Close()
+		go s.Run(ctx) // XID health watch; Close stops it and waits for it
+		res, err := s.Scan(ctx)
+		if err != nil {
+			return err
+		}
+		value := annotation.Encode(res.Devices) // hami.io/node-nvidia-register
+		_ = value
+		return nil
+	}
+	_ = run
+}

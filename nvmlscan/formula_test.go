@@ -213,7 +213,6 @@ func TestOptionsInvalid(t *testing.T) {
 	t.Parallel()
 	tests := map[string]Options{
 		"negative split count":       {SplitCount: -1},
-		"split count beyond int32":   {SplitCount: math.MaxInt32 + 1},
 		"zero memory scaling":        {MemoryScaling: ptr(0.0)},
 		"negative memory scaling":    {MemoryScaling: ptr(-1.0)},
 		"NaN memory scaling":         {MemoryScaling: ptr(math.NaN())},

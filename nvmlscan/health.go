@@ -42,23 +42,26 @@ func (s *Scanner) Unhealthy() []DeviceHealth {
 	return out
 }
 
-// HealthChanged returns a channel that receives a value after a GPU became unhealthy or
-// healthy again. Notifications coalesce (the channel holds at most one): on receipt, call
-// [Scanner.Scan] or [Scanner.Unhealthy] for the current state. The channel is never closed.
-func (s *Scanner) HealthChanged() <-chan struct{} {
+// Changed returns a channel that is closed at the next change of a GPU's health (unhealthy,
+// or healthy again), and then replaced: take it before reading the state ([Scanner.Scan],
+// [Scanner.Devices] or [Scanner.Unhealthy]), wait for it to close, and take the next one. Any
+// number of goroutines may wait on the same channel.
+func (s *Scanner) Changed() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	return s.changed
 }
 
 func (s *Scanner) notifyChanged() {
-	select {
-	case s.changed <- struct{}{}:
-	default:
-	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	close(s.changed)
+	s.changed = make(chan struct{})
 }
 
 // Run watches NVML for critical XID events and keeps each GPU's health, which [Scanner.Scan]
 // publishes. It blocks until ctx ends or the scanner is closed, then returns nil after every
-// goroutine it started has returned; it returns [ErrClosed] after Close and [ErrRunning] while
+// goroutine it started has returned; it returns [ErrClosed] after Close and [ErrAlreadyRunning] while
 // another Run of the same scanner is running.
 //
 // Marking unhealthy: an XidCriticalError event on a GPU marks it unhealthy, unless its XID is
@@ -88,7 +91,7 @@ func (s *Scanner) Run(ctx context.Context) error {
 		return fmt.Errorf("run health watch: %w", ErrClosed)
 	case s.running:
 		s.mu.Unlock()
-		return fmt.Errorf("run health watch: %w", ErrRunning)
+		return fmt.Errorf("run health watch: %w", ErrAlreadyRunning)
 	}
 	done := make(chan struct{})
 	s.running, s.stopRun, s.runDone = true, cancel, done

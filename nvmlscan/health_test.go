@@ -120,9 +120,7 @@ func TestHealthRecoveryByScan(t *testing.T) {
 		if got := health(scan(ctx, t, s)); !got[0] {
 			t.Error("GPU 0 still unhealthy after the quiet period in which it answered the scan")
 		}
-		select {
-		case <-s.HealthChanged():
-		default:
+		if !changedSince(s) {
 			t.Error("no notification for the recovery")
 		}
 	})
@@ -430,8 +428,8 @@ func TestRunOnceAndClose(t *testing.T) {
 		if calls := len(n.Server.EventSetCreateCalls()); calls != 1 {
 			t.Fatalf("Run not started: %d event sets created, want 1", calls)
 		}
-		if err := s.Run(ctx); !errors.Is(err, nvmlscan.ErrRunning) {
-			t.Errorf("second Run: %v, want ErrRunning", err)
+		if err := s.Run(ctx); !errors.Is(err, nvmlscan.ErrAlreadyRunning) {
+			t.Errorf("second Run: %v, want ErrAlreadyRunning", err)
 		}
 		if err := s.Close(); err != nil {
 			t.Fatal(err)

@@ -2,6 +2,7 @@ package nvmlscan_test
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -30,6 +31,7 @@ func newScanner(t *testing.T, n *nvmlscantest.Node, opts nvmlscan.Options) *nvml
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
+	drainChanged(s)
 	t.Cleanup(func() {
 		if err := s.Close(); err != nil {
 			t.Errorf("Close: %v", err)
@@ -90,20 +92,30 @@ func testContext(t *testing.T) context.Context {
 func waitChanged(t *testing.T, s *nvmlscan.Scanner) {
 	t.Helper()
 	synctest.Wait()
-	select {
-	case <-s.HealthChanged():
-	default:
+	if !changedSince(s) {
 		t.Fatal("no health notification once the bubble settled")
 	}
 }
 
-// drainChanged drops a pending health notification.
-func drainChanged(s *nvmlscan.Scanner) {
+// seen holds, per scanner, the Changed channel taken when the test last looked (at New, and at
+// each waitChanged, drainChanged or changedSince).
+var seen sync.Map // *nvmlscan.Scanner → <-chan struct{}
+
+// changedSince reports whether the health changed since the test last looked, and looks again.
+func changedSince(s *nvmlscan.Scanner) bool {
+	v, _ := seen.Load(s)
+	ch, _ := v.(<-chan struct{})
+	seen.Store(s, s.Changed())
 	select {
-	case <-s.HealthChanged():
+	case <-ch:
+		return true
 	default:
+		return false
 	}
 }
+
+// drainChanged forgets changes so far.
+func drainChanged(s *nvmlscan.Scanner) { seen.Store(s, s.Changed()) }
 
 // health returns the Health field of each scanned device by index.
 func health(res nvmlscan.Result) map[uint]bool {

@@ -21,10 +21,10 @@ const (
 
 // Defaults of [Options] and [HealthOptions], the values of HAMi's chart where it has one.
 const (
-	DefaultSplitCount    = 10
-	DefaultQuietPeriod   = 5 * time.Minute
-	DefaultProbeInterval = 30 * time.Second
-	DefaultWaitTimeout   = time.Second
+	DefaultSplitCount    int32 = 10
+	DefaultQuietPeriod         = 5 * time.Minute
+	DefaultProbeInterval       = 30 * time.Second
+	DefaultWaitTimeout         = time.Second
 )
 
 // DefaultIgnoredXIDs returns the XIDs that NVIDIA's device plugin always treats as application
@@ -42,7 +42,7 @@ func DefaultIgnoredXIDs() []uint64 {
 type Options struct {
 	// SplitCount is the number of tasks that may share one GPU, published as "count"
 	// (deviceSplitCount). 0 means [DefaultSplitCount] (10). Must not be negative.
-	SplitCount int
+	SplitCount int32
 	// MemoryScaling multiplies each GPU's memory in MiB; the product is truncated
 	// (deviceMemoryScaling; 81559 MiB × 1.8 = 146806). Not applied in [ModeMIG]. nil means 1.
 	// Must be positive and finite.
@@ -118,7 +118,7 @@ type config struct {
 }
 
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalidOptions, fmt.Sprintf(format, args...))
+	return fmt.Errorf(format+": %w", append(args, ErrInvalidOptions)...)
 }
 
 func (o Options) config() (*config, error) {
@@ -133,10 +133,10 @@ func (o Options) config() (*config, error) {
 		probeInterval: DefaultProbeInterval,
 		waitTimeout:   DefaultWaitTimeout,
 	}
-	if o.SplitCount < 0 || o.SplitCount > math.MaxInt32 {
-		return nil, invalid("split count %d is not within [0, %d]", o.SplitCount, math.MaxInt32)
+	if o.SplitCount < 0 {
+		return nil, invalid("split count %d is negative", o.SplitCount)
 	}
-	c.splitCount = cmp.Or(int32(o.SplitCount), c.splitCount)
+	c.splitCount = cmp.Or(o.SplitCount, c.splitCount)
 	if o.MemoryScaling != nil {
 		v := *o.MemoryScaling
 		if !(v > 0) || math.IsInf(v, 0) {

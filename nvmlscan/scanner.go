@@ -55,7 +55,9 @@ type Result struct {
 	Excluded int
 }
 
-// Err joins the errors of the skipped GPUs; nil when none was skipped.
+// Err joins the errors of the skipped GPUs; nil when none was skipped. A device source must
+// not return it as its error: that would withhold the GPUs that did register
+// ([Scanner.Devices] is the source form of a scan).
 func (r Result) Err() error {
 	errs := make([]error, len(r.Failed))
 	for i, e := range r.Failed {
@@ -86,7 +88,7 @@ func New(lib nvml.Interface, opts Options) (*Scanner, error) {
 	return &Scanner{
 		lib:     lib,
 		cfg:     cfg,
-		changed: make(chan struct{}, 1),
+		changed: make(chan struct{}),
 		health:  make(map[string]*gpuHealth),
 	}, nil
 }
@@ -252,4 +254,20 @@ func (s *Scanner) numa(logger klog.Logger, dev nvml.Device, uuid string, index i
 		logger.V(4).Info("failed to get numa information from sysfs", "index", index, "gpuUUID", uuid, "err", err)
 	}
 	return n
+}
+
+// Devices is a scan in the form of a device source (package
+// github.com/hamireg/hamireg/nodeagent): the devices to register, the GPUs that were skipped
+// (one [*DeviceError] each, already logged), and an error only when the scan failed as a whole
+// ([Scanner.Scan]'s error). Skipped GPUs do not hold back the others.
+func (s *Scanner) Devices(ctx context.Context) ([]annotation.Device, []error, error) {
+	res, err := s.Scan(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	var failed []error
+	for _, e := range res.Failed {
+		failed = append(failed, e)
+	}
+	return res.Devices, failed, nil
 }

@@ -22,6 +22,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"strconv"
@@ -48,7 +49,7 @@ func main() {
 func run(ctx context.Context, args []string, lib nvml.Interface, stdout, stderr io.Writer) int {
 	flags := flag.NewFlagSet("nvmlscan", flag.ContinueOnError)
 	flags.SetOutput(stderr)
-	splitCount := flags.Int("split-count", nvmlscan.DefaultSplitCount, "tasks per GPU (deviceSplitCount)")
+	splitCount := flags.Int("split-count", int(nvmlscan.DefaultSplitCount), "tasks per GPU (deviceSplitCount)")
 	memScaling := flags.Float64("memory-scaling", 1, "memory scaling (deviceMemoryScaling); not applied in mig mode")
 	coreScaling := flags.Float64("core-scaling", 1, "core scaling (deviceCoreScaling); not applied in mig mode")
 	preConfigured := flags.Int64("preconfigured-memory", 0, "MiB to assume for GPUs that do not report memory (preConfiguredDeviceMemory)")
@@ -76,6 +77,10 @@ func run(ctx context.Context, args []string, lib nvml.Interface, stdout, stderr 
 		fmt.Fprintf(stderr, "nvmlscan: -shape %q is neither master nor v2.9.0\n", *shape)
 		return 2
 	}
+	if *splitCount < 0 || *splitCount > math.MaxInt32 {
+		fmt.Fprintf(stderr, "nvmlscan: -split-count: split count %d is not within [0, %d]\n", *splitCount, math.MaxInt32)
+		return 2
+	}
 	indexes, err := parseIndexes(*excludeIndexes)
 	if err != nil {
 		fmt.Fprintf(stderr, "nvmlscan: -exclude-indexes: %v\n", err)
@@ -85,7 +90,7 @@ func run(ctx context.Context, args []string, lib nvml.Interface, stdout, stderr 
 	ctx = klog.NewContext(ctx, logger)
 
 	s, err := nvmlscan.New(lib, nvmlscan.Options{
-		SplitCount:          *splitCount,
+		SplitCount:          int32(*splitCount),
 		MemoryScaling:       memScaling,
 		CoreScaling:         coreScaling,
 		PreConfiguredMemory: *preConfigured,

@@ -26,8 +26,9 @@ func Example() {
 	done := make(chan error)
 	go func() { done <- s.Run(ctx) }()
 
+	changed := s.Changed() // closed at the next health change
 	node.XID(6, 79)
-	<-s.HealthChanged()
+	<-changed
 	res, err := s.Scan(ctx)
 	if err != nil {
 		fmt.Println(err)

@@ -68,10 +68,10 @@ func BenchmarkKubeletRestart(b *testing.B) {
 	b.ReportMetric(float64(len(lat)), "restarts")
 	// The device manager sees the devices before Register returns to the plugin.
 	deadline := time.Now().Add(10 * time.Second)
-	for p.Stats().Registrations < int64(restarts)+1 && time.Now().Before(deadline) {
+	for p.Stats().Registrations < uint64(restarts)+1 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
-	if st := p.Stats(); st.Registrations < int64(restarts)+1 {
+	if st := p.Stats(); st.Registrations < uint64(restarts)+1 {
 		b.Errorf("Registrations = %d, want >= %d", st.Registrations, restarts+1)
 	}
 }

@@ -35,7 +35,7 @@ func runPluginChildIfAsked() {
 	for _, h := range strings.Split(os.Getenv(envPluginHealth), ",") {
 		health = append(health, h == "1")
 	}
-	p, err := kubeletplugin.New(kubeletplugin.Options{PluginDir: dir, SplitCount: split})
+	p, err := kubeletplugin.New(kubeletplugin.Options{PluginDir: dir})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "plugin child:", err)
 		os.Exit(2)

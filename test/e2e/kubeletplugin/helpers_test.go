@@ -68,9 +68,6 @@ func (r *running) wait(tb testing.TB, timeout time.Duration) error {
 
 func startPlugin(tb testing.TB, opts kubeletplugin.Options, devices []annotation.Device) *running {
 	tb.Helper()
-	if opts.SplitCount == 0 {
-		opts.SplitCount = split
-	}
 	p, err := kubeletplugin.New(opts)
 	if err != nil {
 		tb.Fatalf("New: %v", err)

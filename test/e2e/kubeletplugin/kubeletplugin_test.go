@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/kubeletplugin"
 	"github.com/hamireg/hamireg/test/e2e/harness"
 	"github.com/hamireg/hamireg/test/e2e/kubeletpeer"
@@ -61,7 +62,7 @@ func TestKubeletInvalidResourceName(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = srv.Stop() })
-	p := startPlugin(t, kubeletplugin.Options{PluginDir: srv.Dir(), ResourceName: "gpu"}, gpus(true))
+	p := startPlugin(t, kubeletplugin.Options{PluginDir: srv.Dir(), Vendor: annotation.Vendor{Name: "NVIDIA", ResourceName: "gpu"}}, gpus(true))
 	err = p.wait(t, 30*time.Second)
 	var rerr *kubeletplugin.RegistrationError
 	if !errors.Is(err, kubeletplugin.ErrRegistrationRejected) || !errors.As(err, &rerr) {
