@@ -1,7 +1,9 @@
 // Package register is the device-plugin side of channel 2 of HAMi registration: it keeps the
 // Node annotation hami.io/node-nvidia-register (or another vendor's JSON register key) equal to
 // the devices the node has, in HAMi's wire format, with no write and no request when nothing
-// changes.
+// changes. The devices are pushed: the caller hands them over with [Writer.SetDevices] after
+// each scan (package github.com/hamireg/hamireg/nodeagent does that, and feeds the kubelet
+// from the same scan).
 //
 // HAMi's node agent GETs its Node every 30 s, re-patches on most cycles of a multi-GPU node
 // (random map order), caches the new value before the patch succeeds (one failed patch
@@ -21,25 +23,25 @@
 //     patch; a failed write is retried after 1 s, doubling up to 5 s (HAMi's fixed retry
 //     period), until it succeeds.
 //   - Drift is healed without polling: when the watch shows the annotation deleted or set to
-//     anything but what the Writer wrote, it rescans and rewrites it at once, without a
+//     anything but what the Writer wrote, it rewrites the devices last set at once, without a
 //     restart. When the Node does not exist yet, the Writer waits for the watch to show it.
 //
 // # Lifecycle
 //
 // [NodeNameFromEnv] resolves the node name (NODE_NAME, else the legacy NodeName with a
 // warning); an empty name is an error at construction ([ErrNoNodeName]), not a retry loop.
-// [New] validates and starts nothing. [Writer.Run] starts the watch, syncs once the Node has
-// been listed, then rescans the [DeviceSource] every Options.Period (30 s), on drift, when
-// the Node appears and when asked with [Writer.Rescan] (say, on a GPU health event), and
-// returns nil when its context is done, after every goroutine it started
-// (the watch, the Event broadcaster) has ended. [Writer.Sync] does one rescan-compare-write
+// [New] validates and starts nothing. [Writer.Run] starts the watch and, once the Node has
+// been listed, syncs at every [Writer.SetDevices] (an unchanged list sends nothing), on drift
+// and when the Node appears, and returns nil when its context is done, after every goroutine
+// it started (the watch, the Event broadcaster) has ended. [Writer.WaitForSync] waits, without
+// polling, until the Node carries the devices last set. [Writer.Sync] does one compare-write
 // for callers that drive the Writer themselves; outside Run it GETs the Node.
 //
 // # Concurrency
 //
 // One Run at a time per Writer ([ErrAlreadyRunning]); Sync may be called concurrently with
-// Run, syncs are serialised. The device source is called from one goroutine at a time.
-// [Writer.Rescan] and [Writer.Stats] are safe at any time.
+// Run, syncs are serialised. [Writer.SetDevices], [Writer.InSync], [Writer.WaitForSync] and
+// [Writer.Stats] are safe at any time, from any number of goroutines.
 //
 // # Errors, logs, Events, metrics
 //
@@ -75,13 +77,16 @@
 //
 // # Usage
 //
+// The snippet is [ExampleNew]; devices come from a scan (package nvmlscan, or a vendor's):
+//
 //	name, err := register.NodeNameFromEnv(ctx, nil)
 //	if err != nil {
 //		return err // NODE_NAME unset: fix the DaemonSet, do not retry
 //	}
-//	w, err := register.New(clientset, name, scanner, register.Options{Registerer: prometheus.DefaultRegisterer})
+//	w, err := register.New(clientset, name, register.Options{Registerer: prometheus.DefaultRegisterer})
 //	if err != nil {
 //		return err
 //	}
-//	return w.Run(ctx) // until ctx is done
+//	w.SetDevices(devices) // and again after every scan that may have changed them
+//	return w.Run(ctx)     // until ctx is done
 package register

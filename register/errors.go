@@ -30,6 +30,9 @@ var (
 	// ErrAlreadyRunning means [Writer.Run] was called while another Run of the same Writer
 	// had not returned.
 	ErrAlreadyRunning = errors.New("writer already running")
+	// ErrNoDevices means [Writer.Sync] was called before the first [Writer.SetDevices]: the
+	// Writer does not know yet what to write.
+	ErrNoDevices = errors.New("no devices set")
 )
 
 // WriteError describes a failed read or write of the Node. It unwraps to its class (one of

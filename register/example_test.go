@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/hamireg/hamireg/annotation"
@@ -17,18 +19,17 @@ func ExampleWriter_Sync() {
 	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{
 		Name: "gpu-1", Annotations: map[string]string{"owner": "ops"},
 	}})
-	// In a device plugin the source is the NVML scan; here two GPUs listed out of order.
-	scan := register.DeviceSourceFunc(func(context.Context) ([]annotation.Device, error) {
-		return []annotation.Device{
-			{ID: "GPU-b", Index: 1, Count: 10, Devmem: 23028, Devcore: 100, Type: "NVIDIA-A10", Mode: "hami-core", Health: true},
-			{ID: "GPU-a", Index: 0, Count: 10, Devmem: 23028, Devcore: 100, Type: "NVIDIA-A10", Mode: "hami-core", Health: true},
-		}, nil
-	})
-	w, err := register.New(client, "gpu-1", scan, register.Options{})
+	w, err := register.New(client, "gpu-1", register.Options{})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
+	fmt.Println(w.Sync(ctx)) // nothing set yet
+	// In a device plugin the devices come from the NVML scan; here two GPUs out of order.
+	w.SetDevices([]annotation.Device{
+		{ID: "GPU-b", Index: 1, Count: 10, Devmem: 23028, Devcore: 100, Type: "NVIDIA-A10", Mode: "hami-core", Health: true},
+		{ID: "GPU-a", Index: 0, Count: 10, Devmem: 23028, Devcore: 100, Type: "NVIDIA-A10", Mode: "hami-core", Health: true},
+	})
 	for range 3 { // one write, then nothing to do
 		if err := w.Sync(ctx); err != nil {
 			fmt.Println(err)
@@ -39,11 +40,29 @@ func ExampleWriter_Sync() {
 	fmt.Println(node.Annotations[w.Key()])
 	fmt.Println(node.Annotations["owner"])
 	s := w.Stats()
-	fmt.Printf("writes=%d noops=%d\n", s.Writes, s.NoOps)
+	fmt.Printf("writes=%d noops=%d in sync=%v\n", s.Writes, s.NoOps, w.InSync())
 	// Output:
+	// sync register annotation of node "gpu-1": no devices set
 	// [{"id":"GPU-a","count":10,"devmem":23028,"devcore":100,"type":"NVIDIA-A10","mode":"hami-core","health":true},{"id":"GPU-b","index":1,"count":10,"devmem":23028,"devcore":100,"type":"NVIDIA-A10","mode":"hami-core","health":true}]
 	// ops
-	// writes=1 noops=2
+	// writes=1 noops=2 in sync=true
+}
+
+// The package documentation's usage snippet, compiled.
+func ExampleNew() {
+	run := func(ctx context.Context, clientset kubernetes.Interface, devices []annotation.Device) error {
+		name, err := register.NodeNameFromEnv(ctx, nil)
+		if err != nil {
+			return err // NODE_NAME unset: fix the DaemonSet, do not retry
+		}
+		w, err := register.New(clientset, name, register.Options{Registerer: prometheus.DefaultRegisterer})
+		if err != nil {
+			return err
+		}
+		w.SetDevices(devices) // and again after every scan that may have changed them
+		return w.Run(ctx)     // until ctx is done
+	}
+	_ = run
 }
 
 func ExampleNodeNameFromEnv() {

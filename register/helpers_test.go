@@ -1,7 +1,6 @@
 package register_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/internal/reactors"
+	"github.com/hamireg/hamireg/register"
 )
 
 // TestMain fails the binary if any test leaves a goroutine behind: every Run must join what
@@ -31,39 +31,27 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// source is a DeviceSource whose devices and error tests change; it returns the devices in a
-// new random order on every call, as HAMi's map iteration does.
-type source struct {
-	mu    sync.Mutex
-	devs  []annotation.Device
-	err   error
-	calls int
-}
-
-func newSource(devs []annotation.Device) *source { return &source{devs: devs} }
-
-func (s *source) Devices(context.Context) ([]annotation.Device, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.calls++
-	if s.err != nil {
-		return nil, s.err
-	}
-	out := slices.Clone(s.devs)
+// shuffled returns devs in a new random order, as HAMi's map iteration lists them.
+func shuffled(devs []annotation.Device) []annotation.Device {
+	out := slices.Clone(devs)
 	rand.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
-	return out, nil
+	return out
 }
 
-func (s *source) set(devs []annotation.Device) {
-	s.mu.Lock()
-	s.devs = devs
-	s.mu.Unlock()
+// newWriter returns a Writer of node gpu-1 that has been given devs, in a random order.
+func newWriter(cs *fake.Clientset, devs []annotation.Device, opts register.Options) (*register.Writer, error) {
+	w, err := register.New(cs, nodeName, opts)
+	if err != nil {
+		return nil, err
+	}
+	w.SetDevices(shuffled(devs))
+	return w, nil
 }
 
-func (s *source) setErr(err error) {
-	s.mu.Lock()
-	s.err = err
-	s.mu.Unlock()
+// syncs counts the syncs a Writer has made.
+func syncs(w *register.Writer) uint64 {
+	s := w.Stats()
+	return s.Writes + s.NoOps + s.Failures
 }
 
 // gpus returns n healthy A100s.

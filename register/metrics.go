@@ -12,7 +12,6 @@ import (
 const (
 	reasonForbidden    = "forbidden"
 	reasonNodeNotFound = "node_not_found"
-	reasonDeviceSource = "device_source"
 	reasonAPI          = "api"
 )
 
@@ -53,7 +52,7 @@ func newMetrics(reg prometheus.Registerer, vendor string) (*metrics, error) {
 			ConstLabels: labels,
 		}, []string{"reason"}),
 	}
-	for _, r := range []string{reasonForbidden, reasonNodeNotFound, reasonDeviceSource, reasonAPI} {
+	for _, r := range []string{reasonForbidden, reasonNodeNotFound, reasonAPI} {
 		m.failures.WithLabelValues(r) // export every reason at 0
 	}
 	collectors := []prometheus.Collector{m.writes, m.heals, m.noops, m.failures}

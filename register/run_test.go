@@ -62,34 +62,32 @@ func step(t *testing.T, clk *testingclock.FakeClock, d time.Duration) {
 	clk.Step(d)
 }
 
-func TestRunSteadyStateAndRescan(t *testing.T) {
+func TestRunSteadyStateAndSetDevices(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		_, ctx := ktesting.NewTestContext(t)
 		cs := newClientset(newNode(nil))
-		src := newSource(gpus(8))
 		clk := testingclock.NewFakeClock(time.Unix(0, 0))
-		w, err := register.New(cs, "gpu-1", src, register.Options{Clock: clk, EventRecorder: &record.FakeRecorder{}})
+		w, err := newWriter(cs, gpus(8), register.Options{Clock: clk, EventRecorder: &record.FakeRecorder{}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		stop := startRun(ctx, t, w)
 		settled(t, "the first write", func() bool { return w.Stats().Writes == 1 })
 
-		// Ten periods with nothing changed: ten no-ops, no patch, no GET.
+		// Ten scans with nothing changed, in other orders: ten no-ops, no patch, no GET.
 		for i := range 10 {
-			step(t, clk, register.DefaultPeriod)
-			settled(t, "a no-op rescan", func() bool { return w.Stats().NoOps == uint64(i+1) })
+			w.SetDevices(shuffled(gpus(8)))
+			settled(t, "a no-op sync", func() bool { return w.Stats().NoOps == uint64(i+1) })
 		}
 		if p, g := count(cs, "patch"), count(cs, "get"); p != 1 || g != 0 {
-			t.Errorf("after 10 unchanged periods: %d patches, %d gets; want 1, 0", p, g)
+			t.Errorf("after 10 unchanged scans: %d patches, %d gets; want 1, 0", p, g)
 		}
 
-		// A device change is written at the next period.
+		// A device change is written at once, without the clock moving.
 		devs := gpus(8)
 		devs[3].Health = false
-		src.set(devs)
-		step(t, clk, register.DefaultPeriod)
+		w.SetDevices(devs)
 		settled(t, "the second write", func() bool { return w.Stats().Writes == 2 })
 		if got, _ := nodeAnnotation(t, cs, annotation.KeyNVIDIARegister); got != want(devs) {
 			t.Errorf("annotation = %s, want %s", got, want(devs))
@@ -101,27 +99,41 @@ func TestRunSteadyStateAndRescan(t *testing.T) {
 	})
 }
 
-// Rescan syncs at once, without waiting for the period (e.g. a GPU turned unhealthy).
-func TestRunRescan(t *testing.T) {
+// Run writes nothing before the first SetDevices; WaitForSync waits, without polling, until
+// the Node carries the devices last set; SetDevices made in a row coalesce.
+func TestRunWaitsForDevices(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		_, ctx := ktesting.NewTestContext(t)
 		cs := newClientset(newNode(nil))
-		src := newSource(gpus(2))
 		clk := testingclock.NewFakeClock(time.Unix(0, 0))
-		w, err := register.New(cs, "gpu-1", src, register.Options{Clock: clk, EventRecorder: &record.FakeRecorder{}})
+		w, err := register.New(cs, nodeName, register.Options{Clock: clk, EventRecorder: &record.FakeRecorder{}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		w.Rescan() // before Run: absorbed by the first sync
 		startRun(ctx, t, w)
-		settled(t, "the first write", func() bool { return w.Stats().Writes == 1 })
+		synced := make(chan error, 1)
+		go func() { synced <- w.WaitForSync(ctx) }()
+		synctest.Wait()
+		if p := count(cs, "patch"); p != 0 || w.InSync() || len(synced) != 0 {
+			t.Fatalf("before SetDevices: %d patches, in sync %v, WaitForSync returned %d", p, w.InSync(), len(synced))
+		}
+		w.SetDevices(gpus(2))
+		settled(t, "the first write", func() bool { return w.Stats().Writes == 1 && len(synced) == 1 })
+		if err := <-synced; err != nil || !w.InSync() {
+			t.Fatalf("WaitForSync = %v, InSync = %v", err, w.InSync())
+		}
 		devs := gpus(2)
 		devs[1].Health = false
-		src.set(devs)
-		w.Rescan()
-		w.Rescan() // coalesced
-		settled(t, "the write after Rescan", func() bool { return w.Stats().Writes >= 2 })
+		w.SetDevices(gpus(2)) // superseded before Run looked
+		w.SetDevices(devs)
+		if w.InSync() {
+			t.Error("InSync right after SetDevices with new devices")
+		}
+		if err := w.WaitForSync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		settled(t, "the write after SetDevices", func() bool { return w.Stats().Writes >= 2 })
 		if got, _ := nodeAnnotation(t, cs, annotation.KeyNVIDIARegister); got != want(devs) {
 			t.Errorf("annotation = %s, want %s", got, want(devs))
 		}
@@ -139,9 +151,8 @@ func TestRunHealsDrift(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		_, ctx := ktesting.NewTestContext(t)
 		cs := newClientset(newNode(map[string]string{"other": "1"}))
-		src := newSource(gpus(4))
 		clk := testingclock.NewFakeClock(time.Unix(0, 0))
-		w, err := register.New(cs, "gpu-1", src, register.Options{Clock: clk, EventRecorder: &record.FakeRecorder{}})
+		w, err := newWriter(cs, gpus(4), register.Options{Clock: clk, EventRecorder: &record.FakeRecorder{}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -160,12 +171,11 @@ func TestRunHealsDrift(t *testing.T) {
 			return v == want(gpus(4)) && w.Stats().Heals == 2
 		})
 
-		calls := func() int { src.mu.Lock(); defer src.mu.Unlock(); return src.calls }
-		before := calls()
+		before := syncs(w)
 		setAnnotations(t, cs, map[string]string{"other": "2", annotation.KeyNVIDIARegister: want(gpus(4))})
 		synctest.Wait() // the watch delivered the update and the writer is idle again
-		if got := calls(); got != before {
-			t.Errorf("a change of another annotation caused %d rescans", got-before)
+		if got := syncs(w); got != before {
+			t.Errorf("a change of another annotation caused %d syncs", got-before)
 		}
 		if g := count(cs, "get"); g != 0 {
 			t.Errorf("%d GETs, want 0", g)
@@ -184,7 +194,7 @@ func TestRunRetriesWithBackoff(t *testing.T) {
 		cs := newClientset(newNode(nil))
 		failPatches(cs, 4, apierrors.NewServiceUnavailable("apiserver restarting"))
 		clk := testingclock.NewFakeClock(time.Unix(0, 0))
-		w, err := register.New(cs, "gpu-1", newSource(gpus(2)), register.Options{Clock: clk, EventRecorder: &record.FakeRecorder{}})
+		w, err := newWriter(cs, gpus(2), register.Options{Clock: clk, EventRecorder: &record.FakeRecorder{}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -213,7 +223,7 @@ func TestRunWaitsForNode(t *testing.T) {
 		_, ctx := ktesting.NewTestContext(t)
 		cs := newClientset()
 		clk := testingclock.NewFakeClock(time.Unix(0, 0))
-		w, err := register.New(cs, "gpu-1", newSource(gpus(1)), register.Options{Clock: clk, EventRecorder: &record.FakeRecorder{}})
+		w, err := newWriter(cs, gpus(1), register.Options{Clock: clk, EventRecorder: &record.FakeRecorder{}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -241,7 +251,7 @@ func TestRunDefaultEventRecorder(t *testing.T) {
 		failPatches(cs, -1, apierrors.NewForbidden(schema.GroupResource{Resource: "nodes"}, "gpu-1",
 			errors.New(`User "system:serviceaccount:kube-system:hami-device-plugin" cannot patch resource "nodes" in API group "" at the cluster scope`)))
 		clk := testingclock.NewFakeClock(time.Unix(0, 0))
-		w, err := register.New(cs, "gpu-1", newSource(gpus(1)), register.Options{Clock: clk})
+		w, err := newWriter(cs, gpus(1), register.Options{Clock: clk})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -271,7 +281,7 @@ func TestRunTwice(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		_, ctx := ktesting.NewTestContext(t)
 		cs := newClientset(newNode(nil))
-		w, err := register.New(cs, "gpu-1", newSource(gpus(1)), register.Options{Clock: testingclock.NewFakeClock(time.Unix(0, 0)), EventRecorder: &record.FakeRecorder{}})
+		w, err := newWriter(cs, gpus(1), register.Options{Clock: testingclock.NewFakeClock(time.Unix(0, 0)), EventRecorder: &record.FakeRecorder{}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -309,7 +319,7 @@ func TestRunCancelledBeforeSync(t *testing.T) {
 		once.Do(func() { close(listed) })
 		return true, nil, errors.New("connection refused")
 	})
-	w, err := register.New(cs, "gpu-1", newSource(gpus(1)), register.Options{EventRecorder: &record.FakeRecorder{}})
+	w, err := newWriter(cs, gpus(1), register.Options{EventRecorder: &record.FakeRecorder{}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package register
 
 import (
-	"context"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -37,16 +36,17 @@ func TestSyncTrustsLastWriteOverStaleWatchCopy(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-1", ResourceVersion: tc.storeRV}}
 			cs := fake.NewClientset(node.DeepCopy())
-			w, err := New(cs, "gpu-1", DeviceSourceFunc(func(context.Context) ([]annotation.Device, error) { return devs, nil }), Options{})
+			w, err := New(cs, "gpu-1", Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
+			w.SetDevices(devs)
 			store := cache.NewStore(cache.MetaNamespaceKeyFunc)
 			if err := store.Add(node); err != nil { // the watch's copy: no annotation
 				t.Fatal(err)
 			}
 			w.store = store
-			w.written = &value
+			w.written.Store(&value)
 			w.writtenRV.Store(&tc.writtenRV)
 			if err := w.Sync(ctx); err != nil {
 				t.Fatal(err)

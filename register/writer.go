@@ -30,24 +30,8 @@ import (
 	"github.com/hamireg/hamireg/annotation"
 )
 
-// DeviceSource supplies the devices of the node, in any order. [Writer] calls it on every
-// rescan, from one goroutine at a time. An error skips the rescan and is retried with backoff.
-type DeviceSource interface {
-	Devices(ctx context.Context) ([]annotation.Device, error)
-}
-
-// DeviceSourceFunc adapts a function to [DeviceSource].
-type DeviceSourceFunc func(ctx context.Context) ([]annotation.Device, error)
-
-// Devices calls f.
-func (f DeviceSourceFunc) Devices(ctx context.Context) ([]annotation.Device, error) { return f(ctx) }
-
-var _ DeviceSource = DeviceSourceFunc(nil)
-
 // Defaults of [Options].
 const (
-	// DefaultPeriod is the rescan period, HAMi's 30 s.
-	DefaultPeriod = 30 * time.Second
 	// DefaultRetryInitial is the first retry delay after a failed sync.
 	DefaultRetryInitial = time.Second
 	// DefaultRetryMax caps the retry delay; HAMi retries every 5 s.
@@ -76,15 +60,13 @@ type Options struct {
 	// Shape selects the wire shape. Default: annotation.ShapeMaster (HAMi master);
 	// annotation.ShapeV290 writes HAMi v2.9.0's "devicepairscore":{}.
 	Shape annotation.Shape
-	// Period is how often Run rescans the device source. Default: [DefaultPeriod] (30 s).
-	Period time.Duration
 	// RetryInitial is the delay before the first retry of a failed sync; each further
 	// failure doubles it up to RetryMax. Default: [DefaultRetryInitial] (1 s).
 	RetryInitial time.Duration
 	// RetryMax caps the retry delay. Default: [DefaultRetryMax] (5 s, HAMi's retry period).
 	RetryMax time.Duration
 	// Clock is the time source of Run's timers. Default: clock.RealClock{}.
-	Clock clock.Clock
+	Clock clock.WithTicker
 	// EventRecorder records the Warning Event [EventReasonFailed] on the Node when a write
 	// fails. Default (nil): while Run runs, Events go through a broadcaster of Run's own to the
 	// client's core/v1 Events API (source component [EventComponent]), stopped when Run
@@ -106,31 +88,35 @@ type Stats struct {
 	Heals uint64
 	// NoOps counts syncs that found the annotation already right and sent nothing.
 	NoOps uint64
-	// Failures counts failed syncs (device source, missing Node, API errors).
+	// Failures counts failed syncs (missing Node, API errors).
 	Failures uint64
 	// LastError is the error of the last sync, nil when it succeeded.
 	LastError error
 }
 
-// Writer keeps one vendor's register annotation on one Node equal to what its device source
-// reports. See the package documentation for the behaviour; create it with [New].
+// Writer keeps one vendor's register annotation on one Node equal to the devices last given
+// to [Writer.SetDevices]. See the package documentation for the behaviour; create it with
+// [New].
 type Writer struct {
 	client   kubernetes.Interface
 	node     string
-	source   DeviceSource
 	key      string
 	shape    annotation.Shape
-	period   time.Duration
 	retryMin time.Duration
 	retryMax time.Duration
-	clock    clock.Clock
+	clock    clock.WithTicker
 	recorder record.EventRecorder // from Options; may be nil
 	metrics  *metrics             // nil without a Registerer
 
 	running atomic.Bool
-	// rescan wakes Run for an immediate sync: drift seen on the watch, the Node appearing,
-	// or a caller's Rescan. Capacity 1: requests coalesce.
-	rescan chan struct{}
+	// kick wakes Run for an immediate sync: new devices, drift seen on the watch, the Node
+	// appearing. Capacity 1: requests coalesce.
+	kick chan struct{}
+	// desired is the encoded value of the devices last set, nil before the first SetDevices.
+	desired atomic.Pointer[desiredValue]
+	// syncMu guards syncCh, closed and replaced after every sync and every SetDevices.
+	syncMu sync.Mutex
+	syncCh chan struct{}
 	// expect is the value this Writer wrote last, or is writing now; the watch handler
 	// ignores changes to it (they are the echo of its own write).
 	expect atomic.Pointer[string]
@@ -142,8 +128,8 @@ type Writer struct {
 	// mu serialises syncs and guards the fields below.
 	mu sync.Mutex
 	// written is the value of the last successful write or of a sync that found it in
-	// place; nil before the first.
-	written *string
+	// place; nil before the first. Stored under mu; read anywhere.
+	written atomic.Pointer[string]
 	// store is the informer's cache of the Node while Run runs (nil otherwise: Sync GETs).
 	store cache.Store
 	// activeRecorder is recorder, or Run's own while Run runs; nil records nothing.
@@ -153,19 +139,22 @@ type Writer struct {
 	stats   Stats
 }
 
-// New returns a Writer of the register annotation of node nodeName with the devices from
-// source. It validates its arguments and returns an error wrapping [ErrNoNodeName],
-// [ErrInvalidNodeName] or [ErrInvalidOptions]; it starts nothing and sends no request.
-// client needs the RBAC permissions listed in the package documentation.
-func New(client kubernetes.Interface, nodeName string, source DeviceSource, opts Options) (*Writer, error) {
+// desiredValue is the annotation value of a device list and how many devices it holds.
+type desiredValue struct {
+	value string
+	n     int
+}
+
+// New returns a Writer of the register annotation of node nodeName, which writes nothing until
+// the first [Writer.SetDevices]. It validates its arguments and returns an error wrapping
+// [ErrNoNodeName], [ErrInvalidNodeName] or [ErrInvalidOptions]; it starts nothing and sends no
+// request. client needs the RBAC permissions listed in the package documentation.
+func New(client kubernetes.Interface, nodeName string, opts Options) (*Writer, error) {
 	invalid := func(format string, args ...any) error {
 		return fmt.Errorf("new register writer: "+format+": %w", append(args, ErrInvalidOptions)...)
 	}
 	if client == nil {
 		return nil, invalid("nil client")
-	}
-	if source == nil {
-		return nil, invalid("nil device source")
 	}
 	if err := validateNodeName(nodeName); err != nil {
 		return nil, fmt.Errorf("new register writer: %w", err)
@@ -183,21 +172,20 @@ func New(client kubernetes.Interface, nodeName string, source DeviceSource, opts
 	w := &Writer{
 		client:   client,
 		node:     nodeName,
-		source:   source,
 		key:      vendor.RegisterKey,
 		shape:    opts.Shape,
-		period:   opts.Period,
 		retryMin: opts.RetryInitial,
 		retryMax: opts.RetryMax,
 		clock:    opts.Clock,
 		recorder: opts.EventRecorder,
-		rescan:   make(chan struct{}, 1),
+		kick:     make(chan struct{}, 1),
+		syncCh:   make(chan struct{}),
 	}
 	for _, d := range []struct {
 		name string
 		v    *time.Duration
 		def  time.Duration
-	}{{"Period", &w.period, DefaultPeriod}, {"RetryInitial", &w.retryMin, DefaultRetryInitial}, {"RetryMax", &w.retryMax, DefaultRetryMax}} {
+	}{{"RetryInitial", &w.retryMin, DefaultRetryInitial}, {"RetryMax", &w.retryMax, DefaultRetryMax}} {
 		if *d.v < 0 {
 			return nil, invalid("negative %s %v", d.name, *d.v)
 		}
@@ -225,14 +213,58 @@ func (w *Writer) NodeName() string { return w.node }
 // Key returns the annotation key the Writer writes.
 func (w *Writer) Key() string { return w.key }
 
-// Rescan asks Run to rescan the device source and sync now instead of at the next period,
-// e.g. when the source has learnt that a GPU's health changed. It never blocks; requests made
-// while a sync is pending coalesce into one. Without a running Run it has no effect beyond
-// the first sync every Run does anyway.
-func (w *Writer) Rescan() {
+// SetDevices sets the devices the annotation must carry, in any order (they are written in
+// canonical order), and makes a running [Writer.Run] sync at once. It never blocks on the API
+// server; devices set while a write is in flight are written right after it. An unchanged
+// device list sends nothing.
+func (w *Writer) SetDevices(devices []annotation.Device) {
+	devs := annotation.Canonical(devices)
+	w.desired.Store(&desiredValue{value: annotation.EncodeShape(devs, w.shape), n: len(devs)})
+	w.notifySync()
+	w.wake()
+}
+
+// wake makes Run sync now; requests made while a sync is pending coalesce into one.
+func (w *Writer) wake() {
 	select {
-	case w.rescan <- struct{}{}:
+	case w.kick <- struct{}{}:
 	default:
+	}
+}
+
+// notifySync closes and replaces syncCh: WaitForSync looks again.
+func (w *Writer) notifySync() {
+	w.syncMu.Lock()
+	close(w.syncCh)
+	w.syncCh = make(chan struct{})
+	w.syncMu.Unlock()
+}
+
+// InSync reports whether the Node carried the devices last given to [Writer.SetDevices] at
+// the Writer's last sync: written by it, or found in place. It is false before the first
+// SetDevices and again after each SetDevices with a new device list until it is written.
+func (w *Writer) InSync() bool {
+	d, wr := w.desired.Load(), w.written.Load()
+	return d != nil && wr != nil && d.value == *wr
+}
+
+// WaitForSync blocks until [Writer.InSync] is true (the Node carries the devices last set) or
+// ctx ends, and then returns context.Cause(ctx). It does not poll: every sync and every
+// SetDevices wakes it. A node program calls it before it registers with the kubelet, so that
+// the scheduler learns a node's devices before the node's device count.
+func (w *Writer) WaitForSync(ctx context.Context) error {
+	for {
+		w.syncMu.Lock()
+		ch := w.syncCh
+		w.syncMu.Unlock()
+		if w.InSync() {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-ch:
+		}
 	}
 }
 
@@ -243,11 +275,12 @@ func (w *Writer) Stats() Stats {
 	return w.stats
 }
 
-// Sync rescans the device source once and writes the annotation if the Node's value differs.
+// Sync writes the annotation once if the Node's value differs from the devices last set.
 // While [Writer.Run] runs, the Node is read from Run's watch (no request); otherwise Sync GETs
-// it. It returns nil when the value is right (written or already there), the device source's
-// error, or a [*WriteError] (classes [ErrForbidden], [ErrNodeNotFound], [ErrAPI]). It is safe
-// to call concurrently with Run; syncs are serialised.
+// it. It returns nil when the value is right (written or already there), [ErrNoDevices]
+// before the first [Writer.SetDevices], or a [*WriteError] (classes [ErrForbidden],
+// [ErrNodeNotFound], [ErrAPI]). It is safe to call concurrently with Run; syncs are
+// serialised.
 func (w *Writer) Sync(ctx context.Context) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -255,18 +288,18 @@ func (w *Writer) Sync(ctx context.Context) error {
 	w.statsMu.Lock()
 	w.stats.LastError = err
 	w.statsMu.Unlock()
+	w.notifySync()
 	return err
 }
 
 func (w *Writer) syncLocked(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
-	devs, err := w.source.Devices(ctx)
-	if err != nil {
-		w.failed(ctx, reasonDeviceSource)
-		return fmt.Errorf("scan devices of node %q: %w", w.node, err)
+	d := w.desired.Load()
+	if d == nil {
+		return fmt.Errorf("sync register annotation of node %q: %w", w.node, ErrNoDevices)
 	}
-	devs = annotation.Canonical(devs)
-	want := annotation.EncodeShape(devs, w.shape)
+	want := d.value
+	written := w.written.Load()
 
 	node, err := w.liveNode(ctx)
 	if err != nil {
@@ -274,13 +307,13 @@ func (w *Writer) syncLocked(ctx context.Context) error {
 		return err
 	}
 	live, present := node.Annotations[w.key]
-	if w.written != nil && w.staleCopy(node) {
+	if written != nil && w.staleCopy(node) {
 		// The watch has not delivered our last patch yet: what we wrote is on the Node.
-		live, present = *w.written, true
+		live, present = *written, true
 	}
 	if present && live == want {
-		if w.written == nil || *w.written != want {
-			w.written = &want
+		if written == nil || *written != want {
+			w.written.Store(&want)
 			w.expect.Store(&want)
 		}
 		w.metrics.noop()
@@ -289,8 +322,8 @@ func (w *Writer) syncLocked(ctx context.Context) error {
 		return nil
 	}
 
-	heal := w.written != nil && *w.written == want
-	logger.Info(fmt.Sprintf("Updating node annotations with %d device(s)", len(devs)))
+	heal := written != nil && *written == want
+	logger.Info(fmt.Sprintf("Updating node annotations with %d device(s)", d.n))
 	logger.V(3).Info("Annotation content", "value", want, "heal", heal)
 	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{w.key: want}}})
 	if err != nil {
@@ -299,7 +332,7 @@ func (w *Writer) syncLocked(ctx context.Context) error {
 	w.expect.Store(&want)
 	updated, err := w.client.CoreV1().Nodes().Patch(ctx, w.node, types.MergePatchType, body, metav1.PatchOptions{FieldManager: FieldManager})
 	if err != nil {
-		w.expect.Store(w.written)
+		w.expect.Store(written)
 		we := classify("patch", w.node, w.key, err)
 		if ctx.Err() == nil {
 			w.failed(ctx, reasonOf(we))
@@ -307,7 +340,7 @@ func (w *Writer) syncLocked(ctx context.Context) error {
 		}
 		return we
 	}
-	w.written = &want
+	w.written.Store(&want)
 	if updated != nil {
 		rv := updated.ResourceVersion
 		w.writtenRV.Store(&rv)
@@ -392,15 +425,14 @@ func (w *Writer) event(node *corev1.Node, err error) {
 	w.activeRecorder.Event(node, corev1.EventTypeWarning, EventReasonFailed, msg)
 }
 
-// Run keeps the annotation right until ctx is done, then returns nil after every goroutine it
-// started has ended. It watches only its own Node (field selector metadata.name), syncs once
-// the watch has listed it, then again every Period, whenever the annotation on the Node
-// changes to anything but what the Writer wrote (drift), when the Node appears, and on
-// [Writer.Rescan]. A failed
-// sync is retried after RetryInitial, doubling up to RetryMax; a missing Node is waited for
-// on the watch instead. Errors are logged, counted, and recorded as Events on the Node; see
-// [Writer.Stats] for the last one. Calling Run while another Run of w has not returned gives
-// [ErrAlreadyRunning].
+// Run keeps the annotation equal to the devices last set until ctx is done, then returns nil
+// after every goroutine it started has ended. It watches only its own Node (field selector
+// metadata.name) and, once the watch has listed it, syncs at the first [Writer.SetDevices]
+// and at every later one, whenever the annotation on the Node changes to anything but what
+// the Writer wrote (drift), and when the Node appears. A failed sync is retried after
+// RetryInitial, doubling up to RetryMax; a missing Node is waited for on the watch instead.
+// Errors are logged, counted, and recorded as Events on the Node; see [Writer.Stats] for the
+// last one. Calling Run while another Run of w has not returned gives [ErrAlreadyRunning].
 func (w *Writer) Run(ctx context.Context) error {
 	if !w.running.CompareAndSwap(false, true) {
 		return fmt.Errorf("run register writer of node %q: %w", w.node, ErrAlreadyRunning)
@@ -411,7 +443,7 @@ func (w *Writer) Run(ctx context.Context) error {
 	ctx = klog.NewContext(ctx, logger)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	logger.Info("Starting register annotation writer", "period", w.period)
+	logger.Info("Starting register annotation writer")
 
 	recorder := w.recorder
 	if recorder == nil {
@@ -448,22 +480,30 @@ func (w *Writer) Run(ctx context.Context) error {
 	w.store = informer.GetStore()
 	w.activeRecorder = recorder
 	w.mu.Unlock()
-	select { // the first sync covers whatever the initial list reported
-	case <-w.rescan:
-	default:
-	}
-
-	// The timer is armed only while Run waits, so a fake clock has a waiter exactly then.
-	timer := w.clock.NewTimer(w.period)
+	// The retry timer is armed only after a failure, so a fake clock has a waiter exactly then.
+	timer := w.clock.NewTimer(w.retryMin)
 	timer.Stop()
 	defer timer.Stop()
 	var retry time.Duration
 	for {
+		if w.desired.Load() == nil {
+			logger.V(2).Info("Waiting for the first device list")
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-w.kick:
+			}
+			continue
+		}
+		select { // this sync covers every request made so far
+		case <-w.kick:
+		default:
+		}
 		err := w.Sync(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
-		next := w.period
+		armed := false
 		switch {
 		case err == nil:
 			retry = 0
@@ -472,16 +512,16 @@ func (w *Writer) Run(ctx context.Context) error {
 			logger.Info("Node not found, waiting for it to appear", "reason", err.Error())
 		default:
 			retry = min(max(2*retry, w.retryMin), w.retryMax)
-			next = retry
-			logger.Error(err, "Failed to register annotation", "retryIn", next)
+			logger.Error(err, "Failed to register annotation", "retryIn", retry)
+			timer.Reset(retry)
+			armed = true
 		}
-		timer.Reset(next)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-timer.C():
-		case <-w.rescan:
-			if !timer.Stop() {
+		case <-w.kick:
+			if armed && !timer.Stop() {
 				select { // a fake clock's timer may have fired into its buffer
 				case <-timer.C():
 				default:
@@ -530,7 +570,7 @@ func (w *Writer) handler(logger klog.Logger) cache.TypedResourceEventHandler[*co
 		AddFunc: func(n *corev1.Node) {
 			if n.Name == w.node {
 				logger.V(4).Info("Node observed")
-				w.Rescan()
+				w.wake()
 			}
 		},
 		UpdateFunc: func(o, n *corev1.Node) {
@@ -548,8 +588,8 @@ func (w *Writer) handler(logger klog.Logger) cache.TypedResourceEventHandler[*co
 			if w.staleCopy(n) {
 				return // a change from before our last write, which has overwritten it
 			}
-			logger.V(2).Info("Register annotation changed on the Node, rescanning", "present", np)
-			w.Rescan()
+			logger.V(2).Info("Register annotation changed on the Node, restoring it", "present", np)
+			w.wake()
 		},
 		DeleteFunc: func(cache.DeletedObject[*corev1.Node]) {
 			logger.V(2).Info("Node deleted; waiting for it to appear again")

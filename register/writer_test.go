@@ -26,27 +26,24 @@ import (
 func TestNew(t *testing.T) {
 	t.Parallel()
 	cs := newClientset()
-	src := newSource(gpus(1))
 	tests := map[string]struct {
 		client  *fake.Clientset
 		node    string
-		source  register.DeviceSource
 		opts    register.Options
 		wantErr error
 		wantKey string
 	}{
-		"defaults":           {client: cs, node: "gpu-1", source: src, wantKey: annotation.KeyNVIDIARegister},
-		"ascend vendor":      {client: cs, node: "gpu-1", source: src, opts: register.Options{Vendor: annotation.Ascend("Ascend910B3")}, wantKey: "hami.io/node-register-Ascend910B3"},
-		"v2.9.0 shape":       {client: cs, node: "gpu-1", source: src, opts: register.Options{Shape: annotation.ShapeV290}, wantKey: annotation.KeyNVIDIARegister},
-		"nil client":         {node: "gpu-1", source: src, wantErr: register.ErrInvalidOptions},
-		"nil source":         {client: cs, node: "gpu-1", wantErr: register.ErrInvalidOptions},
-		"empty node name":    {client: cs, source: src, wantErr: register.ErrNoNodeName},
-		"invalid node name":  {client: cs, node: "GPU_1", source: src, wantErr: register.ErrInvalidNodeName},
-		"negative period":    {client: cs, node: "gpu-1", source: src, opts: register.Options{Period: -time.Second}, wantErr: register.ErrInvalidOptions},
-		"retry min over max": {client: cs, node: "gpu-1", source: src, opts: register.Options{RetryInitial: 10 * time.Second}, wantErr: register.ErrInvalidOptions},
-		"capacity vendor":    {client: cs, node: "gpu-1", source: src, opts: register.Options{Vendor: annotation.Vendor{Name: "Metax", Format: annotation.FormatCapacity}}, wantErr: register.ErrInvalidOptions},
-		"legacy vendor":      {client: cs, node: "gpu-1", source: src, opts: register.Options{Vendor: annotation.Iluvatar("BI-V150")}, wantErr: register.ErrInvalidOptions},
-		"unknown shape":      {client: cs, node: "gpu-1", source: src, opts: register.Options{Shape: 7}, wantErr: register.ErrInvalidOptions},
+		"defaults":           {client: cs, node: "gpu-1", wantKey: annotation.KeyNVIDIARegister},
+		"ascend vendor":      {client: cs, node: "gpu-1", opts: register.Options{Vendor: annotation.Ascend("Ascend910B3")}, wantKey: "hami.io/node-register-Ascend910B3"},
+		"v2.9.0 shape":       {client: cs, node: "gpu-1", opts: register.Options{Shape: annotation.ShapeV290}, wantKey: annotation.KeyNVIDIARegister},
+		"nil client":         {node: "gpu-1", wantErr: register.ErrInvalidOptions},
+		"empty node name":    {client: cs, wantErr: register.ErrNoNodeName},
+		"invalid node name":  {client: cs, node: "GPU_1", wantErr: register.ErrInvalidNodeName},
+		"negative retry":     {client: cs, node: "gpu-1", opts: register.Options{RetryInitial: -time.Second}, wantErr: register.ErrInvalidOptions},
+		"retry min over max": {client: cs, node: "gpu-1", opts: register.Options{RetryInitial: 10 * time.Second}, wantErr: register.ErrInvalidOptions},
+		"capacity vendor":    {client: cs, node: "gpu-1", opts: register.Options{Vendor: annotation.Vendor{Name: "Metax", Format: annotation.FormatCapacity}}, wantErr: register.ErrInvalidOptions},
+		"legacy vendor":      {client: cs, node: "gpu-1", opts: register.Options{Vendor: annotation.Iluvatar("BI-V150")}, wantErr: register.ErrInvalidOptions},
+		"unknown shape":      {client: cs, node: "gpu-1", opts: register.Options{Shape: 7}, wantErr: register.ErrInvalidOptions},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -54,9 +51,9 @@ func TestNew(t *testing.T) {
 			var w *register.Writer
 			var err error
 			if tc.client == nil {
-				w, err = register.New(nil, tc.node, tc.source, tc.opts)
+				w, err = register.New(nil, tc.node, tc.opts)
 			} else {
-				w, err = register.New(tc.client, tc.node, tc.source, tc.opts)
+				w, err = register.New(tc.client, tc.node, tc.opts)
 			}
 			if !errors.Is(err, tc.wantErr) {
 				t.Fatalf("New: error %v, want %v", err, tc.wantErr)
@@ -110,7 +107,7 @@ func TestSync(t *testing.T) {
 			t.Parallel()
 			_, ctx := ktesting.NewTestContext(t)
 			cs := newClientset(newNode(tc.annotations))
-			w, err := register.New(cs, "gpu-1", newSource(devs), tc.opts)
+			w, err := newWriter(cs, devs, tc.opts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -143,7 +140,7 @@ func TestSyncPatchBody(t *testing.T) {
 	t.Parallel()
 	_, ctx := ktesting.NewTestContext(t)
 	cs := newClientset(newNode(nil))
-	w, err := register.New(cs, "gpu-1", newSource(gpus(2)), register.Options{})
+	w, err := newWriter(cs, gpus(2), register.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +176,7 @@ func TestSyncFailedWriteIsNotCached(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	cs := newClientset(newNode(nil))
 	failPatches(cs, 1, apierrors.NewServiceUnavailable("etcd leader changed"))
-	w, err := register.New(cs, "gpu-1", newSource(gpus(4)), register.Options{})
+	w, err := newWriter(cs, gpus(4), register.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +207,7 @@ func TestSyncErrors(t *testing.T) {
 	tests := map[string]struct {
 		node      *corev1.Node
 		patchErr  error
-		sourceErr error
+		noSet     bool
 		wantIs    []error
 		wantMsg   []string
 		wantUser  string
@@ -255,10 +252,11 @@ func TestSyncErrors(t *testing.T) {
 			wantIs:  []error{register.ErrNodeNotFound},
 			wantMsg: []string{`get node "gpu-1": node not found`},
 		},
-		"device source": {
-			node:      newNode(nil),
-			sourceErr: errors.New("nvml: driver not loaded"),
-			wantMsg:   []string{`scan devices of node "gpu-1": nvml: driver not loaded`},
+		"no devices set yet": {
+			node:    newNode(nil),
+			noSet:   true,
+			wantIs:  []error{register.ErrNoDevices},
+			wantMsg: []string{`sync register annotation of node "gpu-1": no devices set`},
 		},
 	}
 	for name, tc := range tests {
@@ -272,12 +270,13 @@ func TestSyncErrors(t *testing.T) {
 			if tc.patchErr != nil {
 				failPatches(cs, -1, tc.patchErr)
 			}
-			src := newSource(gpus(1))
-			src.setErr(tc.sourceErr)
 			rec := record.NewFakeRecorder(10)
-			w, err := register.New(cs, "gpu-1", src, register.Options{EventRecorder: rec})
+			w, err := register.New(cs, "gpu-1", register.Options{EventRecorder: rec})
 			if err != nil {
 				t.Fatal(err)
+			}
+			if !tc.noSet {
+				w.SetDevices(gpus(1))
 			}
 			err = w.Sync(ctx)
 			if err == nil {
@@ -291,9 +290,6 @@ func TestSyncErrors(t *testing.T) {
 			if tc.patchErr != nil && !errors.Is(err, tc.patchErr) {
 				t.Errorf("error %v does not wrap the API error", err)
 			}
-			if tc.sourceErr != nil && !errors.Is(err, tc.sourceErr) {
-				t.Errorf("error %v does not wrap the source error", err)
-			}
 			for _, m := range tc.wantMsg {
 				if !strings.Contains(err.Error(), m) {
 					t.Errorf("error %q does not contain %q", err, m)
@@ -302,7 +298,11 @@ func TestSyncErrors(t *testing.T) {
 			if we, ok := errors.AsType[*register.WriteError](err); ok && we.User != tc.wantUser {
 				t.Errorf("User = %q, want %q", we.User, tc.wantUser)
 			}
-			if s := w.Stats(); s.Failures != 1 || s.LastError == nil {
+			failures := uint64(1)
+			if tc.noSet {
+				failures = 0 // a caller's mistake, not a failed sync
+			}
+			if s := w.Stats(); s.Failures != failures || s.LastError == nil {
 				t.Errorf("Stats = %+v", s)
 			}
 			select {
@@ -326,7 +326,7 @@ func TestSyncLogs(t *testing.T) {
 	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true), ktesting.Verbosity(3)))
 	ctx := klog.NewContext(t.Context(), logger)
 	cs := newClientset(newNode(nil))
-	w, err := register.New(cs, "gpu-1", newSource(gpus(8)), register.Options{})
+	w, err := newWriter(cs, gpus(8), register.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -358,16 +358,13 @@ func TestMetrics(t *testing.T) {
 	cs := newClientset(newNode(nil))
 	failPatches(cs, 1, apierrors.NewForbidden(schema.GroupResource{Resource: "nodes"}, "gpu-1", errors.New("no")))
 	reg := prometheus.NewPedanticRegistry()
-	src := newSource(gpus(2))
-	w, err := register.New(cs, "gpu-1", src, register.Options{Registerer: reg, EventRecorder: &record.FakeRecorder{}})
+	w, err := newWriter(cs, gpus(2), register.Options{Registerer: reg, EventRecorder: &record.FakeRecorder{}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	_ = w.Sync(ctx) // forbidden
 	_ = w.Sync(ctx) // write
 	_ = w.Sync(ctx) // no-op
-	src.setErr(errors.New("nvml"))
-	_ = w.Sync(ctx) // device source
 
 	families, err := reg.Gather()
 	if err != nil {
@@ -392,7 +389,6 @@ func TestMetrics(t *testing.T) {
 		"hamireg_register_heals_total":                    0,
 		"hamireg_register_noops_total":                    1,
 		"hamireg_register_failures_total{forbidden}":      1,
-		"hamireg_register_failures_total{device_source}":  1,
 		"hamireg_register_failures_total{node_not_found}": 0,
 		"hamireg_register_failures_total{api}":            0,
 	}
@@ -402,10 +398,10 @@ func TestMetrics(t *testing.T) {
 
 	// A second writer for the same vendor on the same registry is refused, the first keeps
 	// its counters; another vendor is fine.
-	if _, err := register.New(cs, "gpu-1", src, register.Options{Registerer: reg}); err == nil {
+	if _, err := register.New(cs, "gpu-1", register.Options{Registerer: reg}); err == nil {
 		t.Error("second writer for the same vendor registered its metrics")
 	}
-	if _, err := register.New(cs, "gpu-1", src, register.Options{Registerer: reg, Vendor: annotation.Ascend("Ascend910B3")}); err != nil {
+	if _, err := register.New(cs, "gpu-1", register.Options{Registerer: reg, Vendor: annotation.Ascend("Ascend910B3")}); err != nil {
 		t.Errorf("writer for another vendor: %v", err)
 	}
 }
