@@ -29,8 +29,13 @@
 // [github.com/hamireg/hamireg/nodelock] the node lock, and allocation/allocationtest writes
 // what HAMi's scheduler writes, for device plugin tests.
 //
-// Data flows one way: NVML → nvmlscan → register (channel 2) and kubeletplugin (channel 1);
-// Node informer → schedcache → handshake (channel 3). The packages annotation, handshake and
+// Package [github.com/hamireg/hamireg/nodeagent] puts the node side together: one device source
+// (nvmlscan, or a vendor's) feeds register and kubeletplugin, and the kubelet's Allocate is
+// served with HAMi's pod protocol (allocation and nodelock); examples/deviceplugin is a whole
+// device plugin on it.
+//
+// Data flows one way: NVML → nvmlscan → nodeagent → register (channel 2) and kubeletplugin
+// (channel 1); kubelet Allocate → nodeagent → allocation and nodelock; Node informer → schedcache → handshake (channel 3). The packages annotation, handshake and
 // allocation are pure (no I/O, no clock, no logging) and build without cgo; only nvmlscan uses
 // cgo.
 //

@@ -82,8 +82,8 @@ func ExampleScanner() {
 		if err != nil {
 			return err // errors.Is(err, nvml.ERROR_LIBRARY_NOT_FOUND): the pod did not get the driver
 		}
-		defer s.Close()
-		go s.Run(ctx) // XID health watch; Close stops it and waits for it
+		defer s.Close() //nolint:errcheck // as in the package documentation
+		go s.Run(ctx)   //nolint:errcheck // XID health watch; Close stops it and waits for it
 		res, err := s.Scan(ctx)
 		if err != nil {
 			return err

@@ -1,0 +1,452 @@
+package nodeagent
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/hamireg/hamireg/allocation"
+	"github.com/hamireg/hamireg/annotation"
+	"github.com/hamireg/hamireg/kubeletplugin"
+	"github.com/hamireg/hamireg/nodelock"
+	"github.com/hamireg/hamireg/register"
+)
+
+// Source supplies the devices of the node. [github.com/hamireg/hamireg/nvmlscan.Scanner] is
+// one; a vendor's own is a few lines (see the package example).
+type Source interface {
+	// Devices scans the node. devices are the devices to register, in any order, with Count
+	// set to the split count. failed has one error per device that could not be read: the
+	// agent logs it and records an Event on the Node, and the other devices still register.
+	// err means the scan failed as a whole: the agent keeps what it published and retries.
+	Devices(ctx context.Context) (devices []annotation.Device, failed []error, err error)
+	// Changed returns a channel that is closed at the next change of the devices (a GPU
+	// turning unhealthy or healthy again), after which the agent scans at once. Take it
+	// before scanning; nil means the source never changes on its own (the agent still
+	// rescans every Options.Period).
+	Changed() <-chan struct{}
+}
+
+// Runner is a [Source] that has work of its own to run, such as nvmlscan's XID health watch:
+// the agent runs it beside the rest and joins it.
+type Runner interface {
+	Run(ctx context.Context) error
+}
+
+// Defaults of [Options].
+const (
+	// DefaultPeriod is how often the agent rescans its source: HAMi's 30 s.
+	DefaultPeriod = 30 * time.Second
+	// DefaultRetryInitial is the first retry delay after a failed scan; it doubles up to the
+	// period.
+	DefaultRetryInitial = time.Second
+	// EventComponent is the source component of the agent's Events.
+	EventComponent = "hamireg-nodeagent"
+)
+
+// Reasons of the agent's Events.
+const (
+	// EventReasonDeviceFailed (Warning, on the Node): a device could not be read and is left
+	// out of both channels.
+	EventReasonDeviceFailed = "DeviceQueryFailed"
+	// EventReasonScanFailed (Warning, on the Node): the source failed as a whole; what was
+	// published stays.
+	EventReasonScanFailed = "DeviceScanFailed"
+	// EventReasonAllocateFailed (Warning, on the Pod): Allocate could not hand out the pod's
+	// devices; its bind-phase is failed and the node lock released.
+	EventReasonAllocateFailed = "AllocateFailed"
+	// EventReasonAllocated (Normal, on the Pod): the last container's devices were handed out.
+	EventReasonAllocated = "Allocated"
+)
+
+// Options configure an [Agent]. The zero value means HAMi's chart defaults; each field
+// names its default.
+type Options struct {
+	// Vendor is the device vendor: the register annotation key, the kubelet resource name and
+	// the pod annotations of Allocate. Default annotation.NVIDIA(). Register.Vendor and
+	// Kubelet.Vendor must be unset or equal to it.
+	Vendor annotation.Vendor
+	// Version is the HAMi release whose wire shape and pod annotation rules the agent follows.
+	// Default annotation.VersionMaster. Register.Shape must be unset or equal to it.
+	Version annotation.Version
+	// Period is how often the source is rescanned besides its Changed notifications.
+	// Default [DefaultPeriod] (30 s).
+	Period time.Duration
+	// Register configures the register annotation writer (retry delays, metrics). Vendor,
+	// Shape, Clock and EventRecorder are the agent's.
+	Register register.Options
+	// Kubelet configures the device plugin (plugin folder, socket, mode). Vendor, Clock and
+	// the Allocate, GetPreferredAllocation and PreStartContainer callbacks are the agent's.
+	Kubelet kubeletplugin.Options
+	// Env shapes the container environment Allocate returns (HOOK_PATH, device list
+	// strategy, memory scaling, ...). The zero value is the chart's.
+	Env allocation.EnvOptions
+	// PrepareStateDir makes Allocate (re)create each container's HAMi-core state folder on
+	// the host, <HookPath>/vgpu/containers/<pod UID>_<container>, empty with mode 0777, as
+	// HAMi's plugin does. Set it when the agent's container sees the host's <HookPath>/vgpu
+	// at the same path (the chart mounts it). Default false: the folder is left to the host.
+	PrepareStateDir bool
+	// Clock drives the rescan and retry timers and the lock times. Default clock.RealClock{}.
+	Clock clock.WithTicker
+	// EventRecorder records the agent's Events (Node: failed scans and devices, failed
+	// register writes; Pod: failed and completed allocations). Default: while Run runs, a
+	// broadcaster of its own sends them to the client's Events API (source component
+	// [EventComponent]). Pass &record.FakeRecorder{} to record none.
+	EventRecorder record.EventRecorder
+}
+
+// Stats are an Agent's counters since New, for tests and readiness checks.
+type Stats struct {
+	// Scans counts successful scans of the source; ScanFailures failed ones.
+	Scans, ScanFailures uint64
+	// DeviceFailures counts devices left out of a scan because they could not be read.
+	DeviceFailures uint64
+	// Allocations counts containers whose devices Allocate handed out; AllocateFailures the
+	// containers it refused.
+	Allocations, AllocateFailures uint64
+	// PodsCompleted counts pods whose last container was served: bind-phase success and the
+	// node lock released.
+	PodsCompleted uint64
+}
+
+// Agent is the node side of HAMi's protocol for one node: it keeps the register annotation
+// (channel 2) and the kubelet's device count (channel 1) equal to one scan of its [Source],
+// and serves the kubelet's Allocate from the scheduler's pod annotations. Create it with
+// [New] and call [Agent.Run].
+type Agent struct {
+	client  kubernetes.Interface
+	node    string
+	source  Source
+	vendor  annotation.Vendor
+	version annotation.Version
+	period  time.Duration
+	env     allocation.EnvOptions
+	prepare bool
+	clock   clock.WithTicker
+
+	writer *register.Writer
+	plugin *kubeletplugin.Plugin
+	locks  *nodelock.Locker
+	events *forwardRecorder
+	// backoff is the retry schedule of Allocate's requests (apiBackoff; shorter in tests).
+	backoff wait.Backoff
+
+	running atomic.Bool
+	// allocMu serialises Allocate calls: each reads and rewrites the pod's annotations.
+	allocMu sync.Mutex
+	// cleanupAt is when an Allocate last failed without finishing the protocol (the API server
+	// did not answer): the cleanup loop then fails and unlocks the pod the lock named then.
+	// Zero when nothing is pending. cleanupKick wakes the loop.
+	// cleanupDone holds a pod whose last container was served but whose bind-phase success or
+	// lock release did not go through: the loop completes it instead.
+	cleanupMu   sync.Mutex
+	cleanupAt   time.Time
+	cleanupDone types.NamespacedName
+	cleanupKick chan struct{}
+	// lastFailed is the text of the last scan's device failures, to record an Event only
+	// when they change. Only the scan loop uses it.
+	lastFailed string
+
+	stats struct {
+		scans, scanFailures, deviceFailures, allocations, allocateFailures, podsCompleted atomic.Uint64
+	}
+}
+
+// New returns an Agent for node nodeName that publishes the devices of source. client needs
+// the permissions of [ClusterRoleRules]. New validates its arguments and the options of the
+// parts (errors wrap [ErrInvalidOptions], or register's [register.ErrNoNodeName] and
+// [register.ErrInvalidNodeName]); it starts nothing and sends no request.
+func New(client kubernetes.Interface, nodeName string, source Source, opts Options) (*Agent, error) {
+	invalid := func(format string, args ...any) error {
+		return fmt.Errorf("new node agent: "+format+": %w", append(args, ErrInvalidOptions)...)
+	}
+	if client == nil {
+		return nil, invalid("nil client")
+	}
+	if source == nil {
+		return nil, invalid("nil device source")
+	}
+	vendor := cmp.Or(opts.Vendor, annotation.NVIDIA())
+	if opts.Register.Vendor != (annotation.Vendor{}) && opts.Register.Vendor != vendor {
+		return nil, invalid("Register.Vendor %q differs from Vendor %q", opts.Register.Vendor.Name, vendor.Name)
+	}
+	if opts.Kubelet.Vendor != (annotation.Vendor{}) && opts.Kubelet.Vendor != vendor {
+		return nil, invalid("Kubelet.Vendor %q differs from Vendor %q", opts.Kubelet.Vendor.Name, vendor.Name)
+	}
+	if opts.Register.Shape != annotation.VersionMaster && opts.Register.Shape != opts.Version {
+		return nil, invalid("Register.Shape %d differs from Version %d", int(opts.Register.Shape), int(opts.Version))
+	}
+	if vendor.ToAllocateKey == "" {
+		return nil, invalid("vendor %q has no pod annotation to allocate from", vendor.Name)
+	}
+	if opts.Period < 0 {
+		return nil, invalid("negative Period %v", opts.Period)
+	}
+	if opts.Kubelet.Allocate != nil || opts.Kubelet.GetPreferredAllocation != nil || opts.Kubelet.PreStartContainer != nil {
+		return nil, invalid("the Kubelet callbacks are the agent's: leave Allocate, GetPreferredAllocation and PreStartContainer unset")
+	}
+	a := &Agent{
+		client:  client,
+		node:    nodeName,
+		source:  source,
+		vendor:  vendor,
+		version: opts.Version,
+		period:  cmp.Or(opts.Period, DefaultPeriod),
+		env:     opts.Env,
+		prepare: opts.PrepareStateDir,
+		clock:   opts.Clock,
+		events:  &forwardRecorder{},
+		backoff: apiBackoff,
+
+		cleanupKick: make(chan struct{}, 1),
+	}
+	if a.clock == nil {
+		a.clock = clock.RealClock{}
+	}
+	if opts.EventRecorder != nil {
+		a.events.set(opts.EventRecorder)
+	}
+
+	ro := opts.Register
+	ro.Vendor, ro.Shape, ro.Clock, ro.EventRecorder = vendor, opts.Version, a.clock, a.events
+	w, err := register.New(client, nodeName, ro)
+	if err != nil {
+		return nil, partError(err)
+	}
+	a.writer = w
+
+	ko := opts.Kubelet
+	ko.Vendor, ko.Clock = vendor, a.clock
+	ko.Allocate, ko.GetPreferredAllocation = a.allocate, a.preferredAllocation
+	p, err := kubeletplugin.New(ko)
+	if err != nil {
+		return nil, partError(err)
+	}
+	a.plugin = p
+
+	l, err := nodelock.New(client.CoreV1(), nodelock.Options{Clock: a.clock})
+	if err != nil {
+		return nil, partError(err)
+	}
+	a.locks = l
+	return a, nil
+}
+
+// partError wraps the error of a part's New; an invalid option of a part is also the
+// agent's [ErrInvalidOptions].
+func partError(err error) error {
+	if errors.Is(err, register.ErrInvalidOptions) || errors.Is(err, kubeletplugin.ErrInvalidOptions) || errors.Is(err, nodelock.ErrInvalidOptions) {
+		return fmt.Errorf("new node agent: %w", invalidPartError{err})
+	}
+	return fmt.Errorf("new node agent: %w", err)
+}
+
+// invalidPartError is a part's invalid-options error that is also the agent's: its text is the
+// part's, and it unwraps to both.
+type invalidPartError struct{ err error }
+
+func (e invalidPartError) Error() string   { return e.err.Error() }
+func (e invalidPartError) Unwrap() []error { return []error{e.err, ErrInvalidOptions} }
+
+// NodeName returns the name of the agent's Node.
+func (a *Agent) NodeName() string { return a.node }
+
+// Writer returns the agent's register annotation writer (channel 2), for its Stats.
+func (a *Agent) Writer() *register.Writer { return a.writer }
+
+// Plugin returns the agent's device plugin (channel 1), for its Stats and socket path.
+func (a *Agent) Plugin() *kubeletplugin.Plugin { return a.plugin }
+
+// Stats returns the agent's counters.
+func (a *Agent) Stats() Stats {
+	s := &a.stats
+	return Stats{
+		Scans: s.scans.Load(), ScanFailures: s.scanFailures.Load(), DeviceFailures: s.deviceFailures.Load(),
+		Allocations: s.allocations.Load(), AllocateFailures: s.allocateFailures.Load(), PodsCompleted: s.podsCompleted.Load(),
+	}
+}
+
+// Run runs the agent until ctx ends, then returns nil once every goroutine it started has
+// returned; it returns early with the error of a part that cannot go on (the kubelet socket
+// missing, the kubelet rejecting the registration, a [Runner] source failing), after
+// stopping the others. It:
+//
+//   - scans the source at once, every Options.Period and whenever its Changed channel
+//     closes, and hands each scan to both channels, so that a GPU turning unhealthy or
+//     healthy again reaches the annotation and the kubelet within a scan's time;
+//   - keeps the register annotation right (package register: one write per change, drift
+//     healed from the Node's watch);
+//   - registers with the kubelet only once the annotation carries the first scan, so that
+//     the scheduler never sees a device count without the devices behind it;
+//   - serves Allocate with HAMi's protocol (see the package documentation);
+//   - runs the source, if it is a [Runner].
+//
+// Calling Run while another Run has not returned gives [ErrAlreadyRunning].
+func (a *Agent) Run(ctx context.Context) error {
+	if !a.running.CompareAndSwap(false, true) {
+		return fmt.Errorf("run node agent of node %q: %w", a.node, ErrAlreadyRunning)
+	}
+	defer a.running.Store(false)
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "node", klog.KRef("", a.node))
+	ctx = klog.NewContext(ctx, logger)
+	logger.Info("Starting node agent", "vendor", a.vendor.Name, "resourceName", a.vendor.ResourceName, "period", a.period)
+
+	if a.events.get() == nil {
+		b := record.NewBroadcaster(record.WithContext(ctx))
+		defer b.Shutdown()
+		b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: a.client.CoreV1().Events("")})
+		a.events.set(b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: EventComponent, Host: a.node}))
+		defer a.events.set(nil)
+	}
+
+	// The parts run side by side; the first one that fails stops the others, and its error
+	// is Run's.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var (
+		wg    sync.WaitGroup
+		once  sync.Once
+		first error
+	)
+	part := func(f func(context.Context) error) {
+		wg.Go(func() {
+			if err := f(ctx); err != nil && ctx.Err() == nil {
+				once.Do(func() { first = err })
+				cancel(err)
+			}
+		})
+	}
+	if r, ok := a.source.(Runner); ok {
+		part(func(ctx context.Context) error {
+			if err := r.Run(ctx); err != nil {
+				return fmt.Errorf("run device source: %w", err)
+			}
+			return nil
+		})
+	}
+	part(a.writer.Run)
+	part(func(ctx context.Context) error {
+		logger.Info("Waiting for the register annotation before registering with the kubelet", "key", a.vendor.RegisterKey)
+		if ctx.Err() != nil || a.writer.WaitForSync(ctx) != nil {
+			return nil //nolint:nilerr // WaitForSync fails only when ctx ends: Run is stopping
+		}
+		logger.Info("Register annotation in place, registering with the kubelet")
+		if err := a.plugin.Run(ctx); err != nil {
+			return fmt.Errorf("run device plugin: %w", err)
+		}
+		return nil
+	})
+	part(func(ctx context.Context) error { a.scanLoop(ctx); return nil })
+	part(func(ctx context.Context) error { a.cleanupLoop(ctx); return nil })
+	wg.Wait()
+	if first != nil {
+		logger.Error(first, "Node agent stopped")
+	}
+	return first
+}
+
+// scanLoop scans the source and hands every scan to both channels, until ctx ends.
+func (a *Agent) scanLoop(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	timer := a.clock.NewTimer(a.period)
+	defer timer.Stop()
+	var retry time.Duration
+	for {
+		changed := a.source.Changed()
+		wait := a.period
+		if err := a.scan(ctx); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			retry = min(max(2*retry, DefaultRetryInitial), a.period)
+			wait = retry
+			logger.Error(err, "Failed to scan devices; keeping the devices published", "retryIn", wait)
+		} else {
+			retry = 0
+		}
+		if !timer.Stop() {
+			select { // drain a timer that fired while we scanned
+			case <-timer.C():
+			default:
+			}
+		}
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C():
+		case <-changed:
+			logger.V(2).Info("Devices changed, rescanning")
+		}
+	}
+}
+
+// scan runs one scan and publishes it.
+func (a *Agent) scan(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	devs, failed, err := a.source.Devices(ctx)
+	if err != nil {
+		a.stats.scanFailures.Add(1)
+		if ctx.Err() == nil {
+			a.events.Event(a.nodeRef(), corev1.EventTypeWarning, EventReasonScanFailed, truncate(err.Error()))
+		}
+		return fmt.Errorf("scan devices of node %q: %w", a.node, err)
+	}
+	a.stats.scans.Add(1)
+	a.stats.deviceFailures.Add(uint64(len(failed)))
+	msgs := make([]string, 0, len(failed))
+	for _, f := range failed {
+		logger.Error(f, "Device left out: it could not be read; the other devices register")
+		msgs = append(msgs, f.Error())
+	}
+	if text := strings.Join(msgs, "; "); text != a.lastFailed {
+		a.lastFailed = text
+		if text != "" {
+			a.events.Event(a.nodeRef(), corev1.EventTypeWarning, EventReasonDeviceFailed,
+				truncate(fmt.Sprintf("%d device(s) left out of the registration: %s", len(failed), text)))
+		}
+	}
+	healthy := 0
+	for _, d := range devs {
+		if d.Health {
+			healthy++
+		}
+	}
+	logger.V(3).Info("Scanned devices", "devices", len(devs), "healthy", healthy, "failed", len(failed))
+	devs = slices.Clone(devs)
+	a.writer.SetDevices(devs)
+	a.plugin.SetDevices(devs)
+	return nil
+}
+
+// nodeRef is the object the agent's Node Events are about; the kubelet uses the node name as
+// the UID of its own Node Events, so kubectl describe node shows them.
+func (a *Agent) nodeRef() *corev1.ObjectReference {
+	return &corev1.ObjectReference{Kind: "Node", Name: a.node, UID: types.UID(a.node)}
+}
+
+// maxEventMessage bounds Event messages (errors from NVML or the API can be long).
+const maxEventMessage = 1024
+
+func truncate(s string) string {
+	if len(s) <= maxEventMessage {
+		return s
+	}
+	return s[:maxEventMessage-3] + "..."
+}

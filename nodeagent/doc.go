@@ -1,0 +1,90 @@
+// Package nodeagent is the engine of a HAMi-compatible device plugin: one device [Source]
+// feeds both node channels of HAMi's registration, and the kubelet's Allocate is served with
+// HAMi's pod protocol, so that the node works under HAMi's own scheduler and under this SDK's
+// extender alike.
+//
+//   - Channel 1, the device count: a device plugin (package kubeletplugin) registers the
+//     vendor's resource (nvidia.com/gpu) with the kubelet, each GPU as Count virtual devices
+//     with its health.
+//   - Channel 2, the device specification: the register annotation (package register,
+//     hami.io/node-nvidia-register) on the Node.
+//   - Allocate: the pod the scheduler bound is found through the node lock
+//     (hami.io/mutex.lock), its next container entry of hami.io/vgpu-devices-to-allocate is
+//     served and consumed, and after the last one the pod gets hami.io/bind-phase: success and
+//     the lock is released.
+//
+// # Lifecycle
+//
+// [New] validates everything and starts nothing. [Agent.Run] scans the source at once, every
+// Options.Period (30 s) and whenever the source's Changed channel closes, and hands each scan
+// to both channels (a GPU turning unhealthy or healthy again reaches the annotation and the
+// kubelet within a scan's time); it publishes the annotation first and registers with the
+// kubelet only once the Node carries it, so a scheduler never sees a device count without the
+// devices behind it. A device that could not be read is logged and recorded as a Warning
+// Event on the Node; the others still register. A scan that fails as a whole keeps what was
+// published and is retried after 1 s, doubling up to the period. If the source is a [Runner]
+// (nvmlscan's XID health watch), Run runs it too. Run returns nil when its context ends, or
+// the error of a part that cannot go on (the kubelet socket missing, the registration
+// rejected), always after every goroutine it started has returned.
+//
+// # Allocate
+//
+// The kubelet calls Allocate once per container that asks for the resource. The agent, one
+// call at a time:
+//
+//  1. GETs its Node and reads the node lock; the lock names the pod (no LIST of pods). No
+//     lock, or a legacy lock without a pod: [ErrNoBindingPod] ("no binding pod found on
+//     node ..."). There is no lock-less fallback, so one pod's devices are never handed to
+//     another (HAMi #781, #3076).
+//  2. GETs that pod and checks that it is bound to this node and has bind-phase allocating. A
+//     pod that is not bound here yet is left alone (its scheduler may be mid-bind); a deleted
+//     pod ([ErrPodGone]) or one past allocation has its stale lock released.
+//  3. Decodes the pod's to-allocate list, takes the next container entry (init containers
+//     first; containers without devices keep empty entries and are skipped) and checks that
+//     it holds as many devices as the kubelet asked for ([ErrDeviceCountMismatch]).
+//  4. Answers with HAMi-core's environment and mounts (package allocation:
+//     NVIDIA_VISIBLE_DEVICES, CUDA_DEVICE_MEMORY_LIMIT_<i>, CUDA_DEVICE_SM_LIMIT, the
+//     libvgpu.so and ld.so.preload mounts, ...), and merge-patches the list back without the
+//     entry.
+//  5. After the last entry: bind-phase success, then the lock released.
+//
+// Every failure once the pod is known sets bind-phase failed, releases the lock, records a
+// Warning Event on the pod and returns an [*AllocateError] whose text tells the operator what
+// happened and what to do; the kubelet then rejects the pod (UnexpectedAdmissionError).
+// Requests are retried through transient API errors for a few seconds; when the API server
+// stays away, the agent finishes the protocol (failed or success, and the lock released) as
+// soon as it is back, so no lock is left behind until its timeout.
+//
+// GetPreferredAllocation answers, for the container being admitted, replica ids of the GPUs
+// the scheduler chose, so the kubelet's accounting matches HAMi's; Allocate serves the
+// scheduler's GPUs either way.
+//
+// # Concurrency
+//
+// One Run at a time per Agent ([ErrAlreadyRunning]). Allocate calls are serialised. Stats and
+// the accessors are safe at any time.
+//
+// # Logs, Events, RBAC
+//
+// Logging is contextual (klog.FromContext); the parts keep HAMi's log lines ("Updating node
+// annotations with N device(s)", "Device info unchanged, skipping annotation update").
+// Events go to Options.EventRecorder, by default to the API through a broadcaster of Run's
+// own. The ServiceAccount needs [ClusterRoleRules]: list, watch, get and patch nodes, get and
+// patch pods, create and patch events.
+//
+// # Usage
+//
+// A node program is a source, a client and the agent (the snippet is [ExampleNew]; see
+// examples/deviceplugin for the whole program):
+//
+//	scanner, err := nvmlscan.New(nvml.New(), nvmlscan.Options{SplitCount: 10})
+//	if err != nil {
+//		return err
+//	}
+//	defer scanner.Close()
+//	agent, err := nodeagent.New(clientset, nodeName, scanner, nodeagent.Options{})
+//	if err != nil {
+//		return err
+//	}
+//	return agent.Run(ctx)
+package nodeagent

@@ -1,0 +1,43 @@
+package nodeagent
+
+import (
+	rbacv1 "k8s.io/api/rbac/v1"
+
+	"github.com/hamireg/hamireg/nodelock"
+	"github.com/hamireg/hamireg/register"
+)
+
+// ClusterRoleRules returns the RBAC rules an Agent needs, no more: those of the register
+// annotation writer (list, watch and patch nodes; create and patch events) and of the node
+// lock (get and patch nodes, get pods), and patch pods for the device annotations and the
+// bind-phase. The agent lists no pods. The same rules are in the ClusterRole of
+// examples/deviceplugin/deploy.
+func ClusterRoleRules() []rbacv1.PolicyRule {
+	verbs := map[string]map[string]bool{}
+	add := func(rules []rbacv1.PolicyRule) {
+		for _, r := range rules {
+			for _, res := range r.Resources {
+				if verbs[res] == nil {
+					verbs[res] = map[string]bool{}
+				}
+				for _, v := range r.Verbs {
+					verbs[res][v] = true
+				}
+			}
+		}
+	}
+	add(register.ClusterRoleRules())
+	add(nodelock.ClusterRoleRules())
+	add([]rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"patch"}}})
+	var out []rbacv1.PolicyRule
+	for _, res := range []string{"nodes", "pods", "events"} {
+		var vs []string
+		for _, v := range []string{"get", "list", "watch", "create", "patch"} {
+			if verbs[res][v] {
+				vs = append(vs, v)
+			}
+		}
+		out = append(out, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{res}, Verbs: vs})
+	}
+	return out
+}
