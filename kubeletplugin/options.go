@@ -65,7 +65,8 @@ func (m Mode) String() string {
 
 // AllocateFunc answers the kubelet's Allocate call: one ContainerAllocateResponse per
 // ContainerAllocateRequest, in order. devices are the GPUs published at the time of the call
-// (the last [Plugin.SetDevices], canonical order), shared and read-only.
+// (the last [Plugin.SetDevices], canonical order), shared and read-only. ctx carries Run's
+// logger (klog.FromContext).
 type AllocateFunc func(ctx context.Context, devices []annotation.Device, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error)
 
 // PreferredAllocationFunc answers GetPreferredAllocation (a hint for the kubelet). devices are

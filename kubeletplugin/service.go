@@ -69,7 +69,7 @@ func (s *server) markLost() { s.lostOnce.Do(func() { close(s.streamLost) }) }
 
 func (v *service) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	if v.p.opts.Allocate != nil {
-		return v.p.opts.Allocate(ctx, v.p.Devices(), req)
+		return v.p.opts.Allocate(klog.NewContext(ctx, v.logger), v.p.Devices(), req)
 	}
 	resp := &pluginapi.AllocateResponse{}
 	for range req.GetContainerRequests() {
@@ -82,14 +82,14 @@ func (v *service) GetPreferredAllocation(ctx context.Context, req *pluginapi.Pre
 	if v.p.opts.GetPreferredAllocation == nil {
 		return nil, status.Error(codes.Unimplemented, "GetPreferredAllocation is not offered by this plugin")
 	}
-	return v.p.opts.GetPreferredAllocation(ctx, v.p.Devices(), req)
+	return v.p.opts.GetPreferredAllocation(klog.NewContext(ctx, v.logger), v.p.Devices(), req)
 }
 
 func (v *service) PreStartContainer(ctx context.Context, req *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
 	if v.p.opts.PreStartContainer == nil {
 		return &pluginapi.PreStartContainerResponse{}, nil
 	}
-	return v.p.opts.PreStartContainer(ctx, v.p.Devices(), req)
+	return v.p.opts.PreStartContainer(klog.NewContext(ctx, v.logger), v.p.Devices(), req)
 }
 
 // GetInfo tells the kubelet's plugin watcher what this socket is (ModePluginWatcher).

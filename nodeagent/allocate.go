@@ -58,7 +58,6 @@ func (a *Agent) call(ctx context.Context, f func() error) error {
 func (a *Agent) allocate(ctx context.Context, devices []annotation.Device, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	a.allocMu.Lock()
 	defer a.allocMu.Unlock()
-	ctx = klog.NewContext(ctx, klog.LoggerWithValues(klog.FromContext(ctx), "node", klog.KRef("", a.node)))
 	resp := &pluginapi.AllocateResponse{}
 	for _, cr := range req.GetContainerRequests() {
 		r, err := a.allocateContainer(ctx, devices, cr.GetDevicesIds())
