@@ -201,6 +201,11 @@ func TestRunRetriesWithBackoff(t *testing.T) {
 		startRun(ctx, t, w)
 		for i, delay := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 5 * time.Second} {
 			settled(t, "a failed attempt", func() bool { return w.Stats().Failures == uint64(i+1) })
+			w.SetDevices(shuffled(gpus(2))) // an unchanged scan does not cut the backoff short
+			synctest.Wait()
+			if n := count(cs, "patch"); n != i+1 {
+				t.Fatalf("an unchanged SetDevices while failing sent a patch (%d, want %d)", n, i+1)
+			}
 			step(t, clk, delay-time.Millisecond)
 			synctest.Wait() // Run is idle again, still waiting for the last millisecond
 			if n := count(cs, "patch"); n != i+1 {

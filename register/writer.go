@@ -216,11 +216,15 @@ func (w *Writer) Key() string { return w.key }
 // SetDevices sets the devices the annotation must carry, in any order (they are written in
 // canonical order), and makes a running [Writer.Run] sync at once. It never blocks on the API
 // server; devices set while a write is in flight are written right after it. An unchanged
-// device list sends nothing.
+// device list sends nothing, and while writes fail it does not cut the retry backoff short.
 func (w *Writer) SetDevices(devices []annotation.Device) {
 	devs := annotation.Canonical(devices)
-	w.desired.Store(&desiredValue{value: annotation.EncodeShape(devs, w.shape), n: len(devs)})
+	next := &desiredValue{value: annotation.EncodeShape(devs, w.shape), n: len(devs)}
+	prev := w.desired.Swap(next)
 	w.notifySync()
+	if prev != nil && prev.value == next.value && w.Stats().LastError != nil {
+		return // unchanged while failing: the retry backoff decides when to try again
+	}
 	w.wake()
 }
 

@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -112,37 +115,72 @@ func countingClientFor(tb testing.TB, cfg *rest.Config, c *counter) kubernetes.I
 	return cs
 }
 
-// source is a DeviceSource whose devices tests change; it returns them in Go map iteration
-// order, as HAMi's agent builds its list.
-type source struct {
-	mu   sync.Mutex
-	devs map[string]annotation.Device
+// shuffled returns devs in a new random order, as HAMi's agent lists them (Go map iteration
+// over its devices).
+func shuffled(devs []annotation.Device) []annotation.Device {
+	out := slices.Clone(devs)
+	rand.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	return out
 }
 
-func newSource(devs []annotation.Device) *source {
-	s := &source{}
-	s.set(devs)
-	return s
+// pushEvery stands in for the node agent's rescan loop (package nodeagent rescans its device
+// source every 30 s and pushes what it found): every period it calls
+// w.SetDevices(shuffled(devs())). pushes reports how many pushes it has made; stop ends the
+// loop and returns after its goroutine has, and also runs when tb ends.
+func pushEvery(ctx context.Context, tb testing.TB, w *register.Writer, period time.Duration, devs func() []annotation.Device) (pushes func() uint64, stop func()) {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	var n atomic.Uint64
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				w.SetDevices(shuffled(devs()))
+				n.Add(1)
+			}
+		}
+	})
+	stop = func() { cancel(); wg.Wait() }
+	tb.Cleanup(stop)
+	return n.Load, stop
 }
 
-func (s *source) Devices(context.Context) ([]annotation.Device, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]annotation.Device, 0, len(s.devs))
-	for _, d := range s.devs { // random order, like HAMi's range over rm.Devices
-		out = append(out, d)
+// syncs counts the syncs w has made: one follows every SetDevices (a no-op when the devices
+// are unchanged), and it moves after the API server has answered the sync's request, if any.
+func syncs(w *register.Writer) uint64 {
+	s := w.Stats()
+	return s.Writes + s.NoOps + s.Failures
+}
+
+// waitForSync waits up to timeout for w.WaitForSync (the Writer has written, or found in
+// place, the devices last set) and returns how long that took; it fails tb with w's Stats
+// when the time runs out. The PATCH response has arrived by then, so a GET sees the value; the
+// Stats counters may move a moment later.
+func waitForSync(ctx context.Context, tb testing.TB, w *register.Writer, timeout time.Duration) time.Duration {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	start := time.Now()
+	if err := w.WaitForSync(ctx); err != nil {
+		tb.Fatalf("WaitForSync: %v; stats %+v", err, w.Stats())
 	}
-	return out, nil
+	return time.Since(start)
 }
 
-func (s *source) set(devs []annotation.Device) {
-	m := make(map[string]annotation.Device, len(devs))
-	for _, d := range devs {
-		m[d.ID] = d
+// newWriter returns a Writer of node that client writes with, given devs in a random order.
+func newWriter(tb testing.TB, client kubernetes.Interface, node string, devs []annotation.Device, opts register.Options) *register.Writer {
+	tb.Helper()
+	w, err := register.New(client, node, opts)
+	if err != nil {
+		tb.Fatal(err)
 	}
-	s.mu.Lock()
-	s.devs = m
-	s.mu.Unlock()
+	w.SetDevices(shuffled(devs))
+	return w
 }
 
 // gpus returns n healthy H100s.

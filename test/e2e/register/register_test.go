@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -23,50 +24,72 @@ import (
 
 const key = annotation.KeyNVIDIARegister
 
-// First write, then many rescans with nothing changed (the source returns the 8 GPUs in
-// random order every time): no PATCH, no GET, not even a LIST; only the one watch.
+// First write, then many rescans with nothing changed (the node agent's loop pushes the 8 GPUs
+// in a new random order every time): no PATCH, no GET, not even a LIST; only the one watch.
+// Then a changed device list is written at once, with one PATCH and nothing else.
 func TestRegisterFirstWriteThenNoRequests(t *testing.T) {
 	t.Parallel()
 	ctx := harness.Context(t)
 	node := harness.UniqueName("reg-steady")
 	createNode(t, node, map[string]string{"owner": "ops"})
 	c := newCounter(1)
-	w, err := register.New(countingClient(t, c), node, newSource(gpus(8)), register.Options{Period: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := newWriter(t, countingClient(t, c), node, gpus(8), register.Options{})
 	run(ctx, t, w)
-	harness.Eventually(t, "first write", 10*time.Second, func() bool { return annotations(t, node)[key] == want(gpus(8)) })
-	if got := annotations(t, node)["owner"]; got != "ops" {
-		t.Errorf("other annotation = %q after the write, want ops", got)
+	waitForSync(ctx, t, w, 10*time.Second)
+	got := annotations(t, node)
+	if got[key] != want(gpus(8)) {
+		t.Fatalf("annotation after WaitForSync = %q, want %q", got[key], want(gpus(8)))
 	}
+	if got["owner"] != "ops" {
+		t.Errorf("other annotation = %q after the write, want ops", got["owner"])
+	}
+	// The reflector sends its watch right after the list that Run's first sync waited for.
+	harness.Eventually(t, "the watch request", 5*time.Second, func() bool { return c.snapshot()["WATCH nodes"] >= 1 })
+	harness.Eventually(t, "the first write counted", 5*time.Second, func() bool { return w.Stats().Writes == 1 })
 	startup := c.snapshot()
 	t.Logf("startup requests: %v", startup)
-	noops := w.Stats().NoOps
-	harness.Eventually(t, "30 unchanged rescans", 20*time.Second, func() bool { return w.Stats().NoOps >= noops+30 })
+
+	before := syncs(w)
+	pushes, stopPushing := pushEvery(ctx, t, w, 50*time.Millisecond, func() []annotation.Device { return gpus(8) })
+	harness.Eventually(t, "30 unchanged rescans", 20*time.Second, func() bool { return syncs(w) >= before+30 })
+	stopPushing()
 	if got, total := c.since(startup); total != 0 {
-		t.Errorf("requests during 30 unchanged rescans: %v, want none", got)
+		t.Errorf("requests during %d pushes of unchanged devices: %v, want none", pushes(), got)
 	}
-	if s := w.Stats(); s.Writes != 1 || s.Failures != 0 {
-		t.Errorf("Stats = %+v, want 1 write and no failure", s)
+	if s := w.Stats(); s.Writes != 1 || s.Failures != 0 || !w.InSync() {
+		t.Errorf("Stats = %+v, in sync %v; want 1 write, no failure, in sync", s, w.InSync())
 	}
+
+	changed := gpus(8)
+	changed[2].Health = false
+	unchanged := c.snapshot()
+	w.SetDevices(shuffled(changed))
+	d := waitForSync(ctx, t, w, 5*time.Second)
+	if got := annotations(t, node)[key]; got != want(changed) {
+		t.Errorf("annotation after the change = %q, want %q", got, want(changed))
+	}
+	if got, _ := c.since(unchanged); !maps.Equal(got, map[string]int{"PATCH nodes": 1}) {
+		t.Errorf("requests for a changed device list: %v, want one PATCH", got)
+	}
+	t.Logf("changed device list written %v after SetDevices", d)
+	harness.Eventually(t, "the second write counted", 5*time.Second, func() bool { return w.Stats().Writes == 2 })
 }
 
 // A hand-deleted and a hand-edited annotation are restored from the watch within seconds,
-// with the rescan period at one hour (so no periodic rescan can be what restores them), and
-// without a GET.
+// with no rescan loop (nothing calls SetDevices after the first, so no push can be what
+// restores them), and without a GET.
 func TestRegisterRestoresHandDeletedAndEditedAnnotation(t *testing.T) {
 	t.Parallel()
 	ctx := harness.Context(t)
 	node := harness.UniqueName("reg-heal")
 	createNode(t, node, nil)
 	c := newCounter(1)
-	w, err := register.New(countingClient(t, c), node, newSource(gpus(8)), register.Options{Period: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := newWriter(t, countingClient(t, c), node, gpus(8), register.Options{})
 	run(ctx, t, w)
-	harness.Eventually(t, "first write", 10*time.Second, func() bool { return annotations(t, node)[key] == want(gpus(8)) })
+	waitForSync(ctx, t, w, 10*time.Second)
+	if got := annotations(t, node)[key]; got != want(gpus(8)) {
+		t.Fatalf("annotation after WaitForSync = %q, want %q", got, want(gpus(8)))
+	}
 
 	handPatch(t, node, map[string]*string{key: nil}) // kubectl annotate node NODE hami.io/node-nvidia-register-
 	d := harness.Eventually(t, "restore after deletion", 5*time.Second, func() bool { return annotations(t, node)[key] == want(gpus(8)) })
@@ -88,25 +111,39 @@ func TestRegisterRestoresHandDeletedAndEditedAnnotation(t *testing.T) {
 }
 
 // The Node does not exist when the writer starts: it waits on its watch (no retry loop of
-// requests) and writes as soon as the Node is created.
+// requests, even with a 10 ms retry delay, and none at the node agent's rescans either) and
+// writes as soon as the Node is created.
 func TestRegisterNodeAppearsLater(t *testing.T) {
 	t.Parallel()
 	ctx := harness.Context(t)
 	node := harness.UniqueName("reg-late")
 	c := newCounter(1)
-	w, err := register.New(countingClient(t, c), node, newSource(gpus(2)), register.Options{Period: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := newWriter(t, countingClient(t, c), node, gpus(2), register.Options{RetryInitial: 10 * time.Millisecond, RetryMax: 10 * time.Millisecond})
 	run(ctx, t, w)
 	harness.Eventually(t, "ErrNodeNotFound", 10*time.Second, func() bool { return errors.Is(w.Stats().LastError, register.ErrNodeNotFound) })
-	time.Sleep(time.Second)
+	// Rescans while the Node is missing: unchanged ones do not wake the writer (it waits for the
+	// Node on its watch; the unit test TestRunRetriesWithBackoff shows the same while writes
+	// fail), a changed one is one failed sync against the watch's cache. A retry timer, had Run
+	// armed one, would add failures of its own.
+	for range 5 {
+		w.SetDevices(shuffled(gpus(2)))
+	}
+	changed := gpus(2)
+	changed[1].Health = false
+	w.SetDevices(changed)
+	harness.Eventually(t, "the failed sync of the changed rescan", 5*time.Second, func() bool { return w.Stats().Failures >= 2 })
 	before := c.snapshot()
 	if before["PATCH nodes"] != 0 || before["GET nodes"] != 0 {
 		t.Errorf("requests while the node is missing: %v", before)
 	}
+	if s := w.Stats(); s.Failures != 2 || s.Writes != 0 {
+		t.Errorf("Stats = %+v while the node is missing, want 2 failures (start and the changed rescan, no retries)", s)
+	}
 	createNode(t, node, nil)
-	d := harness.Eventually(t, "write after the node appeared", 5*time.Second, func() bool { return annotations(t, node)[key] == want(gpus(2)) })
+	d := waitForSync(ctx, t, w, 5*time.Second)
+	if got := annotations(t, node)[key]; got != want(changed) {
+		t.Errorf("annotation = %q, want %q", got, want(changed))
+	}
 	t.Logf("written %v after the node was created; requests before: %v", d, before)
 }
 
@@ -117,16 +154,14 @@ func TestRegisterConcurrentWriterLosesNothing(t *testing.T) {
 	ctx := harness.Context(t)
 	node := harness.UniqueName("reg-concurrent")
 	createNode(t, node, nil)
-	src := newSource(gpus(4))
-	w, err := register.New(cp.AdminClient(), node, src, register.Options{Period: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := newWriter(t, cp.AdminClient(), node, gpus(4), register.Options{})
 	run(ctx, t, w)
 
 	const others = 100
 	var wg sync.WaitGroup
+	othersDone := make(chan struct{})
 	wg.Go(func() { // the scheduler, another agent, an operator: keys of their own
+		defer close(othersDone)
 		for i := range others {
 			v := fmt.Sprint(i)
 			if err := cp.PatchNodeAnnotations(ctx, node, "", map[string]*string{fmt.Sprintf("other.example/k%d", i%10): &v}); err != nil {
@@ -135,18 +170,24 @@ func TestRegisterConcurrentWriterLosesNothing(t *testing.T) {
 			}
 		}
 	})
-	for i := range 20 { // meanwhile the device list changes and the key is deleted by hand
+	// Meanwhile, until the other writer is done, the device list changes and the key is
+	// deleted by hand. Every other change is waited for (written while the other writer
+	// patches); the rest are pushed back to back, so that some arrive while a write is in
+	// flight or a heal is pending.
+	for i := 0; i < 20 || !closed(othersDone); i++ {
 		devs := gpus(4)
 		devs[i%4].Health = i%2 == 0
-		src.set(devs)
+		w.SetDevices(shuffled(devs))
+		if i%2 == 1 {
+			waitForSync(ctx, t, w, 10*time.Second)
+		}
 		if i%5 == 0 {
 			handPatch(t, node, map[string]*string{key: nil})
 		}
-		time.Sleep(15 * time.Millisecond)
 	}
 	final := gpus(4)
 	final[0].Devmem = 40000
-	src.set(final)
+	w.SetDevices(shuffled(final))
 	wg.Wait()
 
 	harness.Eventually(t, "final device list", 10*time.Second, func() bool { return annotations(t, node)[key] == want(final) })
@@ -158,6 +199,16 @@ func TestRegisterConcurrentWriterLosesNothing(t *testing.T) {
 		}
 	}
 	t.Logf("stats: %+v", w.Stats())
+}
+
+// closed reports whether ch is closed.
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // The ClusterRole of the package documentation (register.ClusterRoleRules) is all the writer
@@ -181,22 +232,25 @@ func TestRegisterMinimalClusterRole(t *testing.T) {
 	}
 	node := harness.UniqueName("reg-rbac")
 	createNode(t, node, nil)
-	src := newSource(gpus(2))
-	w, err := register.New(client, node, src, register.Options{Period: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := newWriter(t, client, node, gpus(2), register.Options{})
 	run(ctx, t, w)
-	harness.Eventually(t, "write with the minimal role", 10*time.Second, func() bool { return annotations(t, node)[key] == want(gpus(2)) })
+	waitForSync(ctx, t, w, 10*time.Second)
+	if got := annotations(t, node)[key]; got != want(gpus(2)) {
+		t.Fatalf("annotation written with the minimal role = %q, want %q", got, want(gpus(2)))
+	}
 	handPatch(t, node, map[string]*string{key: nil})
 	harness.Eventually(t, "heal with the minimal role", 5*time.Second, func() bool { return annotations(t, node)[key] == want(gpus(2)) })
 
 	huge := gpus(1)
 	huge[0].Type = strings.Repeat("X", 300<<10) // annotations are limited to 256 KiB in all
-	src.set(huge)
+	// A device list the apiserver rejects (too large) is written at once, and fails.
+	w.SetDevices(huge)
 	harness.Eventually(t, "the rejected write", 10*time.Second, func() bool { return errors.Is(w.Stats().LastError, register.ErrAPI) })
 	if err := w.Stats().LastError; !apierrors.IsInvalid(err) {
 		t.Errorf("LastError = %v, want an Invalid error from the apiserver", err)
+	}
+	if w.InSync() {
+		t.Error("InSync after the rejected write")
 	}
 	ev := waitForEvent(t, node)
 	t.Logf("event recorded by the service account: %s %s %.120s…", ev.Type, ev.Reason, ev.Message)
@@ -226,11 +280,15 @@ func TestRegisterForbiddenNamesServiceAccount(t *testing.T) {
 	node := harness.UniqueName("reg-forbidden")
 	createNode(t, node, nil)
 
-	// One-shot Sync (GET + PATCH) returns the error.
-	w, err := register.New(client, node, newSource(gpus(1)), register.Options{EventRecorder: &record.FakeRecorder{}})
+	// One-shot Sync (GET + PATCH) returns the error, once it has devices to write.
+	w, err := register.New(client, node, register.Options{EventRecorder: &record.FakeRecorder{}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := w.Sync(ctx); !errors.Is(err, register.ErrNoDevices) {
+		t.Fatalf("Sync before SetDevices: %v, want ErrNoDevices", err)
+	}
+	w.SetDevices(gpus(1))
 	err = w.Sync(ctx)
 	if !errors.Is(err, register.ErrForbidden) || !apierrors.IsForbidden(err) {
 		t.Fatalf("Sync: %v, want ErrForbidden wrapping the apiserver's Forbidden", err)
@@ -242,18 +300,15 @@ func TestRegisterForbiddenNamesServiceAccount(t *testing.T) {
 	t.Logf("classified error: %v", err)
 
 	// Run keeps retrying, keeps the error, and records the Warning Event on the Node.
-	w2, err := register.New(client, node, newSource(gpus(1)), register.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	w2 := newWriter(t, client, node, gpus(1), register.Options{})
 	run(ctx, t, w2)
 	harness.Eventually(t, "the forbidden error in Stats", 10*time.Second, func() bool { return errors.Is(w2.Stats().LastError, register.ErrForbidden) })
 	ev := waitForEvent(t, node)
 	if !strings.Contains(ev.Message, check) {
 		t.Errorf("event message %q lacks %q", ev.Message, check)
 	}
-	if _, ok := annotations(t, node)[key]; ok {
-		t.Error("annotation written without permission")
+	if _, ok := annotations(t, node)[key]; ok || w2.InSync() {
+		t.Errorf("annotation present %v, in sync %v, without permission", ok, w2.InSync())
 	}
 }
 
@@ -276,21 +331,20 @@ func waitForEvent(t *testing.T, node string) corev1.Event {
 	return ev
 }
 
-// The apiserver is stopped while the writer runs and the device list changes; the writes
-// fail and are retried with backoff; once the apiserver is back, the writer recovers by
-// itself and the final annotation is the current device list. Not parallel: the apiserver is
-// down for a while.
+// The apiserver is stopped while the writer runs and the device list changes (one
+// SetDevices, no rescan loop); the write fails and is retried with backoff; once the
+// apiserver is back, the writer recovers by itself and the final annotation is the current
+// device list. Not parallel: the apiserver is down for a while.
 func TestRegisterRecoversFromAPIServerRestart(t *testing.T) {
 	ctx := harness.Context(t)
 	node := harness.UniqueName("reg-restart")
 	createNode(t, node, nil)
-	src := newSource(gpus(8))
-	w, err := register.New(cp.AdminClient(), node, src, register.Options{Period: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := newWriter(t, cp.AdminClient(), node, gpus(8), register.Options{})
 	run(ctx, t, w)
-	harness.Eventually(t, "first write", 10*time.Second, func() bool { return annotations(t, node)[key] == want(gpus(8)) })
+	waitForSync(ctx, t, w, 10*time.Second)
+	if got := annotations(t, node)[key]; got != want(gpus(8)) {
+		t.Fatalf("annotation after WaitForSync = %q, want %q", got, want(gpus(8)))
+	}
 
 	t.Cleanup(func() { // whatever happens, leave the apiserver running for the other tests
 		if cp.APIServerPid() == 0 {
@@ -307,10 +361,14 @@ func TestRegisterRecoversFromAPIServerRestart(t *testing.T) {
 	t.Logf("apiserver stopped in %v", time.Since(stopStart))
 	changed := gpus(8)
 	changed[5].Health = false // a GPU fell off the bus while the control plane was down
-	src.set(changed)
+	w.SetDevices(shuffled(changed))
 	harness.Eventually(t, "a failed write", 10*time.Second, func() bool { return w.Stats().Failures >= 1 })
-	time.Sleep(3 * time.Second) // a few retries with backoff
+	// Two retries with backoff: after 1 s, then 2 s more.
+	harness.Eventually(t, "two retries", 15*time.Second, func() bool { return w.Stats().Failures >= 3 })
 	failures := w.Stats().Failures
+	if w.InSync() {
+		t.Error("InSync while the apiserver is down")
+	}
 	if err := cp.StartAPIServer(ctx); err != nil {
 		t.Fatalf("start apiserver: %v", err)
 	}
@@ -319,7 +377,7 @@ func TestRegisterRecoversFromAPIServerRestart(t *testing.T) {
 		return err == nil && n.Annotations[key] == want(changed)
 	})
 	t.Logf("recovered %v after the apiserver was ready; %d failed attempts while it was down", d, failures)
-	harness.Eventually(t, "LastError cleared", 10*time.Second, func() bool { return w.Stats().LastError == nil })
+	harness.Eventually(t, "LastError cleared", 10*time.Second, func() bool { return w.Stats().LastError == nil && w.InSync() })
 	// The watch is back too: a hand deletion is healed. client-go's reflector backs off up to
 	// 30 s between watch attempts while the apiserver is down, so the first heal after an
 	// outage can take that long; later ones are immediate again.
