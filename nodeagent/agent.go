@@ -71,8 +71,6 @@ const (
 	// EventReasonAllocateFailed (Warning, on the Pod): Allocate could not hand out the pod's
 	// devices; its bind-phase is failed and the node lock released.
 	EventReasonAllocateFailed = "AllocateFailed"
-	// EventReasonAllocated (Normal, on the Pod): the last container's devices were handed out.
-	EventReasonAllocated = "Allocated"
 )
 
 // Options configure an [Agent]. The zero value means HAMi's chart defaults; each field
@@ -105,7 +103,7 @@ type Options struct {
 	// Clock drives the rescan and retry timers and the lock times. Default clock.RealClock{}.
 	Clock clock.WithTicker
 	// EventRecorder records the agent's Events (Node: failed scans and devices, failed
-	// register writes; Pod: failed and completed allocations). Default: while Run runs, a
+	// register writes; Pod: failed allocations). Default: while Run runs, a
 	// broadcaster of its own sends them to the client's Events API (source component
 	// [EventComponent]). Pass &record.FakeRecorder{} to record none.
 	EventRecorder record.EventRecorder
@@ -355,9 +353,6 @@ func (a *Agent) Run(ctx context.Context) error {
 	part(func(ctx context.Context) error { a.scanLoop(ctx); return nil })
 	part(func(ctx context.Context) error { a.cleanupLoop(ctx); return nil })
 	wg.Wait()
-	if first != nil {
-		logger.Error(first, "Node agent stopped")
-	}
 	return first
 }
 

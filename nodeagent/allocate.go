@@ -30,10 +30,12 @@ import (
 const FieldManager = "hamireg-nodeagent"
 
 // apiBackoff is how Allocate retries a request that failed for a transient reason (the API
-// server restarting, a timeout, 429/5xx): 8 tries over about 7 s, so that a restarting API
-// server does not fail a pod, while the kubelet's admission, which waits for Allocate, is
-// held up for seconds at most.
-var apiBackoff = wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 8, Cap: 2 * time.Second}
+// server restarting, a timeout, 429/5xx): 7 tries over about 6 s (waits of 0.1, 0.2, ...,
+// 3.2 s), so that a restarting API server does not fail a pod, while the kubelet's
+// admission, which waits for Allocate, is held up for seconds at most. No Cap: wait.Backoff
+// ends the schedule (Steps = 0) at the first wait that would exceed its Cap, so a 2 s cap
+// made it 5 tries over about 3 s (seen in test/e2e/nodeagent).
+var apiBackoff = wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 7}
 
 // transient reports whether a request error is worth retrying.
 func transient(err error) bool {
@@ -41,11 +43,14 @@ func transient(err error) bool {
 		return false
 	}
 	switch {
-	case apierrors.IsNotFound(err), apierrors.IsForbidden(err), apierrors.IsUnauthorized(err),
+	case apierrors.IsNotFound(err), apierrors.IsUnauthorized(err),
 		apierrors.IsInvalid(err), apierrors.IsBadRequest(err), apierrors.IsConflict(err):
 		return false
 	}
-	return true // timeouts, 429, 5xx, connection refused or reset
+	// Timeouts, 429, 5xx, connection refused or reset; and Forbidden, which a restarted API
+	// server answers until its RBAC authorizer has caught up (a real denial fails a few
+	// seconds later, with the same error).
+	return true
 }
 
 // call runs one API request with the Allocate retry schedule.
@@ -81,10 +86,42 @@ type bound struct {
 	owner types.NamespacedName
 }
 
-// findPod finds the pod to serve through the node lock: one GET of the Node and one of the
-// pod, no LIST. It checks that the pod is bound to this node and being allocated; a pod that
-// is past allocation has its stale lock released.
+// findPod finds the pod to serve through the node lock, no LIST: the lock is read from the
+// register writer's watch of the Node, and only when the pod it names is not the one to serve
+// (the watch may lag) from a GET of the Node; then one GET of the pod. It checks that the
+// pod is bound to this node and being allocated; a pod that is past allocation has its stale
+// lock released.
 func (a *Agent) findPod(ctx context.Context) (bound, *AllocateError) {
+	if b, ok := a.fromWatch(ctx); ok {
+		return b, nil
+	}
+	return a.findPodFresh(ctx)
+}
+
+// fromWatch returns the pod that the node lock in the watch's copy of the Node names, when it
+// is bound to this node and being allocated. It changes nothing.
+func (a *Agent) fromWatch(ctx context.Context) (bound, bool) {
+	node := a.writer.Node()
+	if node == nil {
+		return bound{}, false
+	}
+	lock, present, err := nodelock.FromAnnotations(node.Annotations)
+	if !present || err != nil {
+		return bound{}, false
+	}
+	owner, ok := lock.Owner()
+	if !ok {
+		return bound{}, false
+	}
+	pod, err := a.client.CoreV1().Pods(owner.Namespace).Get(ctx, owner.Name, metav1.GetOptions{})
+	if err != nil || pod.Spec.NodeName != a.node || allocation.BindPhase(pod.Annotations[allocation.KeyBindPhase]) != allocation.PhaseAllocating {
+		return bound{}, false
+	}
+	return bound{pod: pod, owner: owner}, true
+}
+
+// findPodFresh is findPod with the Node read from the API server.
+func (a *Agent) findPodFresh(ctx context.Context) (bound, *AllocateError) {
 	var node *corev1.Node
 	err := a.call(ctx, func() (err error) {
 		node, err = a.client.CoreV1().Nodes().Get(ctx, a.node, metav1.GetOptions{})
@@ -180,11 +217,16 @@ func (a *Agent) allocateContainer(ctx context.Context, devices []annotation.Devi
 		}
 	}
 	rest := pd.Consume(i)
-	if err := a.patchPod(ctx, b.owner, map[string]string{key: allocation.EncodePodDevices(rest)}); err != nil {
+	patch := map[string]string{key: allocation.EncodePodDevices(rest)}
+	_, more := rest.Next()
+	if !more { // the last entry: bind-phase success in the same write
+		patch[allocation.KeyBindPhase] = string(allocation.PhaseSuccess)
+	}
+	if err := a.patchPod(ctx, b.owner, patch); err != nil {
 		return nil, failure(ErrAPI, ctr.Name, "write back "+key, err)
 	}
 	logger.V(2).Info("Allocated container devices", "container", ctr.Name, "devices", entryUUIDs(entry))
-	if _, more := rest.Next(); !more {
+	if !more {
 		a.complete(ctx, b)
 	}
 	resp := &pluginapi.ContainerAllocateResponse{Envs: r.Envs}
@@ -194,23 +236,16 @@ func (a *Agent) allocateContainer(ctx context.Context, devices []annotation.Devi
 	return resp, nil
 }
 
-// complete ends the protocol for a pod whose last entry was served: bind-phase success, then
-// the lock released (even when the phase patch failed, so the node is never left locked).
-// Errors are logged; the container's Allocate still succeeds.
+// complete ends the protocol for a pod whose last entry was served and whose bind-phase is
+// success: the lock is released. A failed release is logged and left to the cleanup loop;
+// the container's Allocate still succeeds.
 func (a *Agent) complete(ctx context.Context, b bound) {
-	logger := klog.FromContext(ctx)
-	phased := true
-	if err := a.patchPod(ctx, b.owner, map[string]string{allocation.KeyBindPhase: string(allocation.PhaseSuccess)}); err != nil {
-		phased = false
-		logger.Error(err, "Failed to set bind-phase success; releasing the node lock anyway")
-	}
 	released := a.release(ctx, b.owner)
-	if !phased || !released {
+	if !released {
 		a.needCleanup(time.Time{}, b.owner)
 	}
 	a.stats.podsCompleted.Add(1)
-	logger.V(2).Info("Pod allocated", "lockReleased", released)
-	a.events.Event(b.pod, corev1.EventTypeNormal, EventReasonAllocated, fmt.Sprintf("Devices handed out on node %s; node lock released", a.node))
+	klog.FromContext(ctx).V(2).Info("Pod allocated", "lockReleased", released)
 }
 
 // fail ends the protocol for a pod that cannot be served: bind-phase failed and the lock
@@ -321,6 +356,9 @@ func (a *Agent) preferredAllocation(ctx context.Context, _ []annotation.Device, 
 
 // peekPod finds the pod as Allocate does, without changing anything.
 func (a *Agent) peekPod(ctx context.Context) (bound, error) {
+	if b, ok := a.fromWatch(ctx); ok {
+		return b, nil
+	}
 	node, err := a.client.CoreV1().Nodes().Get(ctx, a.node, metav1.GetOptions{})
 	if err != nil {
 		return bound{}, err

@@ -447,3 +447,44 @@ func (f *fixture) patchNode(t *testing.T, annotations map[string]any) {
 		t.Fatal(err)
 	}
 }
+
+// While the register writer watches the Node, Allocate reads the node lock from the watch:
+// a pod is served without one GET of the Node besides the lock's release.
+func TestAllocateReadsTheLockFromTheWatch(t *testing.T) {
+	t.Parallel()
+	pod := gpuPod("p", "main")
+	f := newFixture(t, pod)
+	f.schedule(t, pod, allocation.PodDevices{{dev(0, 1000, 30)}})
+	ctx, cancel := context.WithCancel(f.ctx)
+	done := make(chan error, 1)
+	go func() { done <- f.agent.writer.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("writer Run = %v", err)
+		}
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for n := f.agent.writer.Node(); n == nil || n.Annotations[nodelock.Key] == ""; n = f.agent.writer.Node() {
+		if time.Now().After(deadline) {
+			t.Fatal("the writer's watch never showed the lock")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	f.cs.ClearActions()
+	if _, err := f.call("GPU-0-0"); err != nil {
+		t.Fatal(err)
+	}
+	var verbs []string
+	for _, a := range f.cs.Actions() {
+		verbs = append(verbs, a.GetVerb()+" "+a.GetResource().Resource)
+	}
+	// The pod, its one patch (entry consumed and bind-phase success), and the lock's release.
+	want := []string{"get pods", "patch pods", "get nodes", "patch nodes"}
+	if d := cmp.Diff(want, verbs); d != "" {
+		t.Errorf("requests of one Allocate (-want +got):\n%s", d)
+	}
+	if got := f.pod(t, "p").Annotations[allocation.KeyBindPhase]; got != "success" {
+		t.Errorf("bind-phase = %q", got)
+	}
+}

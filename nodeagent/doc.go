@@ -32,10 +32,11 @@
 // The kubelet calls Allocate once per container that asks for the resource. The agent, one
 // call at a time:
 //
-//  1. GETs its Node and reads the node lock; the lock names the pod (no LIST of pods). No
-//     lock, or a legacy lock without a pod: [ErrNoBindingPod] ("no binding pod found on
-//     node ..."). There is no lock-less fallback, so one pod's devices are never handed to
-//     another (HAMi #781, #3076).
+//  1. Reads the node lock, which names the pod (no LIST of pods): from the register writer's
+//     watch of the Node, and from a GET of the Node when the pod named there is not the one to
+//     serve (the watch may lag the bind). No lock, or a legacy lock without a pod:
+//     [ErrNoBindingPod] ("no binding pod found on node ..."). There is no lock-less
+//     fallback, so one pod's devices are never handed to another (HAMi #781, #3076).
 //  2. GETs that pod and checks that it is bound to this node and has bind-phase allocating. A
 //     pod that is not bound here yet is left alone (its scheduler may be mid-bind); a deleted
 //     pod ([ErrPodGone]) or one past allocation has its stale lock released.
@@ -46,7 +47,10 @@
 //     NVIDIA_VISIBLE_DEVICES, CUDA_DEVICE_MEMORY_LIMIT_<i>, CUDA_DEVICE_SM_LIMIT, the
 //     libvgpu.so and ld.so.preload mounts, ...), and merge-patches the list back without the
 //     entry.
-//  5. After the last entry: bind-phase success, then the lock released.
+//  5. After the last entry: bind-phase success (in the same patch), then the lock released.
+//
+// A pod is served with a GET of it and a patch per container (GetPreferredAllocation adds a
+// GET), and the lock's GET and patch at the end: well within client-go's rate limits.
 //
 // Every failure once the pod is known sets bind-phase failed, releases the lock, records a
 // Warning Event on the pod and returns an [*AllocateError] whose text tells the operator what

@@ -72,8 +72,15 @@ func TestRunSteadyStateAndSetDevices(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if w.Node() != nil {
+			t.Error("Node before Run")
+		}
 		stop := startRun(ctx, t, w)
 		settled(t, "the first write", func() bool { return w.Stats().Writes == 1 })
+		settled(t, "the watch's copy of the write", func() bool {
+			n := w.Node()
+			return n != nil && n.Annotations[annotation.KeyNVIDIARegister] == want(gpus(8))
+		})
 
 		// Ten scans with nothing changed, in other orders: ten no-ops, no patch, no GET.
 		for i := range 10 {
@@ -93,6 +100,9 @@ func TestRunSteadyStateAndSetDevices(t *testing.T) {
 			t.Errorf("annotation = %s, want %s", got, want(devs))
 		}
 		stop()
+		if w.Node() != nil {
+			t.Error("Node after Run returned")
+		}
 		if s := w.Stats(); s.Heals != 0 || s.Failures != 0 {
 			t.Errorf("Stats = %+v", s)
 		}

@@ -135,6 +135,10 @@ type Writer struct {
 	// activeRecorder is recorder, or Run's own while Run runs; nil records nothing.
 	activeRecorder record.EventRecorder
 
+	// liveStore is store, readable without waiting for a sync in flight (Node).
+	storeMu   sync.RWMutex
+	liveStore cache.Store
+
 	statsMu sync.Mutex
 	stats   Stats
 }
@@ -270,6 +274,24 @@ func (w *Writer) WaitForSync(ctx context.Context) error {
 		case <-ch:
 		}
 	}
+}
+
+// Node returns the copy of the Node from Run's watch, nil while Run is not running or the
+// Node has not been listed (or does not exist). It costs no request; the copy is shared and
+// read-only, and may lag the API server by the watch's latency.
+func (w *Writer) Node() *corev1.Node {
+	w.storeMu.RLock()
+	store := w.liveStore
+	w.storeMu.RUnlock()
+	if store == nil {
+		return nil
+	}
+	obj, ok, err := store.GetByKey(w.node)
+	if err != nil || !ok {
+		return nil
+	}
+	n, _ := obj.(*corev1.Node)
+	return n
 }
 
 // Stats returns a snapshot of the Writer's counters.
@@ -472,6 +494,9 @@ func (w *Writer) Run(ctx context.Context) error {
 		w.store = nil
 		w.activeRecorder = w.recorder
 		w.mu.Unlock()
+		w.storeMu.Lock()
+		w.liveStore = nil
+		w.storeMu.Unlock()
 	}()
 
 	// WaitFor is told of the sync, where WaitForCacheSync polls every 100 ms: in a synctest
@@ -484,6 +509,9 @@ func (w *Writer) Run(ctx context.Context) error {
 	w.store = informer.GetStore()
 	w.activeRecorder = recorder
 	w.mu.Unlock()
+	w.storeMu.Lock()
+	w.liveStore = informer.GetStore()
+	w.storeMu.Unlock()
 	// The retry timer is armed only after a failure, so a fake clock has a waiter exactly then.
 	timer := w.clock.NewTimer(w.retryMin)
 	timer.Stop()

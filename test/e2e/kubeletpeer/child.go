@@ -2,6 +2,7 @@ package kubeletpeer
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
 	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
 	"k8s.io/kubernetes/pkg/kubelet/config"
+	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
 )
 
 // ReexecIfChild must be the first statement of TestMain in every test binary that uses
@@ -45,7 +47,11 @@ func childMain() int {
 		_ = out.Encode(reply{Error: err.Error(), Namespace: true})
 		return 1
 	}
-	m, err := startManager(logger)
+	// The pods given to "allocate" are the kubelet's active pods from then on, as a pod being
+	// admitted is already in the kubelet's pod manager.
+	var active []*corev1.Pod
+	activePods := func() []*corev1.Pod { return active }
+	m, err := startManager(logger, activePods)
 	if err != nil {
 		_ = out.Encode(reply{Error: err.Error()})
 		return 1
@@ -69,7 +75,17 @@ func childMain() int {
 				r.Error = "stop device manager: " + err.Error()
 				break
 			}
-			if m, err = startManager(logger); err != nil {
+			if m, err = startManager(logger, activePods); err != nil {
+				r.Error = err.Error()
+			}
+		case "allocate":
+			if req.Pod == nil {
+				r.Error = "allocate: no pod"
+				break
+			}
+			active = append(active, req.Pod)
+			r.Allocation, err = allocate(logger, m, req.Pod, req.Container)
+			if err != nil {
 				r.Error = err.Error()
 			}
 		default:
@@ -122,12 +138,11 @@ func setupMounts(hostDir string) error {
 
 // startManager builds and starts ManagerImpl as the kubelet's container manager does,
 // without pods: no active pods, all sources ready, no topology constraints.
-func startManager(logger klog.Logger) (*devicemanager.ManagerImpl, error) {
+func startManager(logger klog.Logger, activePods devicemanager.ActivePodsFunc) (*devicemanager.ManagerImpl, error) {
 	m, err := devicemanager.NewManagerImpl(logger, nil, topologymanager.NewFakeManager(logger))
 	if err != nil {
 		return nil, fmt.Errorf("create device manager: %w", err)
 	}
-	activePods := func() []*corev1.Pod { return nil }
 	ready := config.NewSourcesReady(func(sets.Set[string]) bool { return true })
 	if err := m.Start(logger, activePods, ready, containermap.NewContainerMap(), sets.New[string]()); err != nil {
 		return nil, fmt.Errorf("start device manager: %w", err)
@@ -141,4 +156,42 @@ func counts(l corev1.ResourceList) map[string]int64 {
 		c[string(name)] = q.Value()
 	}
 	return c
+}
+
+// allocate does what the kubelet does for one container of an admitted pod: ManagerImpl's
+// Allocate (GetPreferredAllocation and Allocate on the plugin), then, as the container is
+// created, GetDeviceRunContainerOptions; it returns the container's devices and options.
+func allocate(logger klog.Logger, m *devicemanager.ManagerImpl, pod *corev1.Pod, name string) (*Allocation, error) {
+	var ctr *corev1.Container
+	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range list {
+			if list[i].Name == name {
+				ctr = &list[i]
+			}
+		}
+	}
+	if ctr == nil {
+		return nil, fmt.Errorf("allocate: pod %s/%s has no container %q", pod.Namespace, pod.Name, name)
+	}
+	ctx := klog.NewContext(context.Background(), logger)
+	if err := m.Allocate(ctx, pod, ctr, lifecycle.AddOperation); err != nil {
+		return nil, err
+	}
+	opts, err := m.GetDeviceRunContainerOptions(ctx, pod, ctr)
+	if err != nil {
+		return nil, err
+	}
+	a := &Allocation{Envs: map[string]string{}, DeviceIDs: map[string][]string{}}
+	if opts != nil {
+		for _, e := range opts.Envs {
+			a.Envs[e.Name] = e.Value
+		}
+		for _, mt := range opts.Mounts {
+			a.Mounts = append(a.Mounts, Mount{ContainerPath: mt.ContainerPath, HostPath: mt.HostPath, ReadOnly: mt.ReadOnly})
+		}
+	}
+	for res, devs := range m.GetDevices(string(pod.UID), name) {
+		a.DeviceIDs[res] = sets.List(sets.KeySet(devs))
+	}
+	return a, nil
 }

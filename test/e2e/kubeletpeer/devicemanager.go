@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -170,13 +171,32 @@ func (m *DeviceManager) start(ctx context.Context) error {
 }
 
 type request struct {
-	Op string `json:"op"`
+	Op        string      `json:"op"`
+	Pod       *corev1.Pod `json:"pod,omitempty"`
+	Container string      `json:"container,omitempty"`
 }
 
 type reply struct {
-	Error     string     `json:"error,omitempty"`
-	Namespace bool       `json:"namespace,omitempty"` // the error is about the namespace setup
-	Resources *Resources `json:"resources,omitempty"`
+	Error      string      `json:"error,omitempty"`
+	Namespace  bool        `json:"namespace,omitempty"` // the error is about the namespace setup
+	Resources  *Resources  `json:"resources,omitempty"`
+	Allocation *Allocation `json:"allocation,omitempty"`
+}
+
+// Allocation is what the kubelet's device manager gave one container: the device ids it
+// chose per resource (sorted) and the plugin's environment and mounts as the container
+// runtime gets them (GetDeviceRunContainerOptions).
+type Allocation struct {
+	DeviceIDs map[string][]string `json:"deviceIDs,omitempty"`
+	Envs      map[string]string   `json:"envs,omitempty"`
+	Mounts    []Mount             `json:"mounts,omitempty"`
+}
+
+// Mount is one mount of an [Allocation].
+type Mount struct {
+	ContainerPath string `json:"containerPath"`
+	HostPath      string `json:"hostPath"`
+	ReadOnly      bool   `json:"readOnly,omitempty"`
 }
 
 func (m *DeviceManager) readReply(ctx context.Context) (*reply, error) {
@@ -221,20 +241,45 @@ func truncate(b []byte, n int) []byte {
 }
 
 func (m *DeviceManager) call(ctx context.Context, op string) (*reply, error) {
+	return m.do(ctx, request{Op: op})
+}
+
+func (m *DeviceManager) do(ctx context.Context, req request) (*reply, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.stopped {
 		return nil, errors.New("kubelet device manager stopped")
 	}
-	b, _ := json.Marshal(request{Op: op})
+	b, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s request: %w", req.Op, err)
+	}
 	if _, err := m.cmds.Write(append(b, '\n')); err != nil {
-		return nil, fmt.Errorf("send %s to the kubelet device manager: %w", op, err)
+		return nil, fmt.Errorf("send %s to the kubelet device manager: %w", req.Op, err)
 	}
 	r, err := m.readReply(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", op, err)
+		return nil, fmt.Errorf("%s: %w", req.Op, err)
 	}
 	return r, nil
+}
+
+// Allocate does what the kubelet does for container of pod when it admits the pod and
+// creates the container: ManagerImpl.Allocate (which calls the plugin's
+// GetPreferredAllocation, if it has one, and Allocate for each device-plugin resource in the
+// container's limits), then GetDeviceRunContainerOptions. Call it for the init containers
+// first, then the others, as the kubelet does. From then on pod counts as active (its
+// devices stay allocated). The error is the device manager's, with the plugin's text, as
+// the kubelet's admission shows it (UnexpectedAdmissionError).
+func (m *DeviceManager) Allocate(ctx context.Context, pod *corev1.Pod, container string) (Allocation, error) {
+	r, err := m.do(ctx, request{Op: "allocate", Pod: pod, Container: container})
+	if err != nil {
+		return Allocation{}, err
+	}
+	if r.Allocation == nil {
+		return Allocation{}, errors.New("allocate: empty reply")
+	}
+	return *r.Allocation, nil
 }
 
 // Capacity returns ManagerImpl.GetCapacity: what the kubelet would put in the Node's

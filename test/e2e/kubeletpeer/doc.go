@@ -37,6 +37,7 @@
 //	// the plugin serves on dm.Dir()/vendor.sock and registers at dm.SocketPath()
 //	res, err := dm.Capacity(ctx) // res.Capacity["vendor.com/gpu"], res.Allocatable[…]
 //	err = dm.Restart(ctx)        // kubelet restart: plugin sockets deleted, kubelet.sock re-created
+//	a, err := dm.Allocate(ctx, pod, "cuda") // the kubelet admitting one container: a.DeviceIDs, a.Envs, a.Mounts
 //
 // In a test, [StartDeviceManagerForTest] does the start, stop and failure log for tb, and
 // [DeviceManager.WaitForResources] waits for a capacity and allocatable; [ShortTempDir] is a

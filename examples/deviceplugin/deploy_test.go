@@ -1,0 +1,152 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes/scheme"
+
+	"github.com/hamireg/hamireg/allocation"
+	"github.com/hamireg/hamireg/kubeletplugin"
+	"github.com/hamireg/hamireg/nodeagent"
+	"github.com/hamireg/hamireg/register"
+)
+
+// manifests decodes every object of deploy/*.yaml with client-go's scheme, strictly: unknown
+// kinds, unknown fields and duplicate fields fail.
+func manifests(t *testing.T) []runtime.Object {
+	t.Helper()
+	files, err := filepath.Glob("deploy/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no manifests in deploy/: %v", err)
+	}
+	strict := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
+	var objs []runtime.Object
+	for _, f := range files {
+		r, err := os.Open(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs := utilyaml.NewYAMLReader(bufio.NewReader(r))
+		for {
+			doc, err := docs.Read()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			obj, _, err := strict.Decode(doc, nil, nil)
+			if err != nil {
+				t.Fatalf("%s: decode: %v", f, err)
+			}
+			objs = append(objs, obj)
+		}
+		_ = r.Close()
+	}
+	return objs
+}
+
+func TestManifests(t *testing.T) {
+	t.Parallel()
+	var (
+		ds   *appsv1.DaemonSet
+		sa   *corev1.ServiceAccount
+		role *rbacv1.ClusterRole
+		crb  *rbacv1.ClusterRoleBinding
+	)
+	for _, obj := range manifests(t) {
+		switch o := obj.(type) {
+		case *appsv1.DaemonSet:
+			ds = o
+		case *corev1.ServiceAccount:
+			sa = o
+		case *rbacv1.ClusterRole:
+			role = o
+		case *rbacv1.ClusterRoleBinding:
+			crb = o
+		default:
+			t.Errorf("unexpected object %T", obj)
+		}
+	}
+	if ds == nil || sa == nil || role == nil || crb == nil {
+		t.Fatalf("want a DaemonSet, a ServiceAccount, a ClusterRole and a ClusterRoleBinding; got %v %v %v %v", ds != nil, sa != nil, role != nil, crb != nil)
+	}
+
+	if diff := cmp.Diff(nodeagent.ClusterRoleRules(), role.Rules); diff != "" {
+		t.Errorf("ClusterRole rules differ from nodeagent.ClusterRoleRules() (-want +got):\n%s", diff)
+	}
+	wantRef := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name}
+	wantSubjects := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: sa.Namespace}}
+	if crb.RoleRef != wantRef || !cmp.Equal(crb.Subjects, wantSubjects) {
+		t.Errorf("ClusterRoleBinding binds %+v to %+v, want %+v to %+v", crb.RoleRef, crb.Subjects, wantRef, wantSubjects)
+	}
+
+	if ds.Namespace != "kube-system" || ds.Name != "hami-device-plugin" || sa.Namespace != "kube-system" {
+		t.Errorf("DaemonSet %s/%s, ServiceAccount namespace %s: want kube-system/hami-device-plugin", ds.Namespace, ds.Name, sa.Namespace)
+	}
+	spec := ds.Spec.Template.Spec
+	if spec.ServiceAccountName != sa.Name || spec.PriorityClassName != "system-node-critical" {
+		t.Errorf("serviceAccountName %q priorityClassName %q", spec.ServiceAccountName, spec.PriorityClassName)
+	}
+	if diff := cmp.Diff(map[string]string{"gpu": "on"}, spec.NodeSelector); diff != "" {
+		t.Errorf("nodeSelector (-want +got):\n%s", diff)
+	}
+	wantTolerations := []corev1.Toleration{
+		{Key: "CriticalAddonsOnly", Operator: corev1.TolerationOpExists},
+		{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
+	}
+	if diff := cmp.Diff(wantTolerations, spec.Tolerations); diff != "" {
+		t.Errorf("tolerations (-want +got):\n%s", diff)
+	}
+	if len(spec.Containers) != 1 {
+		t.Fatalf("%d containers, want 1", len(spec.Containers))
+	}
+	c := spec.Containers[0]
+	envs := map[string]corev1.EnvVar{}
+	for _, e := range c.Env {
+		envs[e.Name] = e
+	}
+	if f := envs[register.EnvNodeName].ValueFrom; f == nil || f.FieldRef == nil || f.FieldRef.FieldPath != "spec.nodeName" {
+		t.Errorf("env %s is not from fieldRef spec.nodeName: %+v", register.EnvNodeName, envs[register.EnvNodeName])
+	}
+	if v := envs["HOOK_PATH"].Value; v != allocation.DefaultHookPath {
+		t.Errorf("HOOK_PATH = %q, want %q", v, allocation.DefaultHookPath)
+	}
+	hostPaths := map[string]string{}
+	for _, v := range spec.Volumes {
+		if v.HostPath != nil {
+			hostPaths[v.Name] = v.HostPath.Path
+		}
+	}
+	mounts := map[string]string{} // host path -> container path
+	for _, m := range c.VolumeMounts {
+		mounts[hostPaths[m.Name]] = m.MountPath
+	}
+	want := map[string]string{
+		filepath.Clean(kubeletplugin.DefaultPluginDir):    filepath.Clean(kubeletplugin.DefaultPluginDir),
+		filepath.Join(allocation.DefaultHookPath, "vgpu"): filepath.Join(allocation.DefaultHookPath, "vgpu"),
+	}
+	if diff := cmp.Diff(want, mounts); diff != "" {
+		t.Errorf("hostPath mounts, host path -> container path (-want +got):\n%s", diff)
+	}
+	if c.Image == "" {
+		t.Error("no image")
+	}
+	var stderr syncBuffer // the container's arguments parse (NODE_NAME unset: status 2 after parsing)
+	if code := run(t.Context(), c.Args, &stderr, host{getenv: func(string) string { return "" }}); code != 2 || !strings.Contains(stderr.String(), "NODE_NAME") {
+		t.Errorf("the DaemonSet's args do not parse: status %d, %s", code, stderr.String())
+	}
+}

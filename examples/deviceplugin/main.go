@@ -1,0 +1,207 @@
+// Command deviceplugin is a HAMi-compatible NVIDIA device plugin: package nodeagent on
+// package nvmlscan. It registers the node's GPUs with the kubelet (nvidia.com/gpu, each GPU
+// split --device-split-count ways) and in the Node annotation hami.io/node-nvidia-register,
+// keeps both in step with the GPUs' health, and serves the kubelet's Allocate with HAMi's pod
+// protocol, so that the node works under HAMi's scheduler. Deploy it with the manifests in
+// deploy/ (a DaemonSet as HAMi's chart's, with the minimal RBAC).
+//
+//	deviceplugin [--device-split-count 10] [--device-memory-scaling 1] [--device-cores-scaling 1]
+//	             [--preconfigured-device-memory 0] [--hook-path /usr/local] [--prepare-state-dir=true]
+//	             [--kubelet-root-dir /var/lib/kubelet] [--kubeconfig FILE] [--kube-qps 50] [--kube-burst 100] [-v 2]
+//
+// The node name comes from NODE_NAME (the chart sets it from spec.nodeName; the legacy
+// NodeName works too). Without --kubeconfig the in-cluster configuration is used.
+//
+// # Without a GPU
+//
+// --simulate dgxa100|dgxh100|dgxh200|dgxb200 runs on one of go-nvml's simulated servers
+// instead of the driver: eight GPUs with random UUIDs. Then SIGUSR1 injects a critical XID
+// (79) on GPU 0, which turns it unhealthy on both channels; it is healthy again once
+// --health-quiet-period has passed without another XID. For example, on a node without a GPU:
+//
+//	NODE_NAME=$(hostname) deviceplugin --simulate dgxh100 --kubeconfig admin.kubeconfig \
+//	    --prepare-state-dir=false --health-quiet-period 30s -v 2
+//	kill -USR1 $(pidof deviceplugin) # GPU 0: 10 devices fewer, health false in the annotation
+//
+// Exit status: 0 after SIGTERM or SIGINT, 1 when the plugin cannot run (the error says why
+// and what to fix, e.g. the kubelet socket not in --kubelet-root-dir), 2 on bad flags or a
+// missing node name.
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxb200"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh100"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh200"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
+
+	"github.com/hamireg/hamireg/allocation"
+	"github.com/hamireg/hamireg/kubeletplugin"
+	"github.com/hamireg/hamireg/nodeagent"
+	"github.com/hamireg/hamireg/nvmlscan"
+	"github.com/hamireg/hamireg/nvmlscan/nvmlscantest"
+	"github.com/hamireg/hamireg/register"
+)
+
+// The scanner is the agent's device source.
+var _ nodeagent.Source = (*nvmlscan.Scanner)(nil)
+
+// simulatedXID is the XID that SIGUSR1 injects on GPU 0 in --simulate mode.
+const simulatedXID = 79
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	xid := make(chan os.Signal, 1)
+	signal.Notify(xid, syscall.SIGUSR1)
+	code := run(ctx, os.Args[1:], os.Stderr, host{getenv: os.Getenv, xid: xid})
+	stop()
+	os.Exit(code)
+}
+
+// host is what run takes from its process; tests give their own.
+type host struct {
+	getenv func(string) string
+	// xid receives a value per simulated XID (SIGUSR1).
+	xid <-chan os.Signal
+	// client, when set, replaces the clientset made from --kubeconfig or the cluster.
+	client kubernetes.Interface
+}
+
+// run is the command. It returns the exit status.
+func run(ctx context.Context, args []string, stderr io.Writer, h host) int {
+	flags := flag.NewFlagSet("deviceplugin", flag.ContinueOnError)
+	flags.SetOutput(stderr)
+	splitCount := flags.Int("device-split-count", int(nvmlscan.DefaultSplitCount), "tasks that may share one GPU (deviceSplitCount)")
+	memScaling := flags.Float64("device-memory-scaling", 1, "GPU memory scaling; above 1 oversubscribes (deviceMemoryScaling)")
+	coreScaling := flags.Float64("device-cores-scaling", 1, "GPU core scaling (deviceCoreScaling)")
+	preConfigured := flags.Int64("preconfigured-device-memory", 0, "MiB to assume for GPUs that report no memory (preConfiguredDeviceMemory)")
+	hookPath := flags.String("hook-path", cmp.Or(h.getenv("HOOK_PATH"), allocation.DefaultHookPath), "host folder of HAMi-core, libvgpu.so under <dir>/vgpu (HOOK_PATH)")
+	prepare := flags.Bool("prepare-state-dir", true, "create each container's <hook-path>/vgpu/containers/<pod>_<container> folder, as HAMi does (needs <hook-path>/vgpu mounted at the same path)")
+	rootDir := flags.String("kubelet-root-dir", "/var/lib/kubelet", "the kubelet's --root-dir; the plugin socket goes to <dir>/device-plugins")
+	kubeconfig := flags.String("kubeconfig", "", "kubeconfig `FILE` (default: the in-cluster configuration)")
+	qps := flags.Float64("kube-qps", 50, "client QPS to the API server (client-go's 5 makes each Allocate wait)")
+	burst := flags.Int("kube-burst", 100, "client burst to the API server")
+	simulate := flags.String("simulate", "", "run on go-nvml's simulated dgxa100, dgxh100, dgxh200 or dgxb200 instead of the driver")
+	quiet := flags.Duration("health-quiet-period", nvmlscan.DefaultQuietPeriod, "time without a critical XID before an unhealthy GPU is healthy again")
+	verbosity := flags.Int("v", 0, "log verbosity")
+	if err := flags.Parse(args); err != nil {
+		return 2
+	}
+	usage := func(format string, args ...any) int {
+		fmt.Fprintf(stderr, "deviceplugin: "+format+"\n", args...)
+		return 2
+	}
+	if flags.NArg() > 0 {
+		return usage("unexpected arguments %q", flags.Args())
+	}
+	if *splitCount < 0 || *splitCount > 1<<31-1 {
+		return usage("--device-split-count %d is not within [0, 2147483647]", *splitCount)
+	}
+	logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(*verbosity), textlogger.Output(stderr)))
+	ctx = klog.NewContext(ctx, logger)
+	nodeName, err := register.NodeNameFromEnv(ctx, h.getenv)
+	if err != nil {
+		return usage("%v", err) // names the fix: NODE_NAME from spec.nodeName, as deploy/daemonset.yaml sets it
+	}
+
+	lib := nvml.New()
+	opts := nvmlscan.Options{SplitCount: int32(*splitCount), MemoryScaling: memScaling, CoreScaling: coreScaling, PreConfiguredMemory: *preConfigured,
+		Health: nvmlscan.HealthOptions{QuietPeriod: *quiet, ProbeInterval: min(*quiet, nvmlscan.DefaultProbeInterval)}}
+	if *simulate != "" {
+		node, err := simulated(*simulate)
+		if err != nil {
+			return usage("--simulate: %v", err)
+		}
+		lib, opts.Sysfs = node.Server, node.Sysfs
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		sctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		wg.Go(func() { injectXIDs(sctx, node, h.xid) })
+	}
+	scanner, err := nvmlscan.New(lib, opts)
+	if errors.Is(err, nvmlscan.ErrInvalidOptions) {
+		return usage("%v", err)
+	} else if err != nil {
+		fmt.Fprintf(stderr, "deviceplugin: %v\n", err)
+		return 1
+	}
+	defer func() { _ = scanner.Close() }()
+
+	client, err := connect(*kubeconfig, float32(*qps), *burst, h.client)
+	if err != nil {
+		fmt.Fprintf(stderr, "deviceplugin: %v\n", err)
+		return 1
+	}
+	agent, err := nodeagent.New(client, nodeName, scanner, nodeagent.Options{
+		Kubelet:         kubeletplugin.Options{PluginDir: kubeletplugin.PluginDirFromRootDir(*rootDir)},
+		Env:             allocation.EnvOptions{HookPath: *hookPath, DeviceMemoryScaling: *memScaling},
+		PrepareStateDir: *prepare,
+	})
+	if err != nil {
+		return usage("%v", err)
+	}
+	if err := agent.Run(ctx); err != nil {
+		fmt.Fprintf(stderr, "deviceplugin: %v\n", err)
+		return 1
+	}
+	logger.Info("Device plugin stopped")
+	return 0
+}
+
+// connect returns client if set, else a clientset for the kubeconfig file or, when there is
+// none, the in-cluster configuration.
+func connect(kubeconfig string, qps float32, burst int, client kubernetes.Interface) (kubernetes.Interface, error) {
+	if client != nil {
+		return client, nil
+	}
+	cfg, err := rest.InClusterConfig()
+	if kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load client configuration: %w (outside a cluster, give --kubeconfig)", err)
+	}
+	cfg.UserAgent, cfg.QPS, cfg.Burst = "hamireg-deviceplugin", qps, burst
+	return kubernetes.NewForConfig(cfg)
+}
+
+// simulated returns go-nvml's simulated server of that name, wired for events and sysfs.
+func simulated(name string) (*nvmlscantest.Node, error) {
+	servers := map[string]func() *server.Server{"dgxa100": dgxa100.New, "dgxh100": dgxh100.New, "dgxh200": dgxh200.New, "dgxb200": dgxb200.New}
+	newServer, ok := servers[name]
+	if !ok {
+		return nil, fmt.Errorf("unknown server %q (dgxa100, dgxh100, dgxh200 or dgxb200)", name)
+	}
+	return nvmlscantest.Wire(newServer())
+}
+
+// injectXIDs injects a critical XID on GPU 0 of node for every value of xid, until ctx ends.
+func injectXIDs(ctx context.Context, node *nvmlscantest.Node, xid <-chan os.Signal) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-xid:
+			klog.FromContext(ctx).Info("Simulating a critical XID", "xid", simulatedXID, "gpuUUID", node.UUID(0))
+			node.XID(0, simulatedXID)
+		}
+	}
+}

@@ -1,0 +1,161 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/hamireg/hamireg/annotation"
+	"github.com/hamireg/hamireg/kubeletplugin/kubelettest"
+)
+
+// syncBuffer is a bytes.Buffer safe for the logger and the test at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func env(vars map[string]string) func(string) string {
+	return func(k string) string { return vars[k] }
+}
+
+func TestRunUsage(t *testing.T) {
+	t.Parallel()
+	withNode := map[string]string{"NODE_NAME": "gpu-1"}
+	tests := map[string]struct {
+		args []string
+		env  map[string]string
+		code int
+		want string
+	}{
+		"unknown flag":        {args: []string{"--bogus"}, env: withNode, code: 2, want: "flag provided but not defined: -bogus"},
+		"bad flag value":      {args: []string{"--device-split-count", "ten"}, env: withNode, code: 2, want: "invalid value"},
+		"extra argument":      {args: []string{"serve"}, env: withNode, code: 2, want: `unexpected arguments ["serve"]`},
+		"negative split":      {args: []string{"--device-split-count", "-1"}, env: withNode, code: 2, want: "--device-split-count -1"},
+		"no node name":        {code: 2, want: "NODE_NAME"},
+		"invalid node name":   {env: map[string]string{"NODE_NAME": "Not_A_Node"}, code: 2, want: "invalid node name"},
+		"unknown server":      {args: []string{"--simulate", "dgx1"}, env: withNode, code: 2, want: `unknown server "dgx1"`},
+		"zero memory scaling": {args: []string{"--simulate", "dgxa100", "--device-memory-scaling", "0"}, env: withNode, code: 2, want: "invalid options"},
+		"no kubeconfig file": {
+			args: []string{"--simulate", "dgxh100", "--kubeconfig", filepath.Join(t.TempDir(), "missing")}, env: withNode,
+			code: 1, want: "give --kubeconfig",
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			var stderr syncBuffer
+			if code := run(t.Context(), tc.args, &stderr, host{getenv: env(tc.env)}); code != tc.code {
+				t.Errorf("exit status %d, want %d; stderr:\n%s", code, tc.code, stderr.String())
+			}
+			if !strings.Contains(stderr.String(), tc.want) {
+				t.Errorf("stderr does not contain %q:\n%s", tc.want, stderr.String())
+			}
+		})
+	}
+}
+
+// TestRunKubeletSocketMissing starts with only the legacy NodeName set and stops at the missing
+// kubelet socket, whose error names the folder.
+func TestRunKubeletSocketMissing(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	cs := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-1"}})
+	var stderr syncBuffer
+	code := run(t.Context(), []string{"--simulate", "dgxb200", "--kubelet-root-dir", root, "--prepare-state-dir=false"}, &stderr,
+		host{getenv: env(map[string]string{"NodeName": "gpu-1"}), client: cs})
+	if code != 1 {
+		t.Fatalf("exit status %d, want 1; stderr:\n%s", code, stderr.String())
+	}
+	for _, want := range []string{"kubelet socket missing", filepath.Join(root, "device-plugins"), "--root-dir"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("stderr does not contain %q:\n%s", want, stderr.String())
+		}
+	}
+}
+
+// TestRunSimulated runs the plugin on a simulated DGX A100 against a fake kubelet and a fake
+// clientset: 8 GPUs x 4 registered on both channels, SIGUSR1's XID takes GPU 0's 4 devices
+// out and the quiet period brings them back, and cancellation ends it with status 0.
+func TestRunSimulated(t *testing.T) {
+	t.Parallel()
+	k := kubelettest.Start(t)
+	root, err := os.MkdirTemp("", "dp") //nolint:usetesting // socket paths must stay < 108 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(root) })
+	if err := os.Symlink(k.Dir(), filepath.Join(root, "device-plugins")); err != nil {
+		t.Fatal(err)
+	}
+	cs := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-1"}})
+	xid := make(chan os.Signal, 1)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var stderr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"--simulate", "dgxa100", "--device-split-count", "4", "--kubelet-root-dir", root,
+			"--health-quiet-period", "300ms", "--prepare-state-dir=false", "-v", "2"}, &stderr,
+			host{getenv: env(map[string]string{"NODE_NAME": "gpu-1"}), xid: xid, client: cs})
+	}()
+	healthy := func(n int) {
+		t.Helper()
+		wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
+		defer wcancel()
+		if _, err := k.WaitFor(wctx, func(s kubelettest.State) bool {
+			p, ok := s.Resource("nvidia.com/gpu")
+			return ok && len(p.Devices) == 32 && p.Healthy() == n
+		}); err != nil {
+			t.Fatalf("wait for %d healthy devices: %v\nstderr:\n%s", n, err, stderr.String())
+		}
+	}
+	healthy(32)
+	node, err := cs.CoreV1().Nodes().Get(ctx, "gpu-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	devs, err := annotation.Decode(node.Annotations[annotation.KeyNVIDIARegister])
+	if err != nil || len(devs) != 8 || devs[0].Count != 4 || !strings.HasPrefix(devs[0].Type, "NVIDIA") {
+		t.Fatalf("register annotation: %d devices %+v, %v", len(devs), devs, err)
+	}
+	xid <- syscall.SIGUSR1
+	healthy(28)
+	healthy(32) // the quiet period passed
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("exit status %d after cancellation, want 0; stderr:\n%s", code, stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("run did not return after cancellation")
+	}
+	for _, want := range []string{"Updating node annotations with 8 device(s)", "Simulating a critical XID", "Device plugin stopped"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("log does not contain %q:\n%s", want, stderr.String())
+		}
+	}
+}

@@ -1,0 +1,62 @@
+// Package nodeagent_test runs examples/deviceplugin, the node program on package nodeagent,
+// as a process against real peers: kube-apiserver and etcd (harness) and the kubelet's own
+// device manager (kubeletpeer). The binary runs on go-nvml's simulated DGX A100
+// (--simulate dgxa100) with a ServiceAccount bound to nodeagent.ClusterRoleRules(); a test
+// plays HAMi's scheduler (allocationtest: filter annotations, node lock, Binding) and the
+// kubelet's admission (ManagerImpl.Allocate per container), and checks both node channels,
+// HAMi's Allocate protocol, its failure paths, an apiserver outage and the deploy manifests'
+// RBAC.
+package nodeagent_test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/hamireg/hamireg/test/e2e/harness"
+	"github.com/hamireg/hamireg/test/e2e/kubeletpeer"
+)
+
+var (
+	// cp is the control plane shared by every test and benchmark of this binary.
+	cp *harness.ControlPlane
+	// agentBin is the examples/deviceplugin binary, built into cp.Dir() (removed with it);
+	// errAgentBuild says why it is missing.
+	agentBin      string
+	errAgentBuild error
+)
+
+// TestMain starts the control plane and builds the plugin once. --request-timeout bounds
+// kube-apiserver's graceful shutdown, which waits for the agent's open watches.
+func TestMain(m *testing.M) {
+	kubeletpeer.ReexecIfChild() // the device-manager child runs here and exits
+	harness.Main(m, harness.Options{APIServerFlags: []string{"--request-timeout=5s"}}, func(c *harness.ControlPlane) {
+		cp = c
+		agentBin, errAgentBuild = buildAgent(filepath.Join(c.Dir(), "deviceplugin"))
+	})
+}
+
+// buildAgent builds examples/deviceplugin into out, with the race detector when the test
+// binary has it (go test -race), so that a race in the plugin fails the test (exit 66).
+func buildAgent(out string) (string, error) {
+	root, err := filepath.Abs(filepath.Join("..", "..", ".."))
+	if err != nil {
+		return "", err
+	}
+	args := []string{"build", "-o", out}
+	if race {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command("go", append(args, "./examples/deviceplugin")...)
+	cmd.Dir = root
+	cmd.Env = os.Environ()
+	if os.Getenv("CGO_CFLAGS") == "" { // go-nvml's header trips deprecation warnings
+		cmd.Env = append(cmd.Env, "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
+	}
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./examples/deviceplugin in %s: %w\n%s", root, err, b)
+	}
+	return out, nil
+}

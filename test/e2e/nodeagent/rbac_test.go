@@ -1,0 +1,169 @@
+package nodeagent_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes/scheme"
+
+	"github.com/hamireg/hamireg/nodeagent"
+	"github.com/hamireg/hamireg/test/e2e/harness"
+)
+
+// deployDir holds the example's manifests.
+var deployDir = filepath.Join("..", "..", "..", "examples", "deviceplugin", "deploy")
+
+// readManifests decodes every object of deployDir strictly.
+func readManifests(t *testing.T) []runtime.Object {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(deployDir, "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no manifests in %s: %v", deployDir, err)
+	}
+	strict := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
+	var objs []runtime.Object
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(b)))
+		for {
+			doc, err := docs.Read()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			obj, _, err := strict.Decode(doc, nil, nil)
+			if err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			objs = append(objs, obj)
+		}
+	}
+	return objs
+}
+
+// TestDeployManifests creates examples/deviceplugin/deploy on the API server and asks it,
+// with SubjectAccessReviews, what the DaemonSet's ServiceAccount may do: exactly the verbs
+// of nodeagent.ClusterRoleRules() (with which every agent of this package runs) and nothing
+// else.
+func TestDeployManifests(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	c := cp.AdminClient()
+	if err := cp.EnsureNamespace(ctx, "kube-system"); err != nil {
+		t.Fatal(err)
+	}
+	var sa *corev1.ServiceAccount
+	cleanup := func(f func(context.Context) error) {
+		t.Cleanup(func() { _ = f(context.WithoutCancel(ctx)) })
+	}
+	for _, obj := range readManifests(t) {
+		var err error
+		switch o := obj.(type) {
+		case *corev1.ServiceAccount:
+			sa = o
+			_, err = c.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+			cleanup(func(ctx context.Context) error {
+				return c.CoreV1().ServiceAccounts(o.Namespace).Delete(ctx, o.Name, metav1.DeleteOptions{})
+			})
+		case *rbacv1.ClusterRole:
+			_, err = c.RbacV1().ClusterRoles().Create(ctx, o, metav1.CreateOptions{})
+			cleanup(func(ctx context.Context) error {
+				return c.RbacV1().ClusterRoles().Delete(ctx, o.Name, metav1.DeleteOptions{})
+			})
+		case *rbacv1.ClusterRoleBinding:
+			_, err = c.RbacV1().ClusterRoleBindings().Create(ctx, o, metav1.CreateOptions{})
+			cleanup(func(ctx context.Context) error {
+				return c.RbacV1().ClusterRoleBindings().Delete(ctx, o.Name, metav1.DeleteOptions{})
+			})
+		case *appsv1.DaemonSet:
+			var ds *appsv1.DaemonSet
+			ds, err = c.AppsV1().DaemonSets(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+			if err == nil && ds.Spec.Template.Spec.NodeSelector["gpu"] != "on" {
+				t.Errorf("stored DaemonSet has nodeSelector %v", ds.Spec.Template.Spec.NodeSelector)
+			}
+			cleanup(func(ctx context.Context) error {
+				return c.AppsV1().DaemonSets(o.Namespace).Delete(ctx, o.Name, metav1.DeleteOptions{})
+			})
+		default:
+			t.Fatalf("unexpected manifest %T", obj)
+		}
+		if err != nil {
+			t.Fatalf("create %T: %v", obj, err)
+		}
+	}
+	if sa == nil {
+		t.Fatal("no ServiceAccount in the manifests")
+	}
+
+	user := "system:serviceaccount:" + sa.Namespace + ":" + sa.Name
+	can := func(verb, group, res, sub string) bool {
+		t.Helper()
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User:   user,
+			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + sa.Namespace, "system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Verb: verb, Group: group, Resource: res, Subresource: sub, Namespace: namespaced(res),
+			},
+		}}
+		r, err := c.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("SubjectAccessReview: %v", err)
+		}
+		return r.Status.Allowed
+	}
+	allowed := map[string][]string{}
+	for _, r := range nodeagent.ClusterRoleRules() {
+		for _, res := range r.Resources {
+			allowed[res] = append(allowed[res], r.Verbs...)
+		}
+	}
+	harness.Eventually(t, "the RBAC authorizer to see the binding", 30*time.Second, func() bool { return can("patch", "", "nodes", "") })
+
+	verbs := []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}
+	for _, res := range []string{"nodes", "pods", "events", "secrets", "configmaps", "services"} {
+		for _, verb := range verbs {
+			if want, got := slices.Contains(allowed[res], verb), can(verb, "", res, ""); got != want {
+				t.Errorf("%s %s: allowed %v, want %v", verb, res, got, want)
+			}
+		}
+	}
+	for _, d := range []struct{ verb, group, res, sub string }{
+		{"patch", "", "nodes", "status"}, {"update", "", "nodes", "status"},
+		{"create", "", "pods", "binding"}, {"patch", "", "pods", "status"}, {"create", "", "pods", "eviction"},
+		{"list", "apps", "daemonsets", ""}, {"get", "coordination.k8s.io", "leases", ""},
+		{"create", "events.k8s.io", "events", ""},
+	} {
+		if can(d.verb, d.group, d.res, d.sub) {
+			t.Errorf("%s %s/%s (group %q) allowed, want denied", d.verb, d.res, d.sub, d.group)
+		}
+	}
+}
+
+// namespaced gives a namespace for the namespaced resources the review asks about.
+func namespaced(res string) string {
+	if res == "nodes" {
+		return ""
+	}
+	return "default"
+}
