@@ -23,7 +23,10 @@ require (
 	sigs.k8s.io/yaml v1.6.0
 )
 
-require github.com/spf13/pflag v1.0.10 // indirect
+require (
+	github.com/spf13/pflag v1.0.10
+	k8s.io/component-base v0.37.2 // indirect
+)
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
