@@ -45,6 +45,8 @@ type Extender struct {
 	stats    struct{ filters, binds, bindErrors, admissions atomic.Uint64 }
 }
 
+var _ schedcache.Runnable = (*Extender)(nil)
+
 // Stats are counters for tests and debugging.
 type Stats struct {
 	// Filters counts /filter calls that decided (not bad requests); Binds successful binds,

@@ -228,8 +228,8 @@ func (e *Extender) decide(pod *corev1.Pod, req allocation.PodRequest, names []st
 		cordon := nodeAnnotations[allocation.KeyDeviceCordon]
 		nu := u.nodeLocked(name)
 		own := self != nil && self.node == name
-		m := nu.memo
-		if own || !m.valid || m.info != info || m.ver != nu.ver || m.reqKey != reqKey || m.cordon != cordon {
+		m, hit := nu.memo(info, reqKey, cordon)
+		if own || !hit {
 			used := nu.used
 			if own {
 				used = minus(used, self.used)
@@ -239,7 +239,7 @@ func (e *Extender) decide(pod *corev1.Pod, req allocation.PodRequest, names []st
 			m = fitMemo{valid: true, info: info, ver: nu.ver, reqKey: reqKey, cordon: cordon,
 				devices: pd, reason: reason, ok: fits, score: allocation.NodeScore(devs)}
 			if !own {
-				nu.memo = m
+				nu.remember(m)
 			}
 		}
 		if !m.ok {

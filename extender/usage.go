@@ -30,11 +30,33 @@ func (p *podUsage) effective() *placement {
 	return p.assumed
 }
 
-// nodeUsage is what the pods hold on one node, and the last fit made there.
+// memoSize is how many fits per node are kept: pods of a few workloads that arrive interleaved
+// each find theirs.
+const memoSize = 4
+
+// nodeUsage is what the pods hold on one node, and the last fits made there.
 type nodeUsage struct {
-	used map[string]allocation.Usage
-	ver  uint64 // changes whenever used changes
-	memo fitMemo
+	used  map[string]allocation.Usage
+	ver   uint64 // changes whenever used changes
+	memos [memoSize]fitMemo
+	next  int // the memo to replace
+}
+
+// memo returns the fit made for reqKey on this node's current usage and devices, if any.
+func (n *nodeUsage) memo(info *schedcache.NodeInfo, reqKey, cordon string) (fitMemo, bool) {
+	for i := range n.memos {
+		m := &n.memos[i]
+		if m.valid && m.ver == n.ver && m.info == info && m.reqKey == reqKey && m.cordon == cordon {
+			return *m, true
+		}
+	}
+	return fitMemo{}, false
+}
+
+// remember keeps a fit, replacing the oldest.
+func (n *nodeUsage) remember(m fitMemo) {
+	n.memos[n.next] = m
+	n.next = (n.next + 1) % memoSize
 }
 
 // fitMemo is the fit of one request on one node at one usage version: Fit is a pure function of

@@ -17,7 +17,12 @@ type Runnable interface {
 	Run(ctx context.Context) error
 }
 
-var _ Runnable = (*Handshaker)(nil)
+var (
+	_ Runnable = (*Handshaker)(nil)
+	_ Runnable = (*Cache)(nil)
+	_ Runnable = (*Elector)(nil)
+	_ Runnable = (*LeaseFollower)(nil)
+)
 
 // errTermEnded is the cause of a term context's end when leadership was lost.
 var errTermEnded = errors.New("leadership lost")

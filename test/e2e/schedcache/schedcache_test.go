@@ -115,8 +115,8 @@ func TestSchedcacheBadAnnotations(t *testing.T) {
 
 			agentPatch(t, node, map[string]*string{annotation.KeyNVIDIARegister: tc.value})
 			r.waitState(t, node, tc.want)
-			if _, ok := r.cache.Snapshot().Node(node); ok {
-				t.Error("node still in the snapshot")
+			if n, ok := r.cache.Snapshot().Node(node); !ok || n.Registered() || n.Registrations[0].State != tc.want {
+				t.Errorf("snapshot's view of the node: %+v, %v; want it unregistered with state %s", n, ok, tc.want)
 			}
 			if n, _ := r.cache.Node(node); n.Devices(annotation.NVIDIA()) != nil {
 				t.Error("devices still schedulable")
