@@ -102,8 +102,13 @@ func (e *Extender) Run(ctx context.Context) error {
 	}
 	logger := klog.FromContext(ctx)
 	reg, err := cache.NewTypedSharedIndexInformer[*corev1.Pod](e.pods).AddTypedEventHandler(cache.TypedResourceEventHandlerFuncs[*corev1.Pod]{
-		AddFunc:    func(p *corev1.Pod) { e.usage.observe(podKey(p.Namespace, p.Name), p) },
-		UpdateFunc: func(_, p *corev1.Pod) { e.usage.observe(podKey(p.Namespace, p.Name), p) },
+		AddFunc: func(p *corev1.Pod) { e.usage.observe(podKey(p.Namespace, p.Name), p) },
+		UpdateFunc: func(o, p *corev1.Pod) {
+			if !e.usage.changed(o, p) {
+				return // status and other updates: nothing usage reads changed
+			}
+			e.usage.observe(podKey(p.Namespace, p.Name), p)
+		},
 		DeleteFunc: func(obj cache.DeletedObject[*corev1.Pod]) {
 			if key := obj.GetKey(); key != "" {
 				e.usage.forget(key)

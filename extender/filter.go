@@ -139,7 +139,7 @@ func (e *Extender) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *e
 	logger.V(3).Info("Pod placed", "pod", klog.KObj(pod), "node", d.node, "devices", allocation.EncodePodDevices(d.devices))
 	if e.opts.EventRecorder != nil {
 		e.opts.EventRecorder.Eventf(pod, corev1.EventTypeNormal, EventFilteringSucceed, "find fit node(%s), %d nodes not fit, %d nodes fit(%s)",
-			d.node, len(d.failed), len(d.scores), formatScores(d.scores))
+			d.node, d.notFit, len(d.scores), formatScores(d.scores))
 	}
 	res := &extenderv1.ExtenderFilterResult{}
 	if args.NodeNames != nil {
@@ -178,6 +178,7 @@ type decision struct {
 	node    string
 	devices allocation.PodDevices
 	failed  map[string]string  // candidate → reason, when no node fits
+	notFit  int                // candidates that do not fit
 	scores  map[string]float64 // fitting nodes, only when Events are recorded
 	undo    func()
 }
@@ -260,7 +261,7 @@ func (e *Extender) decide(pod *corev1.Pod, req allocation.PodRequest, names []st
 	if d.node == "" {
 		return d
 	}
-	d.failed = nil // HAMi answers the chosen node only
+	d.notFit, d.failed = len(d.failed), nil // HAMi answers the chosen node only
 	d.undo = u.assumeLocked(key, &placement{node: d.node, used: d.devices.Usage()})
 	return d
 }

@@ -220,7 +220,7 @@ func TestFilterEvents(t *testing.T) {
 		e.filter(p, "n", "x")
 		e.filter(big, "n", "x")
 		want := []string{
-			"Normal FilteringSucceed find fit node(n), 0 nodes not fit, 1 nodes fit(n:0.00)",
+			"Normal FilteringSucceed find fit node(n), 1 nodes not fit, 1 nodes fit(n:0.00)",
 			"Warning FilteringFailed 1 nodes CardInsufficientMemory(n)",
 			"Warning FilteringFailed 1 nodes node unregistered(x)",
 			"Warning FilteringFailed no available node, 2 nodes do not meet",

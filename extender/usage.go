@@ -109,6 +109,13 @@ func (u *usageIndex) placementOf(pod *corev1.Pod) *placement {
 	return &placement{node: node, used: used}
 }
 
+// changed reports whether an update touches what usage reads: the phase, hami.io/vgpu-node
+// and the vendor's allocated devices.
+func (u *usageIndex) changed(o, n *corev1.Pod) bool {
+	return o.Status.Phase != n.Status.Phase || o.Annotations[allocation.KeyNode] != n.Annotations[allocation.KeyNode] ||
+		o.Annotations[u.vendor.AllocatedKey] != n.Annotations[u.vendor.AllocatedKey]
+}
+
 // observe applies a pod add or update from the informer.
 func (u *usageIndex) observe(key string, pod *corev1.Pod) {
 	terminated := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
