@@ -17,12 +17,16 @@ require (
 	k8s.io/client-go v0.37.2
 	k8s.io/component-helpers v0.37.2
 	k8s.io/klog/v2 v2.140.0
+	k8s.io/kube-scheduler v0.37.2
 	k8s.io/kubelet v0.37.2
 	k8s.io/utils v0.0.0-20260626114624-be93311217bd
 	sigs.k8s.io/yaml v1.6.0
 )
 
-require github.com/spf13/pflag v1.0.10 // indirect
+require (
+	github.com/spf13/pflag v1.0.10
+	k8s.io/component-base v0.37.2 // indirect
+)
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect

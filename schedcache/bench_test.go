@@ -113,7 +113,7 @@ func newBenchCache(tb testing.TB, nodes []*corev1.Node) (*Cache, context.Context
 	client := fake.NewClientset()
 	factory := informers.NewSharedInformerFactory(client, 0)
 	ni := factory.Core().V1().Nodes()
-	c, err := New(client, ni, Options{Clock: clocktesting.NewFakeClock(t0), Handshake: handshake.Options{Location: time.UTC}})
+	c, err := New(ni, Options{Clock: clocktesting.NewFakeClock(t0), Handshake: handshake.Options{Location: time.UTC}})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -263,7 +263,7 @@ func BenchmarkHeapPerNode(b *testing.B) {
 				}
 				client := fake.NewClientset()
 				ni := informers.NewSharedInformerFactory(client, 0).Core().V1().Nodes()
-				c, err := New(client, ni, Options{Clock: clocktesting.NewFakeClock(t0), Handshake: handshake.Options{Location: time.UTC}})
+				c, err := New(ni, Options{Clock: clocktesting.NewFakeClock(t0), Handshake: handshake.Options{Location: time.UTC}})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -18,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	coreinformers "k8s.io/client-go/informers/core/v1"
-	"k8s.io/client-go/kubernetes"
 	corev1listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -47,9 +45,10 @@ const (
 const stateNone State = -1
 
 // Cache is the scheduler-side node cache. Create it with [New], run it with [Cache.Run], read it
-// with [Cache.Node] and [Cache.Snapshot] from any goroutine.
+// with [Cache.Node] and [Cache.Snapshot] from any goroutine. It knows nothing about leader
+// election: it is warm on every replica, and the handshake writes it decides are made by a
+// [Handshaker] while one runs (on the leader).
 type Cache struct {
-	client   kubernetes.Interface
 	informer cache.SharedIndexInformer
 	lister   corev1listers.NodeLister
 	opts     Options
@@ -59,7 +58,7 @@ type Cache struct {
 
 	qmu    sync.RWMutex
 	events workqueue.TypedInterface[string]
-	writes workqueue.TypedRateLimitingInterface[writeKey]
+	writer *writer // the running Handshaker's queue; nil while none runs
 
 	// cycleMu serialises the goroutines that change entries: the event worker, the tick and
 	// the term changes. Readers never take it; it is never held across an API call.
@@ -79,8 +78,9 @@ type Cache struct {
 	wmu     sync.Mutex
 	pending map[writeKey]*pendingWrite
 
-	synced    atomic.Bool
-	readyTerm atomic.Uint64
+	synced     atomic.Bool
+	syncedOnce sync.Once
+	syncedCh   chan struct{}
 
 	stats struct {
 		decodes, decodeFailures, eventsQueued, eventsFiltered, cycles atomic.Uint64
@@ -134,25 +134,25 @@ type Stats struct {
 	// SkippedNotLeader counts writes not made because this replica does not lead.
 	SkippedNotLeader uint64
 	// Nodes is the number of known nodes, Registered those with a registered vendor.
-	Nodes, Registered int
+	Nodes, Registered uint64
 	// PendingWrites is the number of handshake writes decided but not yet made.
-	PendingWrites int
+	PendingWrites uint64
 }
 
 // New returns a cache over the Node informer nodes (from a shared informer factory; a factory
 // with a label selector keeps other nodes out of memory). Unless opts.KeepNodeFields is set, it
 // installs [TrimNode] as the informer's transform, so it must be called before the informer
-// starts. New starts nothing: start the informer factory and call [Cache.Run].
-func New(client kubernetes.Interface, nodes coreinformers.NodeInformer, opts Options) (*Cache, error) {
-	if client == nil || nodes == nil {
-		return nil, fmt.Errorf("new schedcache: nil client or node informer: %w", ErrInvalidOptions)
+// starts. New starts nothing: start the informer factory and call [Cache.Run]. The cache itself
+// makes no API calls; handshake writes need a [Handshaker].
+func New(nodes coreinformers.NodeInformer, opts Options) (*Cache, error) {
+	if nodes == nil {
+		return nil, fmt.Errorf("new schedcache: nil node informer: %w", ErrInvalidOptions)
 	}
 	opts, err := opts.withDefaults()
 	if err != nil {
 		return nil, fmt.Errorf("new schedcache: %w", err)
 	}
 	c := &Cache{
-		client:     client,
 		informer:   nodes.Informer(),
 		lister:     nodes.Lister(),
 		opts:       opts,
@@ -162,8 +162,8 @@ func New(client kubernetes.Interface, nodes coreinformers.NodeInformer, opts Opt
 		nodes:      map[string]*NodeInfo{},
 		registered: map[string]*NodeInfo{},
 		pending:    map[writeKey]*pendingWrite{},
+		syncedCh:   make(chan struct{}),
 	}
-	c.readyTerm.Store(math.MaxUint64)
 	c.counts = make([][]int, len(c.vendors))
 	for i := range c.counts {
 		c.counts[i] = make([]int, len(States()))
@@ -179,11 +179,11 @@ func New(client kubernetes.Interface, nodes coreinformers.NodeInformer, opts Opt
 	return c, nil
 }
 
-// Run keeps the cache in step with the informer until ctx is done: it applies node events,
-// re-evaluates handshakes every Tick, starts a full cycle whenever this replica becomes leader,
-// and makes the handshake writes. The informer must be started by the caller (before or after
-// Run). Run returns nil on cancellation, after every goroutine it started has ended, and
-// [ErrAlreadyRunning] when called twice.
+// Run keeps the cache in step with the informer until ctx is done: it applies node events and
+// re-evaluates handshakes every Tick, deciding the handshake writes that a running [Handshaker]
+// makes. The informer must be started by the caller (before or after Run). Run returns nil on
+// cancellation, after every goroutine it started has ended, and [ErrAlreadyRunning] when called
+// twice.
 func (c *Cache) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return fmt.Errorf("run schedcache: %w", ErrAlreadyRunning)
@@ -196,12 +196,10 @@ func (c *Cache) Run(ctx context.Context) error {
 	logger.Info("Using label selector for list nodes", "selector", selector)
 
 	events := workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[string]{})
-	writes := workqueue.NewTypedRateLimitingQueueWithConfig(c.writeLimiter(), workqueue.TypedRateLimitingQueueConfig[writeKey]{})
 	c.qmu.Lock()
-	c.events, c.writes = events, writes
+	c.events = events
 	c.qmu.Unlock()
 	defer c.synced.Store(false) // a stopped cache is no longer kept up to date
-	defer writes.ShutDown()
 	defer events.ShutDown()
 
 	reg, err := cache.NewTypedSharedIndexInformer[*corev1.Node](c.informer).AddTypedEventHandler(cache.TypedResourceEventHandlerFuncs[*corev1.Node]{
@@ -218,19 +216,15 @@ func (c *Cache) Run(ctx context.Context) error {
 	wg.Go(func() {
 		<-ctx.Done()
 		events.ShutDown()
-		writes.ShutDown()
 	})
 	wg.Go(func() { c.eventWorker(ctx, events) })
-	for range c.opts.WriteWorkers {
-		wg.Go(func() { c.writeWorker(ctx, writes) })
-	}
 	c.cycleLoop(ctx, reg)
 	wg.Wait()
 	return nil
 }
 
-// cycleLoop waits for the informer, applies every node once, then runs the tick and the term
-// changes until ctx is done.
+// cycleLoop waits for the informer, applies every node once, then runs the tick until ctx is
+// done.
 func (c *Cache) cycleLoop(ctx context.Context, reg cache.ResourceEventHandlerRegistration) {
 	logger := klog.FromContext(ctx)
 	// WaitFor is told of the sync (WaitForCacheSync polls every 100 ms), so readiness follows
@@ -240,12 +234,11 @@ func (c *Cache) cycleLoop(ctx context.Context, reg cache.ResourceEventHandlerReg
 	}
 	c.fullSync(ctx)
 	c.synced.Store(true)
+	c.syncedOnce.Do(func() { close(c.syncedCh) })
 	logger.V(2).Info("Node cache synced", "nodes", c.Stats().Nodes)
 
 	ticker := c.opts.Clock.NewTicker(c.opts.Tick)
 	defer ticker.Stop()
-	term := c.opts.Leader.Term()
-	c.startTerm(ctx, term)
 	for {
 		select {
 		case <-ctx.Done():
@@ -253,39 +246,28 @@ func (c *Cache) cycleLoop(ctx context.Context, reg cache.ResourceEventHandlerReg
 		case <-ticker.C():
 			logger.V(5).Info("Ticker triggered")
 			c.cycle(ctx)
-		case <-term.Changed:
-			term = c.opts.Leader.Term()
-			c.startTerm(ctx, term)
 		}
 	}
 }
 
-// startTerm runs the first cycle of a term: a new leader writes at once and is ready only after
-// that cycle; a follower stays ready on its warm cache.
-func (c *Cache) startTerm(ctx context.Context, term Term) {
-	logger := klog.FromContext(ctx)
-	if !term.Leading {
-		logger.V(2).Info("Not leading: keeping the cache warm, skipping handshake writes", "term", term.Seq)
-		return
-	}
-	logger.V(5).Info("Received leaderElection notification. We are just elected to leader", "term", term.Seq)
-	c.cycle(ctx)
-	c.enqueuePending()
-	c.readyTerm.Store(term.Seq)
-}
-
-// HasSynced reports whether the informer has synced and every node was applied once.
+// HasSynced reports whether the cache is in step with the informer: the informer synced, every
+// node was applied once, and Run has not returned. It fits client-go's cache.InformerSynced.
 func (c *Cache) HasSynced() bool { return c.synced.Load() }
 
-// Ready reports whether a scheduler may rely on the cache: it has synced and, while this
-// replica leads, the first cycle of the current leadership term has run (HAMi keeps its
-// "synced" flag across terms, issue #2911). Wire it to a readiness probe.
-func (c *Cache) Ready() bool {
-	if !c.synced.Load() {
-		return false
+// Synced returns a channel that is closed once the cache first synced (and never reopened), so
+// that any number of goroutines can wait for readiness without polling; see also
+// [Cache.WaitForSync].
+func (c *Cache) Synced() <-chan struct{} { return c.syncedCh }
+
+// WaitForSync blocks until the cache first synced and returns nil, or returns the cause of
+// ctx's end when that comes first.
+func (c *Cache) WaitForSync(ctx context.Context) error {
+	select {
+	case <-c.syncedCh:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("wait for the node cache: %w", context.Cause(ctx))
 	}
-	term := c.opts.Leader.Term()
-	return !term.Leading || c.readyTerm.Load() == term.Seq
 }
 
 // Node returns the cache's view of one node, registered or not. The NodeInfo is immutable and
@@ -297,9 +279,10 @@ func (c *Cache) Node(name string) (*NodeInfo, bool) {
 	return n, ok
 }
 
-// Snapshot returns a consistent view of every registered node. While nothing changes it
-// returns the same *Snapshot without copying; after a change the first call copies the
-// registered set once. It never waits for handshake writes or decoding.
+// Snapshot returns a consistent view of every node the cache knows, registered or not, taken at
+// one point in time. While nothing changes it returns the same *Snapshot without copying; after
+// a change the first call copies the node set once. It never waits for handshake writes or
+// decoding.
 func (c *Cache) Snapshot() *Snapshot {
 	if s := c.snap.Load(); s != nil && s.generation == c.gen.Load() {
 		return s
@@ -312,12 +295,12 @@ func (c *Cache) Snapshot() *Snapshot {
 		c.mu.RUnlock()
 		return s
 	}
-	nodes := maps.Clone(c.registered)
+	nodes := maps.Clone(c.nodes)
+	sorted := slices.SortedFunc(maps.Values(c.registered), func(a, b *NodeInfo) int { return strings.Compare(a.Name, b.Name) })
 	c.mu.RUnlock()
 	if nodes == nil {
 		nodes = map[string]*NodeInfo{}
 	}
-	sorted := slices.SortedFunc(maps.Values(nodes), func(a, b *NodeInfo) int { return strings.Compare(a.Name, b.Name) })
 	s := &Snapshot{generation: gen, nodes: nodes, sorted: sorted}
 	c.snap.Store(s)
 	return s
@@ -332,7 +315,7 @@ func (c *Cache) Stats() Stats {
 		WriteErrors: c.stats.writeErrors.Load(), SkippedNotLeader: c.stats.skippedNotLeader.Load(),
 	}
 	c.mu.RLock()
-	s.Nodes, s.Registered = len(c.nodes), len(c.registered)
+	s.Nodes, s.Registered = uint64(len(c.nodes)), uint64(len(c.registered))
 	c.mu.RUnlock()
 	c.wmu.Lock()
 	for _, w := range c.pending {
@@ -350,8 +333,8 @@ func (c *Cache) queueLen(name string) float64 {
 	switch {
 	case name == "events" && c.events != nil:
 		return float64(c.events.Len())
-	case name == "writes" && c.writes != nil:
-		return float64(c.writes.Len())
+	case name == "writes" && c.writer != nil:
+		return float64(c.writer.queue.Len())
 	}
 	return 0
 }
@@ -792,9 +775,9 @@ func (c *Cache) publish(e *nodeEntry) {
 
 // warn records a Warning Event on the node, if a recorder was given.
 func (c *Cache) warn(e *nodeEntry, reason, format string, args ...any) {
-	if c.opts.Recorder == nil {
+	if c.opts.EventRecorder == nil {
 		return
 	}
 	ref := &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: e.name, UID: e.uid}
-	c.opts.Recorder.Eventf(ref, corev1.EventTypeWarning, reason, format, args...)
+	c.opts.EventRecorder.Eventf(ref, corev1.EventTypeWarning, reason, format, args...)
 }

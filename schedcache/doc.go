@@ -24,34 +24,50 @@
 //     the Node; nothing panics.
 //   - makes handshake writes (stamp "Requesting_<now>" when absent or foreign; cleanup when the
 //     handshake expired with nothing allocatable: the key is deleted, or "Deleted_<now>" with
-//     HAMi v2.9.0 semantics) through a rate-limited work queue, outside any lock readers take,
-//     and only while this replica leads.
+//     HAMi v2.9.0 semantics) through a rate-limited work queue on Options.Clock (a first try
+//     waits for nothing but the overall rate), outside any lock readers take, and only from a
+//     [Handshaker], the leader-only part, which runs only while this replica leads.
 //   - never adds a node whose allocatable count is 0 because of a fresh stamp (HAMi flaps it).
 //
 // # Reading
 //
-// [Cache.Node] returns one node's [NodeInfo] (devices and state per vendor), registered or not.
-// [Cache.Snapshot] returns a consistent, immutable [Snapshot] of every registered node; while
-// nothing changes every call returns the same snapshot without copying. Neither waits for
-// decoding or API calls: the goroutine that applies changes holds the readers' lock only to
-// store a pointer. Both are safe for concurrent use; returned values are shared and read-only.
+// [Cache.Snapshot] returns a consistent, immutable [Snapshot] of every node the cache knows:
+// [Snapshot.All] yields the registered nodes, [Snapshot.Node] returns any node with its state
+// and reason per vendor, so that a scheduler explains a rejection from the same point in time
+// it decided on. While nothing changes every call returns the same snapshot without copying.
+// [Cache.Node] returns one node's current [NodeInfo]. Vendors are looked up by an
+// [annotation.Vendor], not by a string. Nothing waits for decoding or API calls: the goroutine
+// that applies changes holds the readers' lock only to store a pointer. All are safe for
+// concurrent use; returned values are shared and read-only.
+//
+// Readiness: [Cache.Synced] is a channel closed once the cache first synced;
+// [Cache.WaitForSync] waits on it with a context; [Cache.HasSynced] fits client-go's
+// cache.InformerSynced and turns false when Run returns.
 //
 // # Leadership
 //
-// Options.Leader is a narrow [Leader] interface. [Elector] runs client-go leader election on a
-// Lease of its own; [LeaseFollower] follows the Lease of kube-scheduler in the same pod with an
-// exact identity match ([HolderMatches]: holder == identity, or identity followed by "_").
-// Followers keep the cache warm and log "Scheduler is not leader yet, skipping ..." at V(5)
-// instead of writing; a new leader runs a full cycle at once and writes from it. [Cache.Ready]
-// is bound to the current term: while leading, it is true only after the term's first cycle.
+// The cache knows nothing about leader election: it is warm on every replica and decides the
+// handshake writes everywhere. Only a [Handshaker] writes, and only while its Run runs; run it
+// as the leader-only work of one of:
+//
+//   - client-go's leaderelection: OnStartedLeading: func(ctx context.Context) { _ = h.Run(ctx) };
+//   - [Elector]: the same on a Lease of its own, joining the work at the end of each term;
+//   - [LeaseFollower]: HAMi's deployment shape, following the Lease of kube-scheduler in the
+//     same pod with an exact identity match ([HolderMatches]: holder == identity, or identity
+//     followed by "_"), running the work while this replica holds it;
+//   - nothing (HAMi's --leader-elect=false): go h.Run(ctx) beside the cache.
+//
+// While no Handshaker runs, a decided write is logged as "Scheduler is not leader yet,
+// skipping ..." at V(5) and kept; a new Handshaker re-evaluates every node at once and writes
+// what is decided.
 //
 // # Lifecycle
 //
 // [New] validates the options and installs [TrimNode] on the informer (unless
 // Options.KeepNodeFields), so call it before the informer factory starts; it starts nothing.
 // [Cache.Run] blocks until its context is done, returns nil then, and joins every goroutine it
-// started (event worker, write workers, tick). The caller starts and stops the informer factory
-// and runs the Leader, if any.
+// started (event worker, tick). [Handshaker.Run] does the same for its write workers and may
+// run again for the next term. The caller starts and stops the informer factory.
 //
 // # Logging, Events, metrics
 //
@@ -60,18 +76,19 @@
 // "Listed nodes" and "Processing node" (V(5), each cycle), "Failed to get node devices" (V(5)),
 // "failed to decode node devices" (error), "no nvidia gpu device found" (info), "Device is
 // unhealthy, cleaning up node" (error, as HAMi master), "Scheduler is not leader yet, skipping
-// ..." (V(5)). Other state changes are logged at V(2) and V(3). Events go through Options.Recorder with the Reason*
-// constants. Metrics are opt-in through Options.Registerer: hamireg_schedcache_nodes{vendor,
+// ..." (V(5)). Other state changes are logged at V(2) and V(3). Events go through
+// Options.EventRecorder with the Reason* constants. Metrics are opt-in through Options.Registerer: hamireg_schedcache_nodes{vendor,
 // state}, hamireg_schedcache_decode_failures_total{vendor,state},
 // hamireg_schedcache_handshake_writes_total{vendor,action,result} and
 // hamireg_schedcache_queue_depth{queue}; no per-node labels.
 //
 // # RBAC
 //
-// The cache needs nodes get, list, watch and patch (the handshake), and events create and
-// patch when a Recorder is set; an [Elector] also needs leases get, create and update in its
-// namespace, a [LeaseFollower] leases get, list and watch. test/e2e/schedcache runs the cache
-// under a ServiceAccount with exactly the node and event rules.
+// [ClusterRoleRules]: nodes list, watch and patch (the handshake, by the Handshaker), and
+// events create and patch when an EventRecorder is set. [LeaseRoleRules], in the Lease's
+// namespace: an Elector needs leases get, create and update, a LeaseFollower leases get, list
+// and watch. test/e2e/schedcache runs the cache under a ServiceAccount with exactly the node
+// and event rules.
 //
 // # Memory
 //
@@ -82,22 +99,30 @@
 // no replaced Node's annotation stays pinned (about 2.2 KB for 8 GPUs), and references to the
 // raw annotation strings of the Node the informer currently holds.
 //
-// Usage:
+// Usage (see Example):
 //
 //	factory := informers.NewSharedInformerFactory(client, 0)
-//	elector, _ := schedcache.NewElector(client, schedcache.ElectorOptions{
+//	c, err := schedcache.New(factory.Core().V1().Nodes(), schedcache.Options{EventRecorder: recorder})
+//	if err != nil {
+//		return err
+//	}
+//	h, err := schedcache.NewHandshaker(client, c, schedcache.HandshakerOptions{})
+//	if err != nil {
+//		return err
+//	}
+//	elector, err := schedcache.NewElector(client, h, schedcache.ElectorOptions{
 //		Namespace: "kube-system", Name: "hamireg-schedcache", Identity: podName})
-//	c, err := schedcache.New(client, factory.Core().V1().Nodes(), schedcache.Options{
-//		Leader: elector, Recorder: recorder, Registerer: prometheus.DefaultRegisterer})
 //	if err != nil {
 //		return err
 //	}
 //	factory.Start(ctx.Done())
 //	defer factory.Shutdown()
-//	go elector.Run(ctx)
 //	go c.Run(ctx)
-//	...
-//	if n, ok := c.Node("gpu-1"); ok {
-//		devs := n.Devices(annotation.VendorNVIDIA) // nil unless registered
+//	go elector.Run(ctx)
+//	if err := c.WaitForSync(ctx); err != nil {
+//		return err
+//	}
+//	if n, ok := c.Snapshot().Node("gpu-1"); ok {
+//		devs := n.Devices(annotation.NVIDIA()) // nil unless registered
 //	}
 package schedcache

@@ -38,22 +38,23 @@ type ElectorOptions struct {
 	RetryPeriod time.Duration
 }
 
-// Elector is a [Leader] that runs client-go leader election on a Lease of its own. Run it with
-// [Elector.Run] next to the cache; it campaigns again after losing the Lease, and releases the
-// Lease when its context is cancelled so that a standby takes over at once.
+// Elector runs leader-only work (a [Handshaker]) inside client-go's leader election on a Lease
+// of its own: the work's Run is started when this replica acquires the Lease and its context
+// ends when the replica loses it; the Elector waits for it to return before it campaigns
+// again. It releases the Lease when its context is cancelled so that a standby takes over at
+// once. The components themselves know nothing about leader election.
 type Elector struct {
 	client  kubernetes.Interface
 	opts    ElectorOptions
-	ts      *termState
+	term    termRunner
 	running atomic.Bool
 }
 
-var _ Leader = (*Elector)(nil)
-
-// NewElector validates opts and returns an Elector that does nothing until Run.
-func NewElector(client kubernetes.Interface, opts ElectorOptions) (*Elector, error) {
-	if client == nil {
-		return nil, fmt.Errorf("new elector: nil client: %w", ErrInvalidOptions)
+// NewElector validates opts and returns an Elector that runs work while it leads. It does
+// nothing until Run.
+func NewElector(client kubernetes.Interface, work Runnable, opts ElectorOptions) (*Elector, error) {
+	if client == nil || work == nil {
+		return nil, fmt.Errorf("new elector: nil client or work: %w", ErrInvalidOptions)
 	}
 	if opts.Namespace == "" || opts.Name == "" || opts.Identity == "" {
 		return nil, fmt.Errorf("new elector: namespace, name and identity are required: %w", ErrInvalidOptions)
@@ -61,7 +62,7 @@ func NewElector(client kubernetes.Interface, opts ElectorOptions) (*Elector, err
 	opts.LeaseDuration = cmp.Or(opts.LeaseDuration, DefaultLeaseDuration)
 	opts.RenewDeadline = cmp.Or(opts.RenewDeadline, DefaultRenewDeadline)
 	opts.RetryPeriod = cmp.Or(opts.RetryPeriod, DefaultRetryPeriod)
-	e := &Elector{client: client, opts: opts, ts: newTermState()}
+	e := &Elector{client: client, opts: opts, term: termRunner{work: work}}
 	// Let client-go validate the durations now rather than in Run.
 	if _, err := e.elector(); err != nil {
 		return nil, fmt.Errorf("new elector: %w: %w", ErrInvalidOptions, err)
@@ -83,17 +84,19 @@ func (e *Elector) elector() (*leaderelection.LeaderElector, error) {
 		Name:            e.opts.Namespace + "/" + e.opts.Name,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context) {
-				if e.ts.start(ctx) {
-					klog.FromContext(ctx).V(2).Info("Became leader", "lease", klog.KRef(e.opts.Namespace, e.opts.Name), "identity", e.opts.Identity)
-				}
+				klog.FromContext(ctx).V(2).Info("Became leader", "lease", klog.KRef(e.opts.Namespace, e.opts.Name), "identity", e.opts.Identity)
+				e.term.start(ctx)
 			},
-			OnStoppedLeading: func() { e.ts.set(false) },
+			// Called synchronously when the leader election's Run ends: the work has
+			// returned before the next campaign.
+			OnStoppedLeading: e.term.stop,
 		},
 	})
 }
 
-// Run campaigns for the Lease until ctx is done, then releases it. It returns nil on
-// cancellation and [ErrAlreadyRunning] when called twice.
+// Run campaigns for the Lease until ctx is done, running the work during every term, then
+// releases the Lease. It returns nil on cancellation, after the work returned, and
+// [ErrAlreadyRunning] when called twice.
 func (e *Elector) Run(ctx context.Context) error {
 	if !e.running.CompareAndSwap(false, true) {
 		return fmt.Errorf("run elector: %w", ErrAlreadyRunning)
@@ -104,17 +107,17 @@ func (e *Elector) Run(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("run elector: %w", err)
 		}
-		le.Run(ctx)
+		le.Run(klog.NewContext(ctx, logger))
+		e.term.stop()
 		if ctx.Err() == nil {
 			logger.V(2).Info("Lost leadership, campaigning again", "lease", klog.KRef(e.opts.Namespace, e.opts.Name), "identity", e.opts.Identity)
 		}
 	}
-	e.ts.set(false)
 	return nil
 }
 
-// IsLeader reports whether this replica holds the Lease.
-func (e *Elector) IsLeader() bool { return e.ts.isLeading() }
+// IsLeader reports whether this replica holds the Lease (its work runs).
+func (e *Elector) IsLeader() bool { return e.term.leading.Load() }
 
-// Term returns the current leadership term.
-func (e *Elector) Term() Term { return e.ts.term() }
+// Terms returns how many leadership terms this Elector has started.
+func (e *Elector) Terms() uint64 { return e.term.terms.Load() }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -11,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/hamireg/hamireg/annotation"
@@ -26,8 +26,9 @@ func exampleNode(name, register string, gpus int64) *corev1.Node {
 	}
 }
 
-// Example runs the cache over a fake cluster with one good and one broken GPU node, then reads
-// it the way a scheduler extender would.
+// Example runs the cache and its Handshaker over a fake cluster with one good and one broken
+// GPU node, then reads it the way a scheduler extender would: the registered nodes from a
+// snapshot, and why another node is not one of them from the same snapshot.
 func Example() {
 	good := annotation.Encode([]annotation.Device{
 		{ID: "GPU-a", Index: 0, Count: 10, Devmem: 81559, Devcore: 100, Type: "NVIDIA-H100", Mode: "hami-core", Health: true},
@@ -35,31 +36,41 @@ func Example() {
 	})
 	client := fake.NewClientset(exampleNode("gpu-1", good, 20), exampleNode("gpu-2", "[null]", 20))
 	factory := informers.NewSharedInformerFactory(client, 0)
-	c, err := schedcache.New(client, factory.Core().V1().Nodes(), schedcache.Options{})
+	c, err := schedcache.New(factory.Core().V1().Nodes(), schedcache.Options{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	// The handshake writes are leader-only work: run h under leader election (schedcache.Elector,
+	// schedcache.LeaseFollower or client-go's OnStartedLeading), or directly on a single replica.
+	h, err := schedcache.NewHandshaker(client, c, schedcache.HandshakerOptions{})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logr.Discard()))
 	factory.Start(ctx.Done())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	// Examples run outside a synctest bubble; wait as a readiness check would, with client-go's
-	// poll of Ready (every 100 ms).
-	cache.WaitForCacheSync(ctx.Done(), c.Ready)
-
-	for n := range c.Snapshot().All() {
-		fmt.Println(n.Name, "registered with", len(n.Devices(annotation.VendorNVIDIA)), "GPUs")
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = c.Run(ctx) })
+	wg.Go(func() { _ = h.Run(ctx) })
+	defer func() {
+		cancel()
+		wg.Wait()
+		factory.Shutdown()
+	}()
+	if err := c.WaitForSync(ctx); err != nil {
+		fmt.Println(err)
+		return
 	}
-	broken, _ := c.Node("gpu-2")
-	r, _ := broken.Registration(annotation.VendorNVIDIA)
-	fmt.Println("gpu-2:", r.State, errors.Is(r.Err, annotation.ErrInvalidElement))
 
-	cancel()
-	fmt.Println("Run:", <-done)
-	factory.Shutdown()
+	snap := c.Snapshot()
+	for n := range snap.All() {
+		fmt.Println(n.Name, "registered with", len(n.Devices(annotation.NVIDIA())), "GPUs")
+	}
+	broken, _ := snap.Node("gpu-2")
+	r, _ := broken.Registration(annotation.NVIDIA())
+	fmt.Println("gpu-2:", broken.Registered(), r.State, errors.Is(r.Err, annotation.ErrInvalidElement))
 	// Output:
 	// gpu-1 registered with 2 GPUs
-	// gpu-2: invalid-element true
-	// Run: <nil>
+	// gpu-2: false invalid-element true
 }

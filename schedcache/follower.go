@@ -29,15 +29,17 @@ type FollowerOptions struct {
 	Clock clock.WithTicker
 }
 
-// LeaseFollower is a [Leader] that follows the Lease of kube-scheduler running in the same pod,
-// as HAMi's extender does, but with an exact identity match (see [HolderMatches]): this replica
-// leads while the holder is Identity or Identity_<anything>, and while the Lease was observed
-// to change within its leaseDurationSeconds. Run it with [LeaseFollower.Run].
+// LeaseFollower runs leader-only work (a [Handshaker]) while kube-scheduler in the same pod
+// holds its Lease, as HAMi's extender does, but with an exact identity match (see
+// [HolderMatches]): this replica leads while the holder is Identity or Identity_<anything>, and
+// while the Lease was observed to change within its leaseDurationSeconds. The work's Run starts
+// when leadership begins; its context ends when leadership lapses, and the follower waits for
+// it to return. Run it with [LeaseFollower.Run].
 type LeaseFollower struct {
 	client  kubernetes.Interface
 	opts    FollowerOptions
 	clock   clock.WithTicker
-	ts      *termState
+	term    termRunner
 	running atomic.Bool
 	kick    chan struct{}
 
@@ -48,12 +50,11 @@ type LeaseFollower struct {
 	expiry   time.Time // when the current leadership lapses without a renewal; zero when not leading
 }
 
-var _ Leader = (*LeaseFollower)(nil)
-
-// NewLeaseFollower validates opts and returns a follower that does nothing until Run.
-func NewLeaseFollower(client kubernetes.Interface, opts FollowerOptions) (*LeaseFollower, error) {
-	if client == nil {
-		return nil, fmt.Errorf("new lease follower: nil client: %w", ErrInvalidOptions)
+// NewLeaseFollower validates opts and returns a follower that runs work while this replica
+// holds kube-scheduler's Lease. It does nothing until Run.
+func NewLeaseFollower(client kubernetes.Interface, work Runnable, opts FollowerOptions) (*LeaseFollower, error) {
+	if client == nil || work == nil {
+		return nil, fmt.Errorf("new lease follower: nil client or work: %w", ErrInvalidOptions)
 	}
 	if opts.Namespace == "" || opts.Name == "" || opts.Identity == "" {
 		return nil, fmt.Errorf("new lease follower: namespace, name and identity are required: %w", ErrInvalidOptions)
@@ -62,11 +63,12 @@ func NewLeaseFollower(client kubernetes.Interface, opts FollowerOptions) (*Lease
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	return &LeaseFollower{client: client, opts: opts, clock: clk, ts: newTermState(), kick: make(chan struct{}, 1)}, nil
+	return &LeaseFollower{client: client, opts: opts, clock: clk, term: termRunner{work: work}, kick: make(chan struct{}, 1)}, nil
 }
 
-// Run watches the Lease until ctx is done. It returns nil on cancellation and
-// [ErrAlreadyRunning] when called twice.
+// Run watches the Lease until ctx is done, running the work while this replica leads. It
+// returns nil on cancellation, after the work returned, and [ErrAlreadyRunning] when called
+// twice.
 func (f *LeaseFollower) Run(ctx context.Context) error {
 	if !f.running.CompareAndSwap(false, true) {
 		return fmt.Errorf("run lease follower: %w", ErrAlreadyRunning)
@@ -102,7 +104,7 @@ func (f *LeaseFollower) Run(ctx context.Context) error {
 			f.mu.Lock()
 			f.expiry = time.Time{}
 			f.mu.Unlock()
-			f.ts.set(false)
+			f.term.stop()
 			return nil
 		case <-f.kick:
 		case <-timer.C():
@@ -143,10 +145,14 @@ func (f *LeaseFollower) evaluate(ctx context.Context) time.Duration {
 	} else {
 		f.expiry = time.Time{}
 	}
-	changed := f.ts.set(leading)
 	f.mu.Unlock()
-	if changed {
+	if leading != f.term.leading.Load() {
 		klog.FromContext(ctx).V(2).Info("Leadership changed", "leading", leading, "holder", holder)
+	}
+	if leading {
+		f.term.start(ctx)
+	} else {
+		f.term.stop()
 	}
 	if !leading {
 		return 0
@@ -162,5 +168,5 @@ func (f *LeaseFollower) IsLeader() bool {
 	return !f.expiry.IsZero() && f.clock.Now().Before(f.expiry)
 }
 
-// Term returns the current leadership term.
-func (f *LeaseFollower) Term() Term { return f.ts.term() }
+// Terms returns how many leadership terms this follower has started.
+func (f *LeaseFollower) Terms() uint64 { return f.term.terms.Load() }

@@ -89,17 +89,6 @@ func (l *logSink) String() string {
 	return strings.Join(l.lines, "\n")
 }
 
-// testLeader is a Leader the test switches.
-type testLeader struct{ ts *termState }
-
-func newTestLeader(leading bool) *testLeader {
-	l := &testLeader{ts: newTermState()}
-	l.ts.set(leading)
-	return l
-}
-func (l *testLeader) IsLeader() bool { return l.ts.isLeading() }
-func (l *testLeader) Term() Term     { return l.ts.term() }
-
 // env is a cache running against a fake clientset with a fake clock, inside the test's
 // synctest bubble: create it in the function given to synctest.Test, with its t.
 type env struct {
@@ -109,11 +98,15 @@ type env struct {
 	rec     *record.FakeRecorder
 	logs    *logSink
 	cache   *Cache
+	hs      *Handshaker
 	ctx     context.Context
 	factory informers.SharedInformerFactory
+	// follower: run does not start the Handshaker (a replica that does not lead).
+	follower bool
 }
 
-// start runs a cache over the nodes. opts.Clock, Recorder and Handshake.Location are filled in.
+// start runs a cache and its Handshaker over the nodes. opts.Clock, EventRecorder and
+// Handshake.Location are filled in.
 func start(t *testing.T, opts Options, nodes ...*corev1.Node) *env {
 	t.Helper()
 	e := newEnv(t, opts, nodes...)
@@ -132,18 +125,21 @@ func newEnv(t *testing.T, opts Options, nodes ...*corev1.Node) *env {
 	if opts.Clock == nil {
 		opts.Clock = e.clock
 	}
-	if opts.Recorder == nil {
-		opts.Recorder = e.rec
+	if opts.EventRecorder == nil {
+		opts.EventRecorder = e.rec
 	}
 	if opts.Handshake.Location == nil {
 		opts.Handshake.Location = time.UTC
 	}
 	factory := informers.NewSharedInformerFactory(e.client, 0)
-	c, err := New(e.client, factory.Core().V1().Nodes(), opts)
+	c, err := New(factory.Core().V1().Nodes(), opts)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
 	e.cache = c
+	if e.hs, err = NewHandshaker(e.client, c, HandshakerOptions{}); err != nil {
+		t.Fatalf("NewHandshaker: %v", err)
+	}
 	ctx, cancel := context.WithCancel(t.Context())
 	e.ctx = klog.NewContext(ctx, funcr.New(e.logs.add, funcr.Options{Verbosity: 5}))
 	e.factory = factory
@@ -154,8 +150,8 @@ func newEnv(t *testing.T, opts Options, nodes ...*corev1.Node) *env {
 	return e
 }
 
-// run starts the informer and the cache. Reactors must be added before: the fake clientset
-// does not synchronise them with its use.
+// run starts the informer, the cache and, unless e.follower, the Handshaker. Reactors must be
+// added before: the fake clientset does not synchronise them with its use.
 func (e *env) run() {
 	e.t.Helper()
 	e.factory.Start(e.ctx.Done())
@@ -167,6 +163,28 @@ func (e *env) run() {
 		}
 	})
 	e.until("cache synced", e.cache.HasSynced)
+	if !e.follower {
+		e.lead()
+	}
+}
+
+// lead runs the Handshaker until the returned function is called or the test ends.
+func (e *env) lead() (stop func()) {
+	e.t.Helper()
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan error, 1)
+	go func() { done <- e.hs.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				e.t.Errorf("Handshaker.Run: %v", err)
+			}
+		})
+	}
+	e.t.Cleanup(stop)
+	return stop
 }
 
 // settled waits until every other goroutine of the bubble is blocked, so that what the test
@@ -180,11 +198,10 @@ func (e *env) settled(what string, cond func() bool) {
 }
 
 // until is settled for what client-go times with the real clock, which in the bubble is fake
-// time that moves only while the test goroutine blocks too: the first sync
-// (cache.WaitForCacheSync polls every 100 ms) and the handshake writes (the write queue
-// delays each by its back-off, 5 ms at first). It lets the bubble settle and checks cond, and
-// while cond does not hold lets a millisecond of fake time pass, failing after 10 s of it.
-// The cache's own time is the fake clock, which only the test steps.
+// time that moves only while the test goroutine blocks too (the informer's first sync). It lets
+// the bubble settle and checks cond, and while cond does not hold lets a millisecond of fake
+// time pass, failing after 10 s of it. The cache's own time, the write queue's included, is the
+// fake clock, which only the test steps.
 func (e *env) until(what string, cond func() bool) {
 	e.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)

@@ -2,42 +2,30 @@ package schedcache
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
+
+	"k8s.io/klog/v2"
 )
 
-// Leader tells the cache whether this replica may write. The cache keeps itself warm either way;
-// only handshake writes are gated. Two implementations ship with the package: [Elector] (its own
-// client-go leader election on a Lease) and [LeaseFollower] (follows the Lease that
-// kube-scheduler holds, with an exact identity match). [AlwaysLeader] is the default.
-//
-// Implementations must be safe for concurrent use.
-type Leader interface {
-	// IsLeader reports whether this replica leads now. The cache asks it before every write.
-	IsLeader() bool
-	// Term returns the current leadership term. Its Changed channel is closed at the next
-	// change, so any number of consumers can wait on it.
-	Term() Term
+// Runnable is leader-only work: Run blocks until ctx is done and returns nil then. [Handshaker]
+// is one; [Elector] and [LeaseFollower] run one for each leadership term, with a context that
+// ends with the term.
+type Runnable interface {
+	Run(ctx context.Context) error
 }
 
-// Term is one leadership term as seen by this replica.
-type Term struct {
-	// Leading reports whether this replica leads during the term.
-	Leading bool
-	// Seq increases at every change of leadership (gained or lost); it identifies the term.
-	Seq uint64
-	// Changed is closed when the term ends. Nil means it never ends.
-	Changed <-chan struct{}
-}
+var (
+	_ Runnable = (*Handshaker)(nil)
+	_ Runnable = (*Cache)(nil)
+	_ Runnable = (*Elector)(nil)
+	_ Runnable = (*LeaseFollower)(nil)
+)
 
-// AlwaysLeader returns a [Leader] that always leads (HAMi's --leader-elect=false): one replica,
-// no election.
-func AlwaysLeader() Leader { return alwaysLeader{} }
-
-type alwaysLeader struct{}
-
-func (alwaysLeader) IsLeader() bool { return true }
-func (alwaysLeader) Term() Term     { return Term{Leading: true, Seq: 1} }
+// errTermEnded is the cause of a term context's end when leadership was lost.
+var errTermEnded = errors.New("leadership lost")
 
 // HolderMatches reports whether a Lease holder identity belongs to identity: equal to it, or
 // identity followed by "_" and anything (kube-scheduler's identities are "<hostname>_<uuid>").
@@ -50,53 +38,47 @@ func HolderMatches(holder, identity string) bool {
 	return ok && (rest == "" || rest[0] == '_')
 }
 
-// termState is the shared bookkeeping of the Leader implementations.
-type termState struct {
-	mu      sync.Mutex
-	leading bool
-	seq     uint64
-	changed chan struct{}
+// termRunner runs a Runnable once per leadership term and joins it when the term ends.
+type termRunner struct {
+	work    Runnable
+	leading atomic.Bool
+	terms   atomic.Uint64
+
+	mu     sync.Mutex // serialises start and stop
+	cancel context.CancelCauseFunc
+	done   chan struct{}
 }
 
-func newTermState() *termState { return &termState{changed: make(chan struct{})} }
-
-// set records the leadership state and reports whether it changed.
-func (t *termState) set(leading bool) bool {
+// start begins a term unless one runs or ctx, the term's parent, already ended (client-go calls
+// OnStartedLeading in a goroutine that may run after OnStoppedLeading).
+func (t *termRunner) start(ctx context.Context) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.setLocked(leading)
-}
-
-func (t *termState) setLocked(leading bool) bool {
-	if t.leading == leading {
-		return false
+	if t.done != nil || ctx.Err() != nil {
+		return
 	}
-	t.leading = leading
-	t.seq++
-	close(t.changed)
-	t.changed = make(chan struct{})
-	return true
+	ctx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	t.cancel, t.done = cancel, done
+	t.leading.Store(true)
+	t.terms.Add(1)
+	go func() {
+		defer close(done)
+		if err := t.work.Run(ctx); err != nil {
+			klog.FromContext(ctx).Error(err, "Leader-only work failed")
+		}
+	}()
 }
 
-// start marks leadership gained unless ctx, the context of the term, already ended: client-go
-// calls OnStartedLeading in a goroutine that may run after OnStoppedLeading.
-func (t *termState) start(ctx context.Context) bool {
+// stop ends the current term, if any, and waits until its work returned.
+func (t *termRunner) stop() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if ctx.Err() != nil {
-		return false
+	if t.done == nil {
+		return
 	}
-	return t.setLocked(true)
-}
-
-func (t *termState) isLeading() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.leading
-}
-
-func (t *termState) term() Term {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return Term{Leading: t.leading, Seq: t.seq, Changed: t.changed}
+	t.leading.Store(false)
+	t.cancel(errTermEnded)
+	<-t.done
+	t.cancel, t.done = nil, nil
 }

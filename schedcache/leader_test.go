@@ -70,39 +70,55 @@ func runLeader(ctx context.Context, t *testing.T, r interface{ Run(context.Conte
 	return stop
 }
 
+// termWork is leader-only work that records its terms.
+type termWork struct {
+	mu      sync.Mutex
+	running bool
+	runs    int
+}
+
+func (w *termWork) Run(ctx context.Context) error {
+	w.mu.Lock()
+	w.running, w.runs = true, w.runs+1
+	w.mu.Unlock()
+	<-ctx.Done()
+	w.mu.Lock()
+	w.running = false
+	w.mu.Unlock()
+	return nil
+}
+
+func (w *termWork) state() (bool, int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.running, w.runs
+}
+
 func TestLeaseFollower(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		_, ctx := ktesting.NewTestContext(t)
 		client := fake.NewClientset(lease("sched-0_1234", 15))
 		clk := clocktesting.NewFakeClock(t0)
-		f, err := NewLeaseFollower(client, FollowerOptions{Namespace: "hami", Name: "hami-scheduler", Identity: "sched-0", Clock: clk})
+		work := &termWork{}
+		f, err := NewLeaseFollower(client, work, FollowerOptions{Namespace: "hami", Name: "hami-scheduler", Identity: "sched-0", Clock: clk})
 		if err != nil {
 			t.Fatal(err)
 		}
 		runLeader(ctx, t, f)
 		synctest.Wait()
-		if !f.IsLeader() {
-			t.Fatal("not leading once the bubble settled")
-		}
-		term := f.Term()
-		if !term.Leading || term.Seq != 1 {
-			t.Fatalf("term = %+v", term)
+		if running, runs := work.state(); !f.IsLeader() || !running || runs != 1 {
+			t.Fatalf("leader %v, work running %v after %d runs; want leading, running, 1", f.IsLeader(), running, runs)
 		}
 		if err := f.Run(ctx); !errors.Is(err, ErrAlreadyRunning) {
 			t.Errorf("second Run = %v", err)
 		}
 
-		// No renewal observed within the lease duration: leadership lapses.
+		// No renewal observed within the lease duration: leadership lapses, the work stops.
 		clk.Step(16 * time.Second)
 		synctest.Wait()
-		select {
-		case <-term.Changed:
-		default:
-			t.Fatal("term did not end when the lease lapsed")
-		}
-		if f.IsLeader() {
-			t.Error("still leader after the lease lapsed")
+		if running, _ := work.state(); f.IsLeader() || running {
+			t.Fatal("still leading or working after the lease lapsed")
 		}
 
 		// A renewal by us: leading again. A holder that merely shares the prefix: not leading.
@@ -119,16 +135,16 @@ func TestLeaseFollower(t *testing.T) {
 		}
 		update("sched-0_1234")
 		synctest.Wait()
-		if !f.IsLeader() {
-			t.Fatal("not leading again once the bubble settled")
+		if running, runs := work.state(); !f.IsLeader() || !running || runs != 2 {
+			t.Fatalf("leader %v, running %v, runs %d once the bubble settled; want a second term", f.IsLeader(), running, runs)
 		}
 		update("sched-01_9999")
 		synctest.Wait()
-		if f.IsLeader() {
+		if running, _ := work.state(); f.IsLeader() || running {
 			t.Fatal("still leading once the bubble settled")
 		}
-		if got := f.Term().Seq; got != 4 {
-			t.Errorf("term seq = %d, want 4 (gain, lapse, gain, loss)", got)
+		if got := f.Terms(); got != 2 {
+			t.Errorf("terms = %d, want 2", got)
 		}
 		if err := client.CoordinationV1().Leases("hami").Delete(ctx, "hami-scheduler", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
@@ -143,46 +159,42 @@ func TestElectorTakeover(t *testing.T) {
 		client := fake.NewClientset()
 		opts := ElectorOptions{Namespace: "kube-system", Name: "hamireg", LeaseDuration: time.Second, RenewDeadline: 500 * time.Millisecond, RetryPeriod: 50 * time.Millisecond}
 		opts.Identity = "a"
-		a, err := NewElector(client, opts)
+		workA, workB := &termWork{}, &termWork{}
+		a, err := NewElector(client, workA, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
 		opts.Identity = "b"
-		b, err := NewElector(client, opts)
+		b, err := NewElector(client, workB, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
 		stopA := runLeader(ctx, t, a)
 		synctest.Wait()
-		if !a.IsLeader() {
-			t.Fatal("a does not lead once the bubble settled")
+		if running, _ := workA.state(); !a.IsLeader() || !running {
+			t.Fatal("a does not lead and work once the bubble settled")
 		}
 		// Leader election keeps time with the real clock, the bubble's fake time, which runs on
-		// while the test blocks. The test blocks on b's term, which ends when b starts leading:
-		// for four of b's retry periods while a holds the lease, then until b takes over.
-		bTerm := b.Term()
+		// while the test sleeps.
 		runLeader(ctx, t, b)
-		select {
-		case <-bTerm.Changed:
-		case <-time.After(200 * time.Millisecond):
-		}
-		if b.IsLeader() {
+		time.Sleep(200 * time.Millisecond)
+		if running, _ := workB.state(); b.IsLeader() || running {
 			t.Fatal("b leads while a holds the lease")
 		}
 		started := time.Now()
-		stopA()
-		select {
-		case <-bTerm.Changed:
-		case <-time.After(10 * time.Second):
+		stopA() // returns once a's work returned and the Lease was released
+		if running, _ := workA.state(); running || a.IsLeader() {
+			t.Error("a still works after its Run returned")
 		}
-		if !b.IsLeader() {
+		for !b.IsLeader() && time.Since(started) < 10*time.Second {
+			time.Sleep(10 * time.Millisecond)
+		}
+		synctest.Wait()
+		if running, _ := workB.state(); !b.IsLeader() || !running {
 			t.Fatal("b did not take over within 10 s")
 		}
 		if took := time.Since(started); took > opts.LeaseDuration+time.Second {
 			t.Errorf("takeover took %v, want under lease duration + 1 s", took)
-		}
-		if a.IsLeader() || a.Term().Leading {
-			t.Error("a still leads after stopping")
 		}
 	})
 }
@@ -190,6 +202,7 @@ func TestElectorTakeover(t *testing.T) {
 func TestElectorOptions(t *testing.T) {
 	t.Parallel()
 	client := fake.NewClientset()
+	work := &termWork{}
 	tests := map[string]ElectorOptions{
 		"no identity":              {Namespace: "ns", Name: "l"},
 		"no name":                  {Namespace: "ns", Identity: "a"},
@@ -198,29 +211,30 @@ func TestElectorOptions(t *testing.T) {
 	for name, opts := range tests {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			if _, err := NewElector(client, opts); !errors.Is(err, ErrInvalidOptions) {
+			if _, err := NewElector(client, work, opts); !errors.Is(err, ErrInvalidOptions) {
 				t.Errorf("NewElector = %v, want ErrInvalidOptions", err)
 			}
 		})
 	}
-	if _, err := NewLeaseFollower(client, FollowerOptions{Namespace: "ns", Name: "l"}); !errors.Is(err, ErrInvalidOptions) {
+	if _, err := NewElector(client, nil, ElectorOptions{Namespace: "ns", Name: "l", Identity: "a"}); !errors.Is(err, ErrInvalidOptions) {
+		t.Errorf("NewElector without work = %v", err)
+	}
+	if _, err := NewLeaseFollower(client, work, FollowerOptions{Namespace: "ns", Name: "l"}); !errors.Is(err, ErrInvalidOptions) {
 		t.Errorf("NewLeaseFollower without identity = %v", err)
+	}
+	if _, err := NewHandshaker(client, nil, HandshakerOptions{}); !errors.Is(err, ErrInvalidOptions) {
+		t.Errorf("NewHandshaker without cache = %v", err)
 	}
 }
 
-// TestFollowerDoesNotWrite: a follower keeps its cache warm without writing and logs HAMi's
-// line; once it leads it writes from its first cycle, and it is ready only after that cycle.
+// TestFollowerDoesNotWrite: without a running Handshaker the cache stays warm and decides
+// without writing, and logs HAMi's line; once a Handshaker runs it writes from its first cycle;
+// when it stops, writing stops, and the next term writes what is still decided.
 func TestFollowerDoesNotWrite(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		leader := newTestLeader(false)
-		e := newEnv(t, Options{Leader: leader}, gpuNode("a", 8, 80, ""), gpuNode("b", 8, 0, requesting(t0.Add(-time.Hour))))
-		// Writes block until the test checked readiness in the new term, to see the order.
-		release := make(chan struct{})
-		e.client.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
-			<-release
-			return false, nil, nil
-		})
+		e := newEnv(t, Options{}, gpuNode("a", 8, 80, ""), gpuNode("b", 8, 0, requesting(t0.Add(-time.Hour))))
+		e.follower = true
 		e.run()
 		e.waitState("a", StateRegistered)
 		e.waitState("b", StateUnhealthy)
@@ -231,52 +245,47 @@ func TestFollowerDoesNotWrite(t *testing.T) {
 		if !e.logs.has("Scheduler is not leader yet, skipping ...", 5) {
 			t.Errorf("no follower log in\n%s", e.logs)
 		}
-		if !e.cache.Ready() {
-			t.Error("a synced follower is not ready")
+		if !e.cache.HasSynced() {
+			t.Error("a synced follower is not synced")
 		}
 		if e.cache.Stats().SkippedNotLeader == 0 {
 			t.Error("SkippedNotLeader = 0")
 		}
-
-		leader.ts.set(true)
-		e.settled("the new term's cycle", func() bool { return e.cache.Stats().Cycles >= 2 })
-		e.settled("ready in the new term", e.cache.Ready)
-		close(release)
-		e.until("the stamp", func() bool { hs, _ := e.handshakeOf("a"); return hs == requesting(e.clock.Now()) })
-		if got := e.cache.Stats().Stamps; got != 1 {
-			t.Errorf("stamps = %d, want 1", got)
+		if s := e.cache.Stats(); s.PendingWrites != 1 {
+			t.Errorf("pending writes = %d, want 1 (stamp a)", s.PendingWrites)
 		}
 
-		// Losing and regaining leadership: not ready until the new term's first cycle ran.
-		leader.ts.set(false)
-		leader.ts.set(true)
-		if c := e.cache.Stats().Cycles; !e.cache.Ready() {
-			e.settled("ready again", e.cache.Ready)
-			if e.cache.Stats().Cycles <= c {
-				t.Error("ready without a cycle in the new term")
+		// A term whose writes fail: stopping it leaves the write to the next term.
+		block := make(chan struct{})
+		e.client.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+			select {
+			case <-block:
+				return false, nil, nil
+			default:
+				return true, nil, context.Canceled
 			}
+		})
+		stop := e.lead()
+		synctest.Wait()
+		stop()
+		if s := e.cache.Stats(); s.Stamps != 0 || s.PendingWrites != 1 {
+			t.Fatalf("after a cancelled term: %+v", s)
 		}
-	})
-}
-
-// TestReadyTiedToTerm checks Ready against the term directly.
-func TestReadyTiedToTerm(t *testing.T) {
-	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
-		leader := newTestLeader(true)
-		e := start(t, Options{Leader: leader}, gpuNode("a", 8, 80, requesting(t0)))
-		e.settled("ready", e.cache.Ready)
-		// A term the cache has not started yet (the cycle loop is busy): not ready.
-		e.cache.cycleMu.Lock()
-		leader.ts.set(false)
-		leader.ts.set(true)
-		if e.cache.Ready() {
-			t.Error("ready before the new term's first cycle")
+		close(block)
+		e.lead()
+		e.settled("the stamp", func() bool { return e.cache.Stats().Stamps == 1 })
+		if hs, _ := e.handshakeOf("a"); hs != requesting(e.clock.Now()) {
+			t.Errorf("handshake of a = %q", hs)
 		}
-		e.cache.cycleMu.Unlock()
-		e.settled("ready in the new term", e.cache.Ready)
-		if _, ok := e.cache.Node("a"); !ok {
-			t.Error("node a missing")
+		if err := e.hs.Run(e.ctx); !errors.Is(err, ErrAlreadyRunning) {
+			t.Errorf("second concurrent Run = %v", err)
+		}
+		other, err := NewHandshaker(e.client, e.cache, HandshakerOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := other.Run(e.ctx); !errors.Is(err, ErrAlreadyRunning) {
+			t.Errorf("a second Handshaker on the same cache = %v", err)
 		}
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -52,9 +53,9 @@ func TestNewValidation(t *testing.T) {
 		"duplicate vendor":          {opts: Options{Vendors: []annotation.Vendor{annotation.NVIDIA(), annotation.NVIDIA()}}, wantErr: true},
 		"negative tick":             {opts: Options{Tick: -time.Second}, wantErr: true},
 		"negative window":           {opts: Options{Handshake: handshake.Options{Window: -1}}, wantErr: true},
-		"negative write rate":       {opts: Options{WriteQPS: -1}, wantErr: true},
-		"started informer":          {started: true, wantErr: true},
-		"started informer, kept":    {started: true, opts: Options{KeepNodeFields: true}},
+
+		"started informer":       {started: true, wantErr: true},
+		"started informer, kept": {started: true, opts: Options{KeepNodeFields: true}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -71,7 +72,7 @@ func TestNewValidation(t *testing.T) {
 					defer factory.Shutdown()
 					defer cancel()
 				}
-				_, err := New(client, nodes, tc.opts)
+				_, err := New(nodes, tc.opts)
 				if (err != nil) != tc.wantErr {
 					t.Fatalf("New = %v, want error %v", err, tc.wantErr)
 				}
@@ -81,7 +82,7 @@ func TestNewValidation(t *testing.T) {
 			})
 		})
 	}
-	if _, err := New(nil, nil, Options{}); !errors.Is(err, ErrInvalidOptions) {
+	if _, err := New(nil, Options{}); !errors.Is(err, ErrInvalidOptions) {
 		t.Errorf("New(nil) = %v", err)
 	}
 }
@@ -143,7 +144,17 @@ func TestWriteRetry(t *testing.T) {
 			return false, nil, nil
 		})
 		e.run()
-		e.until("the stamp", func() bool { hs, _ := e.handshakeOf("n"); return hs == requesting(t0) })
+		// Retries back off on the cache's clock: 5 ms, then 10 ms.
+		for i := 0; ; i++ {
+			e.settled("a retry waiting", func() bool { return e.clock.HasWaiters() })
+			if hs, _ := e.handshakeOf("n"); hs == requesting(t0) {
+				break
+			}
+			if i == 10 {
+				t.Fatalf("no stamp after %d steps of 5 ms", i)
+			}
+			e.clock.Step(5 * time.Millisecond)
+		}
 		s := e.cache.Stats()
 		if s.WriteErrors != 2 || s.Stamps != 1 {
 			t.Errorf("write errors %d stamps %d, want 2 and 1", s.WriteErrors, s.Stamps)
@@ -203,7 +214,7 @@ func TestMetrics(t *testing.T) {
 		// A second cache on the same registry is refused, not panicking.
 		client := fake.NewClientset()
 		factory := informers.NewSharedInformerFactory(client, 0)
-		if _, err := New(client, factory.Core().V1().Nodes(), Options{Registerer: reg}); !errors.Is(err, ErrInvalidOptions) {
+		if _, err := New(factory.Core().V1().Nodes(), Options{Registerer: reg}); !errors.Is(err, ErrInvalidOptions) {
 			t.Errorf("second registration = %v", err)
 		}
 	})
@@ -227,7 +238,7 @@ func TestRunReturnsOnCancel(t *testing.T) {
 		_, ctx := ktesting.NewTestContext(t)
 		client := fake.NewClientset()
 		factory := informers.NewSharedInformerFactory(client, 0) // never started: never syncs
-		c, err := New(client, factory.Core().V1().Nodes(), Options{})
+		c, err := New(factory.Core().V1().Nodes(), Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -243,7 +254,7 @@ func TestRunReturnsOnCancel(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Errorf("Run = %v", err)
 		}
-		if c.HasSynced() || c.Ready() {
+		if c.HasSynced() {
 			t.Error("synced without an informer")
 		}
 	})
@@ -287,7 +298,7 @@ func TestConcurrentReaders(t *testing.T) {
 						t.Errorf("snapshot yields %d nodes, Len %d", count, s.Len())
 					}
 					if n, ok := e.cache.Node("n00"); ok {
-						_ = n.Devices(annotation.VendorNVIDIA)
+						_ = n.Devices(annotation.NVIDIA())
 					}
 				}
 			})
@@ -323,7 +334,7 @@ func TestOtherVendor(t *testing.T) {
 		e := start(t, Options{Vendors: []annotation.Vendor{annotation.NVIDIA(), dcu}}, n)
 		e.settled("both registered", func() bool {
 			info, ok := e.cache.Node("n")
-			return ok && len(info.Devices("NVIDIA")) == 2 && len(info.Devices("DCU")) == 2
+			return ok && len(info.Devices(annotation.NVIDIA())) == 2 && len(info.Devices(dcu)) == 2
 		})
 		e.until("the DCU stamp", func() bool {
 			got, err := e.client.CoreV1().Nodes().Get(e.ctx, "n", metav1.GetOptions{})
@@ -333,4 +344,56 @@ func TestOtherVendor(t *testing.T) {
 			t.Errorf("patches = %q, want only the DCU stamp", p)
 		}
 	})
+}
+
+// TestWaitForSync: readiness without polling; the channel is closed once, for any number of
+// waiters; a cancelled wait returns the context's cause.
+func TestWaitForSync(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t, Options{}, gpuNode("a", 8, 80, requesting(t0)))
+		ctx, cancel := context.WithCancelCause(e.ctx)
+		cause := errors.New("shutting down")
+		cancel(cause)
+		if err := e.cache.WaitForSync(ctx); !errors.Is(err, cause) {
+			t.Errorf("WaitForSync(cancelled) = %v, want the cause", err)
+		}
+		waited := make(chan error, 3)
+		for range cap(waited) {
+			go func() { waited <- e.cache.WaitForSync(e.ctx) }()
+		}
+		synctest.Wait()
+		if len(waited) != 0 {
+			t.Fatal("WaitForSync returned before the cache ran")
+		}
+		e.run()
+		synctest.Wait()
+		for range cap(waited) {
+			if err := <-waited; err != nil {
+				t.Errorf("WaitForSync = %v", err)
+			}
+		}
+		select {
+		case <-e.cache.Synced():
+		default:
+			t.Error("Synced not closed")
+		}
+	})
+}
+
+func TestClusterRoleRules(t *testing.T) {
+	t.Parallel()
+	var verbs []string
+	for _, r := range ClusterRoleRules() {
+		for _, v := range r.Verbs {
+			verbs = append(verbs, r.Resources[0]+"/"+v)
+		}
+	}
+	want := []string{"nodes/list", "nodes/watch", "nodes/patch", "events/create", "events/patch"}
+	if !slices.Equal(verbs, want) {
+		t.Errorf("rules = %v, want %v", verbs, want)
+	}
+	if r := LeaseRoleRules(); len(r) != 1 || r[0].Resources[0] != "leases" {
+		t.Errorf("lease rules = %v", r)
+	}
 }

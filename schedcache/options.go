@@ -18,12 +18,13 @@ import (
 const (
 	// DefaultTick is HAMi's register period: handshake windows are re-evaluated this often.
 	DefaultTick = 15 * time.Second
-	// DefaultFieldManager is the field manager of handshake patches.
+	// DefaultFieldManager is the field manager of handshake patches ([HandshakerOptions]).
 	DefaultFieldManager = "hamireg-schedcache"
-	// DefaultWriteQPS and DefaultWriteBurst limit handshake writes over all nodes.
+	// DefaultWriteQPS and DefaultWriteBurst limit handshake writes over all nodes
+	// ([HandshakerOptions]).
 	DefaultWriteQPS   = 10
 	DefaultWriteBurst = 100
-	// DefaultWriteWorkers is the number of goroutines that write handshakes.
+	// DefaultWriteWorkers is the number of goroutines that write handshakes ([HandshakerOptions]).
 	DefaultWriteWorkers = 2
 )
 
@@ -45,26 +46,13 @@ type Options struct {
 	// Handshake tunes the handshake decisions: Window (zero: 60 s), Location of timestamps
 	// (nil: time.Local, as HAMi), Version (zero: HAMi master, cleanup deletes the key).
 	Handshake handshake.Options
-	// Leader gates handshake writes. Nil means [AlwaysLeader] (HAMi's --leader-elect=false).
-	Leader Leader
-	// FieldManager names the writer in the Node's managedFields. Empty means
-	// [DefaultFieldManager].
-	FieldManager string
-	// WriteQPS and WriteBurst rate-limit handshake writes over all nodes (failed writes also back
-	// off per node, 5 ms doubling up to 5 min). Zero means [DefaultWriteQPS] (10) and
-	// [DefaultWriteBurst] (100).
-	WriteQPS   float64
-	WriteBurst int
-	// WriteWorkers is the number of concurrent handshake writers. Zero means
-	// [DefaultWriteWorkers] (2).
-	WriteWorkers int
-	// Recorder receives Kubernetes Events on Nodes (malformed or invalid annotations, cleanups).
-	// Nil means no Events.
-	Recorder record.EventRecorder
+	// EventRecorder receives Kubernetes Events on Nodes (malformed or invalid annotations,
+	// cleanups). Nil means no Events.
+	EventRecorder record.EventRecorder
 	// Registerer registers the cache's metrics (hamireg_schedcache_*). Nil means no metrics.
 	Registerer prometheus.Registerer
-	// Clock is the source of time for handshake stamps, windows and the tick. Nil means the real
-	// clock.
+	// Clock is the source of time for handshake stamps, windows, the tick and the
+	// [Handshaker]'s write queue. Nil means the real clock.
 	Clock clock.WithTicker
 	// KeepNodeFields stops New from installing [TrimNode] as the Node informer's transform. Set
 	// it when the informer is already started or is shared with code that reads Node images or
@@ -96,20 +84,40 @@ func (o Options) withDefaults() (Options, error) {
 		}
 		seen[v.Name] = true
 	}
-	if o.Tick < 0 || o.Handshake.Window < 0 || o.WriteQPS < 0 || o.WriteBurst < 0 || o.WriteWorkers < 0 {
-		return o, fmt.Errorf("validate options: negative tick, window, write rate or workers: %w", ErrInvalidOptions)
+	if o.Tick < 0 || o.Handshake.Window < 0 {
+		return o, fmt.Errorf("validate options: negative tick or window: %w", ErrInvalidOptions)
 	}
 	o.Tick = cmp.Or(o.Tick, DefaultTick)
 	o.Handshake.Window = cmp.Or(o.Handshake.Window, handshake.DefaultWindow)
-	if o.Leader == nil {
-		o.Leader = AlwaysLeader()
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	return o, nil
+}
+
+// HandshakerOptions configure a [Handshaker]. The zero value means the defaults documented on
+// each field.
+type HandshakerOptions struct {
+	// FieldManager names the writer in the Node's managedFields. Empty means
+	// [DefaultFieldManager].
+	FieldManager string
+	// WriteQPS and WriteBurst rate-limit handshake writes over all nodes (failed writes also back
+	// off per node, 5 ms doubling up to 5 min; a first try waits only for the rate limit). Zero
+	// means [DefaultWriteQPS] (10) and [DefaultWriteBurst] (100).
+	WriteQPS   float64
+	WriteBurst int
+	// WriteWorkers is the number of concurrent handshake writers. Zero means
+	// [DefaultWriteWorkers] (2).
+	WriteWorkers int
+}
+
+func (o HandshakerOptions) withDefaults() (HandshakerOptions, error) {
+	if o.WriteQPS < 0 || o.WriteBurst < 0 || o.WriteWorkers < 0 {
+		return o, fmt.Errorf("validate handshaker options: negative write rate, burst or workers: %w", ErrInvalidOptions)
 	}
 	o.FieldManager = cmp.Or(o.FieldManager, DefaultFieldManager)
 	o.WriteQPS = cmp.Or(o.WriteQPS, DefaultWriteQPS)
 	o.WriteBurst = cmp.Or(o.WriteBurst, DefaultWriteBurst)
 	o.WriteWorkers = cmp.Or(o.WriteWorkers, DefaultWriteWorkers)
-	if o.Clock == nil {
-		o.Clock = clock.RealClock{}
-	}
 	return o, nil
 }

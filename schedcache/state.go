@@ -112,10 +112,11 @@ func (n *NodeInfo) Registered() bool {
 	return false
 }
 
-// Registration returns the registration of vendor (HAMi's vendor word).
-func (n *NodeInfo) Registration(vendor string) (Registration, bool) {
+// Registration returns the registration of vendor (matched by its Name, HAMi's vendor word),
+// false when the cache does not track the vendor.
+func (n *NodeInfo) Registration(vendor annotation.Vendor) (Registration, bool) {
 	for _, r := range n.Registrations {
-		if r.Vendor == vendor {
+		if r.Vendor == vendor.Name {
 			return r, true
 		}
 	}
@@ -124,7 +125,7 @@ func (n *NodeInfo) Registration(vendor string) (Registration, bool) {
 
 // Devices returns the devices of vendor when it is registered on the node, else nil. The slice
 // is shared and read-only.
-func (n *NodeInfo) Devices(vendor string) []annotation.Device {
+func (n *NodeInfo) Devices(vendor annotation.Vendor) []annotation.Device {
 	r, ok := n.Registration(vendor)
 	if !ok || r.State != StateRegistered {
 		return nil
@@ -132,18 +133,21 @@ func (n *NodeInfo) Devices(vendor string) []annotation.Device {
 	return r.Devices
 }
 
-// Snapshot is a consistent, immutable view of every node with at least one registered vendor,
-// taken at one point in time. It is safe for concurrent use and never changes.
+// Snapshot is a consistent, immutable view of every node the cache knows, taken at one point in
+// time: the registered nodes for a scheduler to place work on ([Snapshot.All]), and every other
+// node with its states and reasons ([Snapshot.Node]), so that a rejection is explained from the
+// same view the decision was made on. It is safe for concurrent use and never changes.
 type Snapshot struct {
 	generation uint64 // the cache's content generation it was taken at
 	nodes      map[string]*NodeInfo
-	sorted     []*NodeInfo
+	sorted     []*NodeInfo // registered nodes only
 }
 
 // Len returns the number of registered nodes.
 func (s *Snapshot) Len() int { return len(s.sorted) }
 
-// Node returns a registered node by name.
+// Node returns a node by name, registered or not (see [NodeInfo.Registered] and each
+// [Registration]'s State and Reason); false when the cache does not know the node.
 func (s *Snapshot) Node(name string) (*NodeInfo, bool) {
 	n, ok := s.nodes[name]
 	return n, ok

@@ -16,7 +16,7 @@ import (
 // up to 15 s, or never in v2.9.0 when allocatable does not change).
 func BenchmarkVisibility(b *testing.B) {
 	test := harness.UniqueName("visibility")
-	r := startReplica(b, cp.AdminClient(), test, schedcache.Options{Tick: time.Hour}, nil)
+	r := startReplica(b, cp.AdminClient(), test, schedcache.Options{Tick: time.Hour}, schedcache.HandshakerOptions{}, nil)
 	name := test + "-n"
 	createNode(b, test, name, map[string]string{annotation.KeyNVIDIARegister: annotation.Encode(gpus(8, name, 1000))}, 80)
 	r.waitState(b, name, schedcache.StateRegistered)
@@ -29,7 +29,7 @@ func BenchmarkVisibility(b *testing.B) {
 		agentPatch(b, name, map[string]*string{annotation.KeyNVIDIARegister: &value})
 		for {
 			n, _ := r.cache.Node(name)
-			if d := n.Devices(annotation.VendorNVIDIA); len(d) == 8 && d[0].Devmem == mem {
+			if d := n.Devices(annotation.NVIDIA()); len(d) == 8 && d[0].Devmem == mem {
 				break
 			}
 			if time.Since(start) > 15*time.Second {

@@ -107,21 +107,25 @@ func (l *logSink) String() string {
 	return strings.Join(l.lines, "\n")
 }
 
-// runner is a Leader that must run (Elector, LeaseFollower).
+// runner runs leader-only work during its terms (Elector, LeaseFollower).
 type runner interface {
-	schedcache.Leader
 	Run(ctx context.Context) error
+	IsLeader() bool
 }
 
 // replica is one scheduler replica: a cache over the test's nodes with an informer filtered
-// server-side, Events to the apiserver, and optionally a leader to run.
+// server-side, Events to the apiserver, and its Handshaker, run directly or by a leader.
 type replica struct {
-	cache *schedcache.Cache
-	logs  *logSink
-	stop  func()
+	cache  *schedcache.Cache
+	leader runner // nil when the Handshaker runs directly
+	logs   *logSink
+	stop   func()
 }
 
-func startReplica(tb testing.TB, client kubernetes.Interface, test string, opts schedcache.Options, leader runner) *replica {
+// startReplica starts a replica. newLeader, when not nil, returns the runner that runs the
+// replica's Handshaker (the leader-only work); nil runs the Handshaker directly.
+func startReplica(tb testing.TB, client kubernetes.Interface, test string, opts schedcache.Options, hsOpts schedcache.HandshakerOptions,
+	newLeader func(work schedcache.Runnable) runner) *replica {
 	tb.Helper()
 	r := &replica{logs: &logSink{}}
 	ctx, cancel := context.WithCancel(klog.NewContext(tb.Context(), funcr.New(r.logs.add, funcr.Options{Verbosity: 5})))
@@ -130,28 +134,37 @@ func startReplica(tb testing.TB, client kubernetes.Interface, test string, opts 
 	}))
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	opts.Recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "hamireg-schedcache"})
+	opts.EventRecorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "hamireg-schedcache"})
 	if opts.Handshake.Location == nil {
 		opts.Handshake.Location = time.UTC
 	}
-	if leader != nil {
-		opts.Leader = leader
-	}
-	c, err := schedcache.New(client, factory.Core().V1().Nodes(), opts)
+	c, err := schedcache.New(factory.Core().V1().Nodes(), opts)
 	if err != nil {
 		cancel()
 		tb.Fatalf("new cache: %v", err)
 	}
 	r.cache = c
+	h, err := schedcache.NewHandshaker(client, c, hsOpts)
+	if err != nil {
+		cancel()
+		tb.Fatalf("new handshaker: %v", err)
+	}
+	var work runner
+	if newLeader != nil {
+		work = newLeader(h)
+		r.leader = work
+	}
 	factory.Start(ctx.Done())
 	var wg sync.WaitGroup
-	if leader != nil {
-		wg.Go(func() {
-			if err := leader.Run(ctx); err != nil {
-				tb.Errorf("leader: %v", err)
-			}
-		})
-	}
+	wg.Go(func() {
+		run := h.Run
+		if work != nil {
+			run = work.Run
+		}
+		if err := run(ctx); err != nil {
+			tb.Errorf("handshaker or leader: %v", err)
+		}
+	})
 	wg.Go(func() {
 		if err := c.Run(ctx); err != nil {
 			tb.Errorf("cache: %v", err)

@@ -25,7 +25,7 @@ import (
 func TestSchedcacheRegistersAsAgentWrites(t *testing.T) {
 	t.Parallel()
 	test := harness.UniqueName("register")
-	r := startReplica(t, cp.AdminClient(), test, schedcache.Options{Tick: time.Hour}, nil)
+	r := startReplica(t, cp.AdminClient(), test, schedcache.Options{Tick: time.Hour}, schedcache.HandshakerOptions{}, nil)
 	names := []string{test + "-a", test + "-b", test + "-c"}
 	for _, name := range names {
 		createNode(t, test, name, nil, 0)
@@ -38,7 +38,7 @@ func TestSchedcacheRegistersAsAgentWrites(t *testing.T) {
 	for _, name := range names {
 		r.waitState(t, name, schedcache.StateRegistered)
 		n, _ := r.cache.Node(name)
-		if got := len(n.Devices(annotation.VendorNVIDIA)); got != 8 {
+		if got := len(n.Devices(annotation.NVIDIA())); got != 8 {
 			t.Errorf("%s: %d devices, want 8", name, got)
 		}
 		harness.Eventually(t, "handshake stamp on "+name, 10*time.Second, func() bool {
@@ -63,7 +63,7 @@ func TestSchedcacheRegistersAsAgentWrites(t *testing.T) {
 func TestSchedcacheChangeVisibleWithoutTick(t *testing.T) {
 	t.Parallel()
 	test := harness.UniqueName("change")
-	r := startReplica(t, cp.AdminClient(), test, schedcache.Options{Tick: time.Hour}, nil)
+	r := startReplica(t, cp.AdminClient(), test, schedcache.Options{Tick: time.Hour}, schedcache.HandshakerOptions{}, nil)
 	name := test + "-n"
 	createNode(t, test, name, map[string]string{annotation.KeyNVIDIARegister: annotation.Encode(gpus(8, name, 81559))}, 80)
 	r.waitState(t, name, schedcache.StateRegistered)
@@ -73,7 +73,7 @@ func TestSchedcacheChangeVisibleWithoutTick(t *testing.T) {
 	agentPatch(t, name, map[string]*string{annotation.KeyNVIDIARegister: ptr(annotation.Encode(changed))})
 	harness.Eventually(t, "the new devices", 2*time.Second, func() bool {
 		n, _ := r.cache.Node(name)
-		d := n.Devices(annotation.VendorNVIDIA)
+		d := n.Devices(annotation.NVIDIA())
 		return len(d) == 8 && d[0].Devmem == 40000 && !d[2].Health
 	})
 	t.Logf("new devices visible %v after the PATCH was sent", time.Since(start).Round(time.Millisecond))
@@ -107,7 +107,7 @@ func TestSchedcacheBadAnnotations(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			test := harness.UniqueName("bad")
-			r := startReplica(t, cp.AdminClient(), test, schedcache.Options{}, nil)
+			r := startReplica(t, cp.AdminClient(), test, schedcache.Options{}, schedcache.HandshakerOptions{}, nil)
 			node := test + "-n"
 			good := annotation.Encode(gpus(4, node, 81559))
 			createNode(t, test, node, map[string]string{annotation.KeyNVIDIARegister: good}, 40)
@@ -115,10 +115,10 @@ func TestSchedcacheBadAnnotations(t *testing.T) {
 
 			agentPatch(t, node, map[string]*string{annotation.KeyNVIDIARegister: tc.value})
 			r.waitState(t, node, tc.want)
-			if _, ok := r.cache.Snapshot().Node(node); ok {
-				t.Error("node still in the snapshot")
+			if n, ok := r.cache.Snapshot().Node(node); !ok || n.Registered() || n.Registrations[0].State != tc.want {
+				t.Errorf("snapshot's view of the node: %+v, %v; want it unregistered with state %s", n, ok, tc.want)
 			}
-			if n, _ := r.cache.Node(node); n.Devices(annotation.VendorNVIDIA) != nil {
+			if n, _ := r.cache.Node(node); n.Devices(annotation.NVIDIA()) != nil {
 				t.Error("devices still schedulable")
 			}
 			if !r.logs.has(tc.log, tc.level, node) {
@@ -140,7 +140,7 @@ func TestSchedcacheCleanupExpiredHandshake(t *testing.T) {
 	test := harness.UniqueName("cleanup")
 	const window = 2 * time.Second
 	r := startReplica(t, cp.AdminClient(), test, schedcache.Options{Tick: 200 * time.Millisecond,
-		Handshake: handshake.Options{Window: window}}, nil)
+		Handshake: handshake.Options{Window: window}}, schedcache.HandshakerOptions{}, nil)
 	node := test + "-n"
 
 	// Record every handshake value the apiserver stores for the node.
@@ -212,18 +212,21 @@ func TestSchedcacheTwoReplicasOnlyLeaderWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	const leaseDuration = 2 * time.Second
-	elector := func(id string) *schedcache.Elector {
-		e, err := schedcache.NewElector(cp.AdminClient(), schedcache.ElectorOptions{Namespace: test, Name: "hamireg-schedcache",
-			Identity: id, LeaseDuration: leaseDuration, RenewDeadline: time.Second, RetryPeriod: 200 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
+	elector := func(id string) func(schedcache.Runnable) runner {
+		return func(work schedcache.Runnable) runner {
+			e, err := schedcache.NewElector(cp.AdminClient(), work, schedcache.ElectorOptions{Namespace: test, Name: "hamireg-schedcache",
+				Identity: id, LeaseDuration: leaseDuration, RenewDeadline: time.Second, RetryPeriod: 200 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return e
 		}
-		return e
 	}
-	ea, eb := elector("replica-a"), elector("replica-b")
-	a := startReplica(t, cp.AdminClient(), test, schedcache.Options{FieldManager: "schedcache-a"}, ea)
+	a := startReplica(t, cp.AdminClient(), test, schedcache.Options{}, schedcache.HandshakerOptions{FieldManager: "schedcache-a"}, elector("replica-a"))
+	ea := a.leader
 	harness.Eventually(t, "replica-a leads", 20*time.Second, ea.IsLeader)
-	b := startReplica(t, cp.AdminClient(), test, schedcache.Options{FieldManager: "schedcache-b"}, eb)
+	b := startReplica(t, cp.AdminClient(), test, schedcache.Options{}, schedcache.HandshakerOptions{FieldManager: "schedcache-b"}, elector("replica-b"))
+	eb := b.leader
 
 	first := []string{test + "-1", test + "-2", test + "-3", test + "-4", test + "-5"}
 	for _, name := range first {
@@ -247,8 +250,8 @@ func TestSchedcacheTwoReplicasOnlyLeaderWrites(t *testing.T) {
 	if sa.Stamps != 5 || sb.Stamps != 0 || sb.Cleanups != 0 {
 		t.Errorf("stamps a=%d b=%d, want 5 and 0", sa.Stamps, sb.Stamps)
 	}
-	if eb.IsLeader() || !b.cache.Ready() || !a.cache.Ready() {
-		t.Errorf("b leader %v, ready a=%v b=%v", eb.IsLeader(), a.cache.Ready(), b.cache.Ready())
+	if eb.IsLeader() || !b.cache.HasSynced() || !a.cache.HasSynced() {
+		t.Errorf("b leader %v, synced a=%v b=%v", eb.IsLeader(), a.cache.HasSynced(), b.cache.HasSynced())
 	}
 
 	stopped := time.Now()
@@ -256,7 +259,6 @@ func TestSchedcacheTwoReplicasOnlyLeaderWrites(t *testing.T) {
 	harness.Eventually(t, "replica-b leads", leaseDuration+time.Second, eb.IsLeader)
 	took := time.Since(stopped)
 	t.Logf("replica-b took over %v after replica-a stopped (lease duration %v)", took.Round(time.Millisecond), leaseDuration)
-	harness.Eventually(t, "replica-b ready in its term", 5*time.Second, b.cache.Ready)
 
 	second := []string{test + "-6", test + "-7"}
 	for _, name := range second {
@@ -291,16 +293,18 @@ func TestSchedcacheLeaseFollowerExactIdentity(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	follower := func(id string) *schedcache.LeaseFollower {
-		f, err := schedcache.NewLeaseFollower(cp.AdminClient(), schedcache.FollowerOptions{Namespace: test, Name: "hami-scheduler", Identity: id})
-		if err != nil {
-			t.Fatal(err)
+	follower := func(id string) func(schedcache.Runnable) runner {
+		return func(work schedcache.Runnable) runner {
+			f, err := schedcache.NewLeaseFollower(cp.AdminClient(), work, schedcache.FollowerOptions{Namespace: test, Name: "hami-scheduler", Identity: id})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return f
 		}
-		return f
 	}
-	f1, f2 := follower("sched-1"), follower("sched-")
-	r1 := startReplica(t, cp.AdminClient(), test, schedcache.Options{FieldManager: "sched-1"}, f1)
-	r2 := startReplica(t, cp.AdminClient(), test, schedcache.Options{FieldManager: "sched-prefix"}, f2)
+	r1 := startReplica(t, cp.AdminClient(), test, schedcache.Options{}, schedcache.HandshakerOptions{FieldManager: "sched-1"}, follower("sched-1"))
+	r2 := startReplica(t, cp.AdminClient(), test, schedcache.Options{}, schedcache.HandshakerOptions{FieldManager: "sched-prefix"}, follower("sched-"))
+	f1, f2 := r1.leader, r2.leader
 	harness.Eventually(t, "sched-1 leads", 10*time.Second, f1.IsLeader)
 	name := test + "-n"
 	createNode(t, test, name, map[string]string{annotation.KeyNVIDIARegister: annotation.Encode(gpus(2, name, 81559))}, 20)
@@ -341,7 +345,7 @@ func TestSchedcacheMinimalRBAC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := startReplica(t, client, test, schedcache.Options{}, nil)
+	r := startReplica(t, client, test, schedcache.Options{}, schedcache.HandshakerOptions{}, nil)
 	name := test + "-n"
 	createNode(t, test, name, map[string]string{annotation.KeyNVIDIARegister: `[null]`}, 20)
 	r.waitState(t, name, schedcache.StateInvalidElement)

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/hamireg/hamireg/allocation"
+	"github.com/hamireg/hamireg/extender"
+	"github.com/hamireg/hamireg/nodelock"
+)
+
+// flags are HAMi's scheduler flags that this program reads, with HAMi's names and defaults.
+type flags struct {
+	httpBind, certFile, keyFile, kubeconfig     string
+	schedulerName, leaseName, leaseNamespace    string
+	nodePolicy, gpuPolicy                       string
+	leaderElect, forceOverwriteDefaultScheduler bool
+	nodeLockTimeout                             time.Duration
+	nodeSelector                                map[string]string
+	defaultMem, defaultCores, defaultGPU        int32
+}
+
+func newFlags(fs *pflag.FlagSet) *flags {
+	f := &flags{}
+	fs.StringVar(&f.httpBind, "http_bind", "127.0.0.1:8080", "address the extender and the webhook listen on")
+	fs.StringVar(&f.certFile, "cert_file", "", "TLS certificate (HTTPS, as the webhook needs); empty serves plain HTTP")
+	fs.StringVar(&f.keyFile, "key_file", "", "TLS private key")
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file; empty means in-cluster")
+	fs.StringVar(&f.schedulerName, "scheduler-name", extender.DefaultSchedulerName, "scheduler name the webhook gives GPU pods")
+	fs.BoolVar(&f.forceOverwriteDefaultScheduler, "force-overwrite-default-scheduler", true, "the webhook overwrites schedulerName default-scheduler")
+	fs.BoolVar(&f.leaderElect, "leader-elect", false, "write handshakes only while kube-scheduler in this pod holds its Lease")
+	fs.StringVar(&f.leaseName, "leader-elect-resource-name", extender.DefaultSchedulerName, "name of kube-scheduler's Lease")
+	fs.StringVar(&f.leaseNamespace, "leader-elect-resource-namespace", "kube-system", "namespace of kube-scheduler's Lease")
+	fs.StringVar(&f.nodePolicy, "node-scheduler-policy", string(allocation.PolicyBinpack), "node policy: binpack or spread")
+	fs.StringVar(&f.gpuPolicy, "gpu-scheduler-policy", string(allocation.PolicySpread), "GPU policy: binpack, spread or topology-aware")
+	fs.DurationVar(&f.nodeLockTimeout, "node-lock-timeout", nodelock.DefaultTimeout, "age after which a node lock is taken over")
+	fs.StringToStringVar(&f.nodeSelector, "node-label-selector", nil, "key=value pairs separated by commas: the nodes that may register")
+	fs.Int32Var(&f.defaultMem, "default-mem", 0, "MiB given to a container that asks for no memory (0: the whole GPU)")
+	fs.Int32Var(&f.defaultCores, "default-cores", 0, "core percentage of a container that asks for none")
+	fs.Int32Var(&f.defaultGPU, "default-gpu", 1, "GPU count the webhook adds to a container that asks for memory or cores only")
+	return f
+}
+
+func (f *flags) config() allocation.Config {
+	return allocation.Config{NodeSchedulerPolicy: allocation.Policy(f.nodePolicy), GPUSchedulerPolicy: allocation.Policy(f.gpuPolicy),
+		DefaultMemory: f.defaultMem, DefaultCores: f.defaultCores, DefaultGPUNum: f.defaultGPU}
+}
+
+func (f *flags) selector() labels.Selector {
+	if len(f.nodeSelector) == 0 {
+		return nil
+	}
+	return labels.SelectorFromSet(f.nodeSelector)
+}
+
+// identity is kube-scheduler's identity in this pod before "_<uuid>": the host name.
+func identity() (string, error) {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		return "", fmt.Errorf("host name for the leader identity: %q, %w", h, err)
+	}
+	return h, nil
+}
+
+func (f *flags) client() (kubernetes.Interface, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", f.kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client config: %w", err)
+	}
+	return kubernetes.NewForConfig(cfg)
+}

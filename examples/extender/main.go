@@ -1,0 +1,102 @@
+// Command extender is a HAMi-compatible scheduler extender and admission webhook: run it beside
+// kube-scheduler in one pod (deploy/), with HAMi's scheduler flags.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+
+	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/hamireg/hamireg/extender"
+	"github.com/hamireg/hamireg/schedcache"
+)
+
+func main() {
+	f := newFlags(pflag.CommandLine)
+	klogFlags := flag.NewFlagSet("klog", flag.ExitOnError)
+	klog.InitFlags(klogFlags)
+	pflag.CommandLine.AddGoFlagSet(klogFlags)
+	pflag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	client, err := f.client()
+	if err == nil {
+		var ln net.Listener
+		if ln, err = net.Listen("tcp", f.httpBind); err == nil {
+			err = run(klog.NewContext(ctx, klog.Background()), client, f, ln)
+		}
+	}
+	stop()
+	if err != nil {
+		klog.Background().Error(err, "Scheduler extender failed")
+		os.Exit(1)
+	}
+}
+
+// run serves the extender on ln until ctx ends: the node cache and the extender on every
+// replica, the handshakes only while leading.
+func run(ctx context.Context, client kubernetes.Interface, f *flags, ln net.Listener) error {
+	events := record.NewBroadcaster(record.WithContext(ctx))
+	defer events.Shutdown()
+	events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	recorder := events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: f.schedulerName})
+	factory := informers.NewSharedInformerFactory(client, 0)
+	cache, err := schedcache.New(factory.Core().V1().Nodes(), schedcache.Options{NodeSelector: f.selector(), EventRecorder: recorder})
+	if err != nil {
+		return err
+	}
+	var leader schedcache.Runnable
+	if leader, err = schedcache.NewHandshaker(client, cache, schedcache.HandshakerOptions{}); err == nil && f.leaderElect {
+		var id string
+		if id, err = identity(); err == nil {
+			leader, err = schedcache.NewLeaseFollower(client, leader, schedcache.FollowerOptions{Namespace: f.leaseNamespace, Name: f.leaseName, Identity: id})
+		}
+	}
+	if err != nil {
+		return err
+	}
+	ext, err := extender.New(client, cache, extender.Options{Config: f.config(), SchedulerName: f.schedulerName,
+		KeepDefaultScheduler: !f.forceOverwriteDefaultScheduler, NodeLockTimeout: f.nodeLockTimeout, EventRecorder: recorder,
+		Pods: factory.Core().V1().Pods(), Nodes: factory.Core().V1().Nodes().Lister()})
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: ext.Handler(), BaseContext: func(net.Listener) context.Context { return ctx }}
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancelCause(ctx) // a part that fails stops the others
+	defer cancel(nil)
+	for _, r := range []schedcache.Runnable{cache, leader, ext} {
+		wg.Go(func() { cancel(r.Run(ctx)) })
+	}
+	wg.Go(func() { <-ctx.Done(); _ = srv.Shutdown(context.WithoutCancel(ctx)) })
+	klog.FromContext(ctx).Info("Scheduler extender listening", "address", ln.Addr().String(), "tls", f.certFile != "")
+	if f.certFile != "" {
+		err = srv.ServeTLS(ln, f.certFile, f.keyFile)
+	} else {
+		err = srv.Serve(ln)
+	}
+	if errors.Is(err, http.ErrServerClosed) && !errors.Is(context.Cause(ctx), context.Canceled) {
+		return context.Cause(ctx)
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,247 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/klog/v2/ktesting"
+	schedulerv1 "k8s.io/kube-scheduler/config/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/hamireg/hamireg/extender"
+	"github.com/hamireg/hamireg/schedcache"
+)
+
+// manifests decodes every object of deploy/*.yaml strictly (unknown fields fail).
+func manifests(t *testing.T) []runtime.Object {
+	t.Helper()
+	files, err := filepath.Glob("deploy/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("manifests: %v %v", files, err)
+	}
+	decoder := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
+	var out []runtime.Object
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := utilyaml.NewYAMLReader(bufioReader(data))
+		for {
+			doc, err := r.Read()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", file, err)
+			}
+			if len(bytes.TrimSpace(doc)) == 0 {
+				continue
+			}
+			obj, _, err := decoder.Decode(doc, nil, nil)
+			if err != nil {
+				t.Fatalf("%s: %v", file, err)
+			}
+			out = append(out, obj)
+		}
+	}
+	return out
+}
+
+func find[T runtime.Object](objs []runtime.Object, name string) T {
+	for _, o := range objs {
+		if v, ok := o.(T); ok {
+			if m, ok := any(v).(interface{ GetName() string }); ok && m.GetName() == name {
+				return v
+			}
+		}
+	}
+	var zero T
+	return zero
+}
+
+// covers reports the (group, resource, verb) triples of want that rules do not allow.
+func covers(rules, want []rbacv1.PolicyRule) []string {
+	var missing []string
+	for _, w := range want {
+		for _, g := range w.APIGroups {
+			for _, r := range w.Resources {
+				for _, v := range w.Verbs {
+					if !slices.ContainsFunc(rules, func(p rbacv1.PolicyRule) bool {
+						return slices.Contains(p.APIGroups, g) && slices.Contains(p.Resources, r) && slices.Contains(p.Verbs, v) && len(p.ResourceNames) == 0
+					}) {
+						missing = append(missing, g+"/"+r+" "+v)
+					}
+				}
+			}
+		}
+	}
+	return missing
+}
+
+// TestManifests: every manifest decodes; the RBAC covers the packages' rules and kube-scheduler
+// is bound to its roles; the KubeSchedulerConfiguration's extender entry agrees with the
+// extender's flags and routes, with the managed resources ignored by the scheduler.
+func TestManifests(t *testing.T) {
+	t.Parallel()
+	objs := manifests(t)
+	role := find[*rbacv1.ClusterRole](objs, "hami-scheduler")
+	if role == nil {
+		t.Fatal("no ClusterRole hami-scheduler")
+	}
+	if m := covers(role.Rules, append(extender.ClusterRoleRules(), schedcache.ClusterRoleRules()...)); len(m) > 0 {
+		t.Errorf("ClusterRole misses %v", m)
+	}
+	if lease := find[*rbacv1.Role](objs, "hami-scheduler-lease"); lease == nil || len(covers(lease.Rules, schedcache.LeaseRoleRules())) > 0 {
+		t.Errorf("lease Role missing or short: %v", lease)
+	}
+	var bound []string
+	for _, o := range objs {
+		if b, ok := o.(*rbacv1.ClusterRoleBinding); ok && len(b.Subjects) == 1 && b.Subjects[0].Name == "hami-scheduler" {
+			bound = append(bound, b.RoleRef.Name)
+		}
+	}
+	slices.Sort(bound)
+	if want := []string{"hami-scheduler", "system:kube-scheduler", "system:volume-scheduler"}; !slices.Equal(bound, want) {
+		t.Errorf("service account bound to %v, want %v", bound, want)
+	}
+
+	dep := find[*appsv1.Deployment](objs, "hami-scheduler")
+	if dep == nil || len(dep.Spec.Template.Spec.Containers) != 2 {
+		t.Fatalf("Deployment: %v", dep)
+	}
+	var ext corev1.Container
+	for _, c := range dep.Spec.Template.Spec.Containers {
+		if c.Name == "extender" {
+			ext = c
+		}
+	}
+	fs := pflag.NewFlagSet("extender", pflag.ContinueOnError)
+	f := newFlags(fs)
+	fs.IntP("v", "v", 0, "klog verbosity (main adds klog's flags)")
+	if err := fs.Parse(ext.Args); err != nil {
+		t.Fatalf("extender args %q: %v", ext.Args, err)
+	}
+
+	cm := find[*corev1.ConfigMap](objs, "hami-scheduler-config")
+	if cm == nil {
+		t.Fatal("no ConfigMap hami-scheduler-config")
+	}
+	var cfg schedulerv1.KubeSchedulerConfiguration
+	if err := yaml.UnmarshalStrict([]byte(cm.Data["config.yaml"]), &cfg); err != nil {
+		t.Fatalf("KubeSchedulerConfiguration: %v", err)
+	}
+	if len(cfg.Profiles) != 1 || cfg.Profiles[0].SchedulerName == nil || *cfg.Profiles[0].SchedulerName != f.schedulerName {
+		t.Errorf("profiles %+v, want one named %s", cfg.Profiles, f.schedulerName)
+	}
+	le := cfg.LeaderElection
+	if le.LeaderElect == nil || *le.LeaderElect != f.leaderElect || le.ResourceName != f.leaseName || le.ResourceNamespace != f.leaseNamespace {
+		t.Errorf("leaderElection %+v does not match --leader-elect %v %s/%s", le, f.leaderElect, f.leaseNamespace, f.leaseName)
+	}
+	if len(cfg.Extenders) != 1 {
+		t.Fatalf("extenders: %+v", cfg.Extenders)
+	}
+	x := cfg.Extenders[0]
+	u, err := url.Parse(x.URLPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(f.httpBind)
+	if u.Port() != port || (u.Scheme == "https") != (f.certFile != "") || x.EnableHTTPS != (f.certFile != "") {
+		t.Errorf("urlPrefix %s (enableHTTPS %v) does not reach --http_bind %s with cert %q", x.URLPrefix, x.EnableHTTPS, f.httpBind, f.certFile)
+	}
+	if "/"+x.FilterVerb != extender.PathFilter || "/"+x.BindVerb != extender.PathBind || !x.NodeCacheCapable || x.PrioritizeVerb != "" || x.Ignorable {
+		t.Errorf("extender entry %+v", x)
+	}
+	var managed []string
+	for _, r := range x.ManagedResources {
+		if r.IgnoredByScheduler {
+			managed = append(managed, r.Name)
+		}
+	}
+	for _, name := range []string{"nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpucores", "nvidia.com/gpumem-percentage"} {
+		if !slices.Contains(managed, name) {
+			t.Errorf("%s is not a managed resource ignored by the scheduler (%v)", name, managed)
+		}
+	}
+	if wh := find[*admissionMutating](objs, "hami-webhook"); wh == nil || len(wh.Webhooks) != 1 || wh.Webhooks[0].ClientConfig.Service == nil ||
+		wh.Webhooks[0].ClientConfig.Service.Path == nil || *wh.Webhooks[0].ClientConfig.Service.Path != extender.PathWebhook {
+		t.Errorf("webhook configuration %+v", wh)
+	}
+}
+
+// TestRun: the program's run serves the extender over a fake cluster and returns nil on
+// cancellation, after everything it started ended.
+func TestRun(t *testing.T) {
+	t.Parallel()
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	fs := pflag.NewFlagSet("extender", pflag.ContinueOnError)
+	f := newFlags(fs)
+	if err := fs.Parse([]string{"--node-label-selector=gpu=on,zone=a", "--gpu-scheduler-policy=binpack"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.selector().String(); got != "gpu=on,zone=a" {
+		t.Errorf("selector %q", got)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, fake.NewClientset(), f, ln) }()
+	base := "http://" + ln.Addr().String()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(base + extender.PathReadyz)
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	resp, err := http.Post(base+extender.PathFilter, "application/json", strings.NewReader(`{"Pod":{"metadata":{"name":"p"}},"NodeNames":["a"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"NodeNames":["a"]`) {
+		t.Errorf("filter = %d %s", resp.StatusCode, body)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("run = %v", err)
+	}
+}
+
+type admissionMutating = admissionregistrationv1.MutatingWebhookConfiguration
+
+func bufioReader(data []byte) *bufio.Reader { return bufio.NewReader(bytes.NewReader(data)) }

@@ -1,0 +1,123 @@
+package extender
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/hamireg/hamireg/nodelock"
+)
+
+func TestBind(t *testing.T) {
+	t.Parallel()
+	lockOf := func(pod string, at time.Time) string {
+		return nodelock.Lock{Time: at, Namespace: "default", Name: pod}.String()
+	}
+	tests := map[string]struct {
+		pod         *corev1.Pod
+		lock        string // on the node before
+		others      []runtime.Object
+		failBinding bool
+		wantErr     string
+		wantLock    string
+		wantWrites  []string
+	}{
+		"success: lock, allocating, binding": {
+			pod:      gpuPod("p", map[string]string{"nvidia.com/gpu": "1"}),
+			wantLock: lockOf("p", t0),
+			wantWrites: []string{
+				`patch nodes n {"metadata":{"annotations":{"hami.io/mutex.lock":"2026-05-19T09:00:00Z,default,p"},"resourceVersion":""}}`,
+				`patch pods p {"metadata":{"annotations":{"hami.io/bind-phase":"allocating","hami.io/bind-time":"1779181200"}}}`,
+				`create pods/binding p->n`,
+			},
+		},
+		"no GPU: no lock": {
+			pod:        gpuPod("p", map[string]string{"cpu": "1"}),
+			wantWrites: []string{`patch pods p {"metadata":{"annotations":{"hami.io/bind-phase":"allocating","hami.io/bind-time":"1779181200"}}}`, `create pods/binding p->n`},
+		},
+		"locked by another live pod: HAMi's message, nothing written": {
+			pod:      gpuPod("p", map[string]string{"nvidia.com/gpu": "1"}),
+			lock:     lockOf("other", t0.Add(-time.Minute)),
+			others:   []runtime.Object{gpuPod("other", nil)},
+			wantErr:  "node n has been locked within 5m0s",
+			wantLock: lockOf("other", t0.Add(-time.Minute)),
+		},
+		"binding fails: lock released, bind-phase failed": {
+			pod:         gpuPod("p", map[string]string{"nvidia.com/gpu": "1"}),
+			failBinding: true,
+			wantErr:     "create binding",
+			wantWrites: []string{
+				`patch nodes n {"metadata":{"annotations":{"hami.io/mutex.lock":"2026-05-19T09:00:00Z,default,p"},"resourceVersion":""}}`,
+				`patch pods p {"metadata":{"annotations":{"hami.io/bind-phase":"allocating","hami.io/bind-time":"1779181200"}}}`,
+				`create pods/binding p->n`,
+				`patch nodes n {"metadata":{"annotations":{"hami.io/mutex.lock":null},"resourceVersion":""}}`,
+				`patch pods p {"metadata":{"annotations":{"hami.io/bind-phase":"failed"}}}`,
+			},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				node := registered("n", 1, 23028)
+				if tc.lock != "" {
+					node.Annotations[nodelock.Key] = tc.lock
+				}
+				e := setup(t, Options{}, append(tc.others, node, tc.pod)...)
+				if tc.failBinding {
+					e.client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+						if a.GetSubresource() != "binding" {
+							return false, nil, nil
+						}
+						return true, nil, apierrors.NewInternalError(errors.New("etcd down"))
+					})
+				}
+				e.run()
+				e.client.ClearActions()
+				err := e.ext.Bind(e.ctx, &bindingArgs{PodName: "p", PodNamespace: "default", PodUID: tc.pod.UID, Node: "n"})
+				if (err == nil) != (tc.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
+					t.Fatalf("Bind = %v, want %q", err, tc.wantErr)
+				}
+				if diff := cmp.Diff(tc.wantWrites, e.writes(), cmpEmpty); diff != "" {
+					t.Errorf("writes (-want +got):\n%s", diff)
+				}
+				n, _ := e.client.CoreV1().Nodes().Get(e.ctx, "n", metaGet)
+				if got := n.Annotations[nodelock.Key]; got != tc.wantLock {
+					t.Errorf("lock after = %q, want %q", got, tc.wantLock)
+				}
+				ev := e.events()
+				want := "Normal " + EventBindingSucceed + " Successfully binding node [n] to default/p"
+				if tc.wantErr != "" {
+					want = "Warning " + EventBindingFailed
+				}
+				if len(ev) != 1 || !strings.HasPrefix(ev[0], want) {
+					t.Errorf("events = %q, want one %q", ev, want)
+				}
+			})
+		})
+	}
+}
+
+func TestBindPodNotFound(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		e := start(t, Options{}, registered("n", 1, 23028), gpuPod("p", nil))
+		if err := e.ext.Bind(e.ctx, &bindingArgs{PodName: "gone", PodNamespace: "default", Node: "n"}); !errors.Is(err, ErrPodNotFound) {
+			t.Errorf("Bind(missing pod) = %v", err)
+		}
+		if err := e.ext.Bind(e.ctx, &bindingArgs{PodName: "p", PodNamespace: "default", PodUID: "other", Node: "n"}); !errors.Is(err, ErrPodNotFound) {
+			t.Errorf("Bind(other UID) = %v", err)
+		}
+		if s := e.ext.Stats(); s.BindErrors != 2 || s.Binds != 0 {
+			t.Errorf("stats = %+v", s)
+		}
+	})
+}

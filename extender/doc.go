@@ -1,0 +1,95 @@
+// Package extender is a HAMi-compatible kube-scheduler extender: the HTTP handlers that
+// kube-scheduler calls for the filter and bind verbs of its extender API
+// (k8s.io/kube-scheduler/extender/v1), and the mutating admission webhook that sends GPU pods
+// to that scheduler. What it writes is what HAMi's scheduler writes, so HAMi's own device
+// plugin serves the pods it places, and a node agent built on this SDK serves pods placed by
+// HAMi's scheduler.
+//
+// # Routes
+//
+// [Extender.Handler] serves:
+//
+//   - POST /filter: [Extender.Filter]. A pod that asks for no HAMi resource passes every
+//     candidate untouched. Otherwise the registered candidates (from one snapshot of a
+//     schedcache.Cache) are fitted with HAMi's NVIDIA fit and policies (package allocation),
+//     the chosen node is the only one answered, and the pod is patched first with HAMi's
+//     filter annotations: one merge patch of hami.io/vgpu-node, hami.io/vgpu-time,
+//     hami.io/vgpu-devices-to-allocate and hami.io/vgpu-devices-allocated, and the label
+//     hami.io/vgpu-node. When no node fits, every candidate has a reason in FailedNodes that
+//     starts with HAMi's words and says why, e.g. "node unregistered: NVIDIA malformed: …" or
+//     "1/2 CardInsufficientMemory, 1/2 CardNotHealth", which kube-scheduler puts in the pod's
+//     FailedScheduling event. Both nodeCacheCapable true (NodeNames) and false (Nodes) are
+//     served.
+//   - POST /bind: [Extender.Bind]. The node lock (package nodelock) when a regular container
+//     asks for a GPU, hami.io/bind-phase "allocating" and hami.io/bind-time, the pods/binding.
+//     On a failure after the lock: the lock released and bind-phase "failed".
+//   - POST /webhook: [Extender.Admit] in an AdmissionReview (admission.k8s.io/v1 or v1beta1).
+//   - GET /healthz and /readyz: 200 once the pod usage and the node cache synced, 503 before.
+//
+// Every request gets an answer: a body that does not decode, lacks the pod (filter) or the
+// pod, namespace and node (bind), or exceeds Options.MaxBodyBytes (default 1 MiB, HAMi's
+// limit) is answered 400 or 413 with the result type's Error set; a wrong method 405; a filter
+// that arrives before the caches synced waits with the request's context, then 503. Decisions
+// that fail (a failed patch, a held lock) are HTTP 200 with Error, as HAMi answers and as
+// kube-scheduler reads them. Nothing panics on any input (fuzz tests with a committed corpus).
+//
+// # Usage counting
+//
+// What pods hold of each GPU is kept incrementally from a pod informer: a pod counts on the
+// node of its hami.io/vgpu-node annotation with the devices of hami.io/vgpu-devices-allocated
+// (HAMi's accounting, so pods placed by HAMi's scheduler count too); a pod that Succeeded or
+// Failed, or was deleted, stops counting. No filter recomputes usage over all pods. What a
+// filter chose counts at once, before the informer delivers the patched pod (HAMi adds the pod
+// to its cache at filter too), and is given back if the patch fails; a pod filtered again does
+// not count against itself. A node's fit is reused while the node, its usage and the request
+// are the same, so a filter refits only the nodes that changed: BenchmarkFilter compares it
+// with HAMi's way (deep copy of every Node and a recount of every pod per call).
+//
+// # Differences from HAMi, deliberate
+//
+//   - FailedNodes gives the fit reason for a registered node with either HAMi version (v2.9.0
+//     says "NodeUnfitPod") and says why a node is unregistered.
+//   - A failed bind sets bind-phase "failed" (HAMi leaves "allocating") after releasing the lock.
+//   - Readiness is a signal (/readyz), not a 100 ms poll; the webhook does not run HAMi's
+//     ResourceQuota check; only NVIDIA is fitted.
+//
+// # Lifecycle and concurrency
+//
+// [New] validates the options and starts nothing. [Extender.Run] registers the usage handlers
+// on the pod informer, runs that informer when the extender owns it (Options.Pods nil), closes
+// [Extender.Ready] once the pods and the node cache synced, and returns nil when its context
+// ends, after every goroutine it started ended. The caller runs the schedcache.Cache and, on
+// the leader only, its schedcache.Handshaker; the extender itself knows nothing about leader
+// election and serves on every replica (kube-scheduler calls only its own extender). All
+// methods are safe for concurrent use; filter decisions are serialised so that two filters never
+// choose the same free capacity, and their API calls are made outside that lock.
+//
+// # RBAC
+//
+// [ClusterRoleRules]: pods get, list, watch and patch; pods/binding create; events create and
+// patch; nodes get and patch (the node lock). The node cache needs schedcache.ClusterRoleRules
+// besides. examples/extender/deploy holds a complete ClusterRole with kube-scheduler's own
+// bindings.
+//
+// # Logging and Events
+//
+// Contextual logging (klog.FromContext); per-decision lines at V(3)–V(4), refusals at V(2),
+// failed binds and filters as errors. Events on the pod through Options.EventRecorder, HAMi's:
+// FilteringSucceed "find fit node(<node>), <k> nodes not fit, <m> nodes fit(<node>:<score>,…)",
+// FilteringFailed "<n> nodes <Word>(<nodes>)" per reason word and "no available node, <N> nodes
+// do not meet", BindingSucceed "Successfully binding node [<node>] to <ns>/<pod>" and
+// BindingFailed.
+//
+// Usage (see Example):
+//
+//	factory := informers.NewSharedInformerFactory(client, 0)
+//	cache, _ := schedcache.New(factory.Core().V1().Nodes(), schedcache.Options{})
+//	ext, err := extender.New(client, cache, extender.Options{Pods: factory.Core().V1().Pods()})
+//	if err != nil {
+//		return err
+//	}
+//	factory.Start(ctx.Done())
+//	go cache.Run(ctx)
+//	go ext.Run(ctx)
+//	return http.ListenAndServe("127.0.0.1:8080", ext.Handler())
+package extender

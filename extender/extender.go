@@ -1,0 +1,208 @@
+package extender
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corev1listers "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/hamireg/hamireg/nodelock"
+	"github.com/hamireg/hamireg/schedcache"
+)
+
+// Extender is a HAMi-compatible kube-scheduler extender: /filter places a GPU pod on a node
+// and its GPUs and writes HAMi's pod annotations, /bind takes the node lock and binds, /webhook
+// mutates GPU pods on admission. Create it with [New], run it with [Extender.Run], serve
+// [Extender.Handler].
+type Extender struct {
+	client kubernetes.Interface
+	cache  *schedcache.Cache
+	opts   Options
+	locker *nodelock.Locker
+	usage  *usageIndex
+
+	pods      cache.SharedIndexInformer
+	podLister corev1listers.PodLister
+	ownPods   bool
+
+	running   atomic.Bool
+	ready     chan struct{}
+	readyOnce sync.Once
+
+	// filterMu makes a filter's decision and its assumed usage one step, so that two filters
+	// never choose the same free capacity.
+	filterMu sync.Mutex
+	stats    struct{ filters, binds, bindErrors, admissions atomic.Uint64 }
+}
+
+var _ schedcache.Runnable = (*Extender)(nil)
+
+// Stats are counters for tests and debugging.
+type Stats struct {
+	// Filters counts /filter calls that decided (not bad requests); Binds successful binds,
+	// BindErrors failed ones; Admissions webhook reviews answered.
+	Filters, Binds, BindErrors, Admissions uint64
+	// Pods is the number of pods whose GPUs count against a node (informed or assumed).
+	Pods uint64
+}
+
+// New returns an extender that reads nodes from c (which the caller runs, with its Handshaker
+// under leader election) and writes through client. It starts nothing: call [Extender.Run].
+func New(client kubernetes.Interface, c *schedcache.Cache, opts Options) (*Extender, error) {
+	if client == nil || c == nil {
+		return nil, fmt.Errorf("new extender: nil client or node cache: %w", ErrInvalidOptions)
+	}
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("new extender: %w", err)
+	}
+	locker, err := nodelock.New(client.CoreV1(), nodelock.Options{Timeout: opts.NodeLockTimeout, Clock: opts.Clock})
+	if err != nil {
+		return nil, fmt.Errorf("new extender: %w: %w", ErrInvalidOptions, err)
+	}
+	e := &Extender{client: client, cache: c, opts: opts, locker: locker, ready: make(chan struct{}),
+		usage: newUsageIndex(opts.Vendor, opts.Config.Version)}
+	pods := opts.Pods
+	if pods == nil {
+		e.ownPods = true
+		pods = informers.NewSharedInformerFactory(client, 0).Core().V1().Pods()
+		if err := pods.Informer().SetTransform(trimPod); err != nil {
+			return nil, fmt.Errorf("new extender: %w", err)
+		}
+	}
+	e.pods, e.podLister = pods.Informer(), pods.Lister()
+	return e, nil
+}
+
+// trimPod drops what neither usage nor bind reads and what dominates a Pod's size.
+func trimPod(obj any) (any, error) {
+	if p, ok := obj.(*corev1.Pod); ok {
+		p.ManagedFields = nil
+	}
+	return obj, nil
+}
+
+// Run counts usage from the pod informer until ctx is done: it registers its handlers, starts
+// the informer when the extender owns it, and closes readiness once the pods and the node cache
+// synced. It returns nil on cancellation, after every goroutine it started ended, and
+// [ErrAlreadyRunning] when called twice.
+func (e *Extender) Run(ctx context.Context) error {
+	if !e.running.CompareAndSwap(false, true) {
+		return fmt.Errorf("run extender: %w", ErrAlreadyRunning)
+	}
+	logger := klog.FromContext(ctx)
+	reg, err := cache.NewTypedSharedIndexInformer[*corev1.Pod](e.pods).AddTypedEventHandler(cache.TypedResourceEventHandlerFuncs[*corev1.Pod]{
+		AddFunc: func(p *corev1.Pod) { e.usage.observe(podKey(p.Namespace, p.Name), p) },
+		UpdateFunc: func(o, p *corev1.Pod) {
+			if !e.usage.changed(o, p) {
+				return // status and other updates: nothing usage reads changed
+			}
+			e.usage.observe(podKey(p.Namespace, p.Name), p)
+		},
+		DeleteFunc: func(obj cache.DeletedObject[*corev1.Pod]) {
+			if key := obj.GetKey(); key != "" {
+				e.usage.forget(key)
+			}
+		},
+	}, cache.HandlerOptions{Logger: &logger})
+	if err != nil {
+		return fmt.Errorf("run extender: add pod event handler: %w", err)
+	}
+	defer func() { _ = e.pods.RemoveEventHandler(reg) }()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	if e.ownPods {
+		wg.Go(func() { e.pods.RunWithContext(ctx) })
+	}
+	if !cache.WaitFor(ctx, "", reg.HasSyncedChecker()) || e.cache.WaitForSync(ctx) != nil {
+		return nil
+	}
+	e.readyOnce.Do(func() { close(e.ready) })
+	logger.V(2).Info("Extender ready", "pods", e.Stats().Pods)
+	<-ctx.Done()
+	return nil
+}
+
+// Ready returns a channel that is closed once the pod usage and the node cache have synced.
+func (e *Extender) Ready() <-chan struct{} { return e.ready }
+
+// Stats returns the extender's counters.
+func (e *Extender) Stats() Stats {
+	e.usage.mu.Lock()
+	pods := uint64(len(e.usage.pods))
+	e.usage.mu.Unlock()
+	return Stats{Filters: e.stats.filters.Load(), Binds: e.stats.binds.Load(), BindErrors: e.stats.bindErrors.Load(),
+		Admissions: e.stats.admissions.Load(), Pods: pods}
+}
+
+// Routes of [Extender.Handler].
+const (
+	PathFilter  = "/filter"
+	PathBind    = "/bind"
+	PathWebhook = "/webhook"
+	PathHealthz = "/healthz"
+	PathReadyz  = "/readyz"
+)
+
+// Handler returns the extender's HTTP routes: POST /filter and /bind (kube-scheduler's
+// extender API, verbs filter and bind), POST /webhook (the mutating admission webhook), and GET
+// /healthz and /readyz, which answer 200 once [Extender.Ready] is closed and 503 before.
+func (e *Extender) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc(PathFilter, e.serveFilter)
+	mux.HandleFunc(PathBind, e.serveBind)
+	mux.HandleFunc(PathWebhook, e.serveWebhook)
+	health := func(w http.ResponseWriter, _ *http.Request) {
+		select {
+		case <-e.ready:
+			w.WriteHeader(http.StatusOK)
+			_, _ = w.Write([]byte("ok"))
+		default:
+			http.Error(w, "node cache or pod usage not synced", http.StatusServiceUnavailable)
+		}
+	}
+	mux.HandleFunc(PathHealthz, health)
+	mux.HandleFunc(PathReadyz, health)
+	return mux
+}
+
+// waitReady waits for readiness with the request's context, as HAMi's filter waits for its
+// cache (without polling).
+func (e *Extender) waitReady(ctx context.Context) error {
+	select {
+	case <-e.ready:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", ErrNotReady, context.Cause(ctx))
+	}
+}
+
+// ClusterRoleRules returns the RBAC rules the extender needs, no more: pods list and watch (usage),
+// get (a bind of a pod the informer has not delivered yet), patch (the filter's and bind's
+// annotations); pods/binding create; Events create and patch; and the node lock's rules
+// (nodelock.ClusterRoleRules: nodes get and patch, pods get). The node cache and its
+// Handshaker need schedcache.ClusterRoleRules besides.
+func ClusterRoleRules() []rbacv1.PolicyRule {
+	return append([]rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "patch"}},
+		{APIGroups: []string{""}, Resources: []string{"pods/binding"}, Verbs: []string{"create"}},
+		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+	}, nodelock.ClusterRoleRules()...)
+}
+
+func podKey(namespace, name string) string {
+	if namespace == "" {
+		return name
+	}
+	return namespace + "/" + name
+}

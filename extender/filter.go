@@ -1,0 +1,394 @@
+package extender
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/hamireg/hamireg/allocation"
+	"github.com/hamireg/hamireg/schedcache"
+)
+
+// ReasonNodeUnregistered is HAMi's reason for a candidate that is not in its device cache; the
+// extender adds why.
+const ReasonNodeUnregistered = allocation.ReasonNodeUnregistered
+
+// Event reasons recorded on pods, HAMi's.
+const (
+	EventFilteringSucceed = "FilteringSucceed"
+	EventFilteringFailed  = "FilteringFailed"
+	EventBindingSucceed   = "BindingSucceed"
+	EventBindingFailed    = "BindingFailed"
+)
+
+// decodeFilterArgs reads an ExtenderArgs and checks that it names a pod.
+func decodeFilterArgs(body io.Reader) (*extenderv1.ExtenderArgs, error) {
+	var args extenderv1.ExtenderArgs
+	if err := decodeJSON(body, &args); err != nil {
+		return nil, err
+	}
+	if args.Pod == nil {
+		return nil, errors.New("no pod in the extender arguments")
+	}
+	return &args, nil
+}
+
+// decodeJSON decodes exactly one JSON value.
+func decodeJSON(body io.Reader, v any) error {
+	dec := json.NewDecoder(body)
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("decode request: %w", err)
+	}
+	if dec.More() {
+		return errors.New("decode request: data after the JSON value")
+	}
+	return nil
+}
+
+// requestStatus is the HTTP status for a request that did not decode.
+func requestStatus(err error) int {
+	if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+		return http.StatusRequestEntityTooLarge
+	}
+	return http.StatusBadRequest
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(data)
+}
+
+func (e *Extender) serveFilter(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		writeJSON(w, http.StatusMethodNotAllowed, &extenderv1.ExtenderFilterResult{Error: "filter: method " + r.Method + " not allowed, use POST"})
+		return
+	}
+	args, err := decodeFilterArgs(http.MaxBytesReader(w, r.Body, e.opts.MaxBodyBytes))
+	if err != nil {
+		err = &RequestError{Route: PathFilter, Err: err}
+		klog.FromContext(r.Context()).V(2).Info("Refused a filter request", "err", err)
+		writeJSON(w, requestStatus(err), &extenderv1.ExtenderFilterResult{Error: err.Error()})
+		return
+	}
+	if err := e.waitReady(r.Context()); err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, &extenderv1.ExtenderFilterResult{Error: err.Error()})
+		return
+	}
+	res := e.Filter(r.Context(), args)
+	if res.Error != "" {
+		klog.FromContext(r.Context()).Error(nil, "Filter failed", "pod", klog.KObj(args.Pod), "err", res.Error)
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// Filter answers kube-scheduler's filter call as HAMi does. A pod that asks for no GPU passes
+// every candidate untouched. Otherwise every candidate is fitted (the registered ones from one
+// snapshot of the node cache, with what pods hold of their GPUs), the node HAMi's policies
+// choose is the only one answered, and the pod is patched with HAMi's filter annotations
+// (spec §4.1) before the answer; its usage counts for the next filter at once. When no node
+// fits, FailedNodes gives every candidate a reason that starts with HAMi's words
+// ("node unregistered", the fit reason words) and says why. A failed patch is the result's
+// Error. Filter does not wait for readiness; the /filter route does.
+func (e *Extender) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *extenderv1.ExtenderFilterResult {
+	logger := klog.FromContext(ctx)
+	pod := args.Pod
+	if pod == nil {
+		return &extenderv1.ExtenderFilterResult{Error: "filter: no pod in the extender arguments"}
+	}
+	e.stats.filters.Add(1)
+	req := allocation.Requests(pod, e.opts.Config)
+	if !req.Any() {
+		logger.V(4).Info("Pod requests no HAMi resource, passing every node", "pod", klog.KObj(pod))
+		if e.opts.EventRecorder != nil {
+			e.opts.EventRecorder.Event(pod, corev1.EventTypeNormal, EventFilteringFailed, "does not request any resource")
+		}
+		return &extenderv1.ExtenderFilterResult{NodeNames: args.NodeNames, Nodes: args.Nodes}
+	}
+	names := candidates(args)
+	d := e.decide(pod, req, names)
+	if d.node == "" {
+		logger.V(2).Info("No node fits the pod", "pod", klog.KObj(pod), "candidates", len(names))
+		e.recordFailure(pod, d.failed)
+		return &extenderv1.ExtenderFilterResult{FailedNodes: d.failed}
+	}
+	if err := e.patchFilter(ctx, pod, d.node, allocation.EncodePodDevices(d.devices)); err != nil {
+		d.undo()
+		return &extenderv1.ExtenderFilterResult{Error: err.Error()}
+	}
+	logger.V(3).Info("Pod placed", "pod", klog.KObj(pod), "node", d.node, "devices", allocation.EncodePodDevices(d.devices))
+	if e.opts.EventRecorder != nil {
+		e.opts.EventRecorder.Eventf(pod, corev1.EventTypeNormal, EventFilteringSucceed, "find fit node(%s), %d nodes not fit, %d nodes fit(%s)",
+			d.node, d.notFit, len(d.scores), formatScores(d.scores))
+	}
+	res := &extenderv1.ExtenderFilterResult{}
+	if args.NodeNames != nil {
+		res.NodeNames = &[]string{d.node}
+	}
+	if args.Nodes != nil {
+		res.Nodes = &corev1.NodeList{}
+		for i := range args.Nodes.Items {
+			if args.Nodes.Items[i].Name == d.node {
+				res.Nodes.Items = append(res.Nodes.Items, args.Nodes.Items[i])
+				break
+			}
+		}
+	}
+	return res
+}
+
+// candidates are the names of the nodes kube-scheduler asks about: NodeNames with
+// nodeCacheCapable, else the names of Nodes.
+func candidates(args *extenderv1.ExtenderArgs) []string {
+	if args.NodeNames != nil {
+		return *args.NodeNames
+	}
+	if args.Nodes == nil {
+		return nil
+	}
+	names := make([]string, len(args.Nodes.Items))
+	for i := range args.Nodes.Items {
+		names[i] = args.Nodes.Items[i].Name
+	}
+	return names
+}
+
+// decision is a filter's outcome.
+type decision struct {
+	node    string
+	devices allocation.PodDevices
+	failed  map[string]string  // candidate → reason, when no node fits
+	notFit  int                // candidates that do not fit
+	scores  map[string]float64 // fitting nodes, only when Events are recorded
+	undo    func()
+}
+
+// decide fits the pod on every candidate and, when one fits, records the chosen devices as the
+// pod's usage. It is allocation.Schedule over the candidates (same fit, same node score, same
+// choice and tie break), with each node's fit memoised while the node, its usage and the
+// request are the same, so that a filter refits only the nodes that changed.
+func (e *Extender) decide(pod *corev1.Pod, req allocation.PodRequest, names []string) decision {
+	cfg := e.opts.Config
+	key := podKey(pod.Namespace, pod.Name)
+	reqKey := requestKey(req, pod.Annotations)
+	binpack := hasPolicy(cmp.Or(allocation.Policy(pod.Annotations[allocation.KeyNodeSchedulerPolicy]), cfg.NodeSchedulerPolicy), allocation.PolicyBinpack)
+	withScores := e.opts.EventRecorder != nil
+	snap := e.cache.Snapshot()
+
+	e.filterMu.Lock()
+	defer e.filterMu.Unlock()
+	u := e.usage
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	var self *placement // what the pod itself holds: it does not count against itself
+	if p := u.pods[key]; p != nil {
+		self = p.effective()
+	}
+	d := decision{failed: map[string]string{}}
+	if withScores {
+		d.scores = map[string]float64{}
+	}
+	best := 0.0
+	for _, name := range names {
+		info, ok := snap.Node(name)
+		if !ok {
+			d.failed[name] = ReasonNodeUnregistered + ": not known to the node cache (no Node object, or outside its informer)"
+			continue
+		}
+		reg := registration(info, e.opts.Vendor.Name)
+		if reg == nil || reg.State != schedcache.StateRegistered {
+			d.failed[name] = unregistered(reg)
+			continue
+		}
+		var nodeAnnotations map[string]string
+		if e.opts.Nodes != nil {
+			if n, err := e.opts.Nodes.Get(name); err == nil {
+				nodeAnnotations = n.Annotations
+			}
+		}
+		cordon := nodeAnnotations[allocation.KeyDeviceCordon]
+		nu := u.nodeLocked(name)
+		own := self != nil && self.node == name
+		m, hit := nu.memo(info, reqKey, cordon)
+		if own || !hit {
+			used := nu.used
+			if own {
+				used = minus(used, self.used)
+			}
+			devs := allocation.WithUsage(reg.Devices, used)
+			pd, reason, fits := allocation.Fit(devs, req, pod.Annotations, nodeAnnotations, cfg)
+			m = fitMemo{valid: true, info: info, ver: nu.ver, reqKey: reqKey, cordon: cordon,
+				devices: pd, reason: reason, ok: fits, score: allocation.NodeScore(devs)}
+			if !own {
+				nu.remember(m)
+			}
+		}
+		if !m.ok {
+			d.failed[name] = m.reason
+			continue
+		}
+		if withScores {
+			d.scores[name] = m.score
+		}
+		better := m.score < best
+		if binpack {
+			better = m.score > best
+		}
+		if d.node == "" || better || (m.score == best && name < d.node) {
+			d.node, d.devices, best = name, m.devices, m.score
+		}
+	}
+	if d.node == "" {
+		return d
+	}
+	d.notFit, d.failed = len(d.failed), nil // HAMi answers the chosen node only
+	d.undo = u.assumeLocked(key, &placement{node: d.node, used: d.devices.Usage()})
+	return d
+}
+
+// registration is info's registration of the vendor, without copying it (the filter looks at
+// every candidate).
+func registration(info *schedcache.NodeInfo, vendor string) *schedcache.Registration {
+	for i := range info.Registrations {
+		if info.Registrations[i].Vendor == vendor {
+			return &info.Registrations[i]
+		}
+	}
+	return nil
+}
+
+// unregistered is the reason for a candidate the node cache knows but that is not registered.
+func unregistered(reg *schedcache.Registration) string {
+	if reg == nil {
+		return ReasonNodeUnregistered + ": vendor not tracked by the node cache"
+	}
+	return fmt.Sprintf("%s: %s %s: %s", ReasonNodeUnregistered, reg.Vendor, reg.State, reg.Reason)
+}
+
+func minus(used, self map[string]allocation.Usage) map[string]allocation.Usage {
+	out := maps.Clone(used)
+	if out == nil {
+		out = map[string]allocation.Usage{}
+	}
+	for gpu, u := range self {
+		out[gpu] = out[gpu].Sub(u)
+	}
+	return out
+}
+
+func hasPolicy(p, want allocation.Policy) bool {
+	return slices.Contains(strings.Split(string(p), ","), string(want))
+}
+
+// writtenKeys are the pod annotations the scheduler and the device plugin write; they do not
+// steer the fit, so a re-filtered pod and its siblings share fits.
+var writtenKeys = []string{allocation.KeyNode, allocation.KeyTime, allocation.KeyBindPhase, allocation.KeyBindTime,
+	"hami.io/vgpu-devices-to-allocate", "hami.io/vgpu-devices-allocated"}
+
+// requestKey identifies what a fit depends on besides the node: the request and the pod's
+// annotations.
+func requestKey(req allocation.PodRequest, annotations map[string]string) string {
+	b := make([]byte, 0, 64+32*len(annotations))
+	b = strconv.AppendInt(b, int64(req.Init), 10)
+	for _, r := range req.Containers {
+		b = fmt.Appendf(b, "|%d,%s,%d,%d,%d", r.Count, r.Type, r.Memory, r.MemoryPercentage, r.Cores)
+	}
+	for _, k := range slices.Sorted(maps.Keys(annotations)) {
+		if slices.Contains(writtenKeys, k) {
+			continue
+		}
+		b = strconv.AppendQuote(append(b, '|'), k)
+		b = strconv.AppendQuote(append(b, '='), annotations[k])
+	}
+	return string(b)
+}
+
+// patchFilter writes HAMi's filter annotations (spec §4.1) in one merge patch.
+func (e *Extender) patchFilter(ctx context.Context, pod *corev1.Pod, node, devices string) error {
+	patch := map[string]any{"metadata": map[string]any{
+		"annotations": map[string]string{
+			allocation.KeyNode:          node,
+			allocation.KeyTime:          strconv.FormatInt(e.opts.Clock.Now().Unix(), 10),
+			e.opts.Vendor.ToAllocateKey: devices,
+			e.opts.Vendor.AllocatedKey:  devices,
+		},
+		"labels": map[string]string{allocation.KeyNode: node},
+	}}
+	return e.patchPod(ctx, pod.Namespace, pod.Name, patch)
+}
+
+func (e *Extender) patchPod(ctx context.Context, namespace, name string, patch any) error {
+	data, err := json.Marshal(patch)
+	if err != nil {
+		return fmt.Errorf("patch pod %s/%s: %w", namespace, name, err)
+	}
+	if _, err := e.client.CoreV1().Pods(namespace).Patch(ctx, name, types.MergePatchType, data, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("patch pod %s/%s: %w", namespace, name, err)
+	}
+	return nil
+}
+
+// recordFailure records HAMi's FilteringFailed Events: one per reason word with the nodes it
+// applies to, then the summary.
+func (e *Extender) recordFailure(pod *corev1.Pod, failed map[string]string) {
+	if e.opts.EventRecorder == nil {
+		return
+	}
+	byWord := map[string][]string{}
+	for node, reason := range failed {
+		for _, w := range reasonWords(reason) {
+			byWord[w] = append(byWord[w], node)
+		}
+	}
+	for _, w := range slices.Sorted(maps.Keys(byWord)) {
+		nodes := byWord[w]
+		slices.Sort(nodes)
+		e.opts.EventRecorder.Eventf(pod, corev1.EventTypeWarning, EventFilteringFailed, "%d nodes %s(%s)", len(nodes), w, strings.Join(nodes, ","))
+	}
+	e.opts.EventRecorder.Eventf(pod, corev1.EventTypeWarning, EventFilteringFailed, "no available node, %d nodes do not meet", len(failed))
+}
+
+// reasonWords are the words of a failure reason: "node unregistered", or the words of the
+// "n/m Word" parts of a fit reason.
+func reasonWords(reason string) []string {
+	if strings.HasPrefix(reason, ReasonNodeUnregistered) {
+		return []string{ReasonNodeUnregistered}
+	}
+	var words []string
+	for part := range strings.SplitSeq(reason, ", ") {
+		_, w, ok := strings.Cut(part, " ")
+		if !ok {
+			w = part
+		}
+		words = append(words, w)
+	}
+	return words
+}
+
+func formatScores(scores map[string]float64) string {
+	parts := make([]string, 0, len(scores))
+	for _, n := range slices.Sorted(maps.Keys(scores)) {
+		parts = append(parts, fmt.Sprintf("%s:%.2f", n, scores[n]))
+	}
+	return strings.Join(parts, ",")
+}

@@ -1,0 +1,85 @@
+package extender
+
+import (
+	"cmp"
+	"fmt"
+	"time"
+
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	corev1listers "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
+
+	"github.com/hamireg/hamireg/allocation"
+	"github.com/hamireg/hamireg/annotation"
+	"github.com/hamireg/hamireg/nodelock"
+)
+
+// Defaults of [Options].
+const (
+	// DefaultSchedulerName is HAMi's chart scheduler name (profiles[].schedulerName).
+	DefaultSchedulerName = "hami-scheduler"
+	// DefaultMaxBodyBytes is HAMi's limit on a /filter body (1 MiB).
+	DefaultMaxBodyBytes = 1 << 20
+)
+
+// Options configure an [Extender]. The zero value means HAMi's chart defaults, documented on
+// each field.
+type Options struct {
+	// Config is the device configuration: resource names, defaults, policies and the HAMi
+	// version whose rules apply. The zero value is HAMi's chart (see allocation.Config).
+	Config allocation.Config
+	// Vendor names the pod annotation keys of the device lists and the register annotation the
+	// nodes are fitted from. The zero value means annotation.NVIDIA(), the only vendor whose fit
+	// is implemented.
+	Vendor annotation.Vendor
+	// SchedulerName is what the admission webhook sets as a GPU pod's spec.schedulerName.
+	// Empty means [DefaultSchedulerName].
+	SchedulerName string
+	// KeepDefaultScheduler stops the webhook from overwriting schedulerName
+	// "default-scheduler" (HAMi's --force-overwrite-default-scheduler=false).
+	KeepDefaultScheduler bool
+	// NodeLockTimeout is how old a node lock must be before bind takes it over. Zero means
+	// nodelock.DefaultTimeout (5 min, HAMi's --node-lock-timeout).
+	NodeLockTimeout time.Duration
+	// Clock gives hami.io/vgpu-time, hami.io/bind-time and the lock time. Nil means the real
+	// clock.
+	Clock clock.WithTicker
+	// EventRecorder records HAMi's Events on pods (FilteringSucceed, FilteringFailed,
+	// BindingSucceed, BindingFailed). Nil means no Events.
+	EventRecorder record.EventRecorder
+	// MaxBodyBytes limits every request body. Zero means [DefaultMaxBodyBytes] (1 MiB, HAMi's
+	// /filter limit); kube-scheduler with nodeCacheCapable false sends whole Nodes, which can
+	// need more.
+	MaxBodyBytes int64
+	// Pods is the pod informer usage is counted from, from a shared informer factory the caller
+	// starts. Nil means the extender runs its own over all namespaces in [Extender.Run].
+	Pods coreinformers.PodInformer
+	// Nodes, when set, gives the nodes' annotations to the fit (HAMi master reads
+	// hami.io/device-cordon from them). Nil means no node annotations: no GPU is cordoned.
+	Nodes corev1listers.NodeLister
+}
+
+func (o Options) withDefaults() (Options, error) {
+	cfg, err := o.Config.WithDefaults()
+	if err != nil {
+		return o, fmt.Errorf("validate options: %w: %w", ErrInvalidOptions, err)
+	}
+	o.Config = cfg
+	if o.Vendor.Name == "" {
+		o.Vendor = annotation.NVIDIA()
+	}
+	if o.Vendor.Name != annotation.VendorNVIDIA {
+		return o, fmt.Errorf("validate options: vendor %s: only NVIDIA's fit is implemented: %w", o.Vendor.Name, ErrInvalidOptions)
+	}
+	if o.NodeLockTimeout < 0 || o.MaxBodyBytes < 0 {
+		return o, fmt.Errorf("validate options: negative node lock timeout or body limit: %w", ErrInvalidOptions)
+	}
+	o.SchedulerName = cmp.Or(o.SchedulerName, DefaultSchedulerName)
+	o.NodeLockTimeout = cmp.Or(o.NodeLockTimeout, nodelock.DefaultTimeout)
+	o.MaxBodyBytes = cmp.Or(o.MaxBodyBytes, DefaultMaxBodyBytes)
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	return o, nil
+}

@@ -1,0 +1,184 @@
+package extender
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+)
+
+// Webhook constants.
+const (
+	// EnvTaskPriority carries nvidia.com/priority into the container, as HAMi's webhook does.
+	EnvTaskPriority = "CUDA_TASK_PRIORITY"
+	// DefaultSchedulerNameK8s is kube-scheduler's own profile name, which the webhook overwrites
+	// unless Options.KeepDefaultScheduler.
+	DefaultSchedulerNameK8s = corev1.DefaultSchedulerName
+)
+
+// decodeReview reads an AdmissionReview (admission.k8s.io/v1 or v1beta1: the same JSON) and
+// checks that it carries a request.
+func decodeReview(body io.Reader) (*admissionv1.AdmissionReview, error) {
+	var review admissionv1.AdmissionReview
+	if err := decodeJSON(body, &review); err != nil {
+		return nil, err
+	}
+	if review.Request == nil {
+		return nil, errors.New("admission review without a request")
+	}
+	return &review, nil
+}
+
+func (e *Extender) serveWebhook(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		http.Error(w, "webhook: method "+r.Method+" not allowed, use POST", http.StatusMethodNotAllowed)
+		return
+	}
+	review, err := decodeReview(http.MaxBytesReader(w, r.Body, e.opts.MaxBodyBytes))
+	if err != nil {
+		err = &RequestError{Route: PathWebhook, Err: err}
+		klog.FromContext(r.Context()).V(2).Info("Refused an admission request", "err", err)
+		status := requestStatus(err)
+		writeJSON(w, status, &admissionv1.AdmissionReview{
+			TypeMeta: metav1.TypeMeta{APIVersion: admissionv1.SchemeGroupVersion.String(), Kind: "AdmissionReview"},
+			Response: &admissionv1.AdmissionResponse{Result: &metav1.Status{Code: int32(status), Message: err.Error()}},
+		})
+		return
+	}
+	out := &admissionv1.AdmissionReview{TypeMeta: review.TypeMeta, Response: e.Admit(r.Context(), review.Request)}
+	if out.APIVersion == "" {
+		out.APIVersion, out.Kind = admissionv1.SchemeGroupVersion.String(), "AdmissionReview"
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// Admit mutates a pod on admission as HAMi's webhook does (spec §3): a pod with a container
+// that asks for an NVIDIA resource gets spec.schedulerName = Options.SchedulerName, the GPU
+// count Config.DefaultGPUNum where it asks for memory or cores only, nvidia.com/gpucores 100
+// where it asks for whole GPUs without cores, and CUDA_TASK_PRIORITY from nvidia.com/priority.
+// Everything else is allowed unchanged: other objects, pods without such a container, pods of
+// another scheduler, privileged containers. Denied: a pod without containers ("pod has no
+// containers") and a GPU pod with spec.nodeName ("pod has node assigned"). HAMi's
+// ResourceQuota check is not made. The patch is a JSON patch of the changed fields only.
+func (e *Extender) Admit(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	e.stats.admissions.Add(1)
+	allow := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
+	if req.Kind.Kind != "Pod" || (req.Operation != "" && req.Operation != admissionv1.Create) {
+		return allow
+	}
+	var pod corev1.Pod
+	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
+		return &admissionv1.AdmissionResponse{UID: req.UID, Result: &metav1.Status{Code: http.StatusBadRequest, Message: "decode pod: " + err.Error()}}
+	}
+	deny := func(msg string) *admissionv1.AdmissionResponse {
+		return &admissionv1.AdmissionResponse{UID: req.UID, Result: &metav1.Status{Code: http.StatusForbidden, Reason: metav1.StatusReasonForbidden, Message: msg}}
+	}
+	if len(pod.Spec.Containers) == 0 {
+		return deny("pod has no containers")
+	}
+	if s := pod.Spec.SchedulerName; s != "" && s != e.opts.SchedulerName && (s != DefaultSchedulerNameK8s || e.opts.KeepDefaultScheduler) {
+		return allow
+	}
+	var layout struct {
+		Spec struct {
+			Containers []struct {
+				Resources *struct {
+					Limits json.RawMessage `json:"limits"`
+				} `json:"resources"`
+			} `json:"containers"`
+		} `json:"spec"`
+	}
+	_ = json.Unmarshal(req.Object.Raw, &layout) // it decoded as a Pod just above
+	var ops []jsonPatchOp
+	gpu := false
+	for i := range pod.Spec.Containers {
+		c := &pod.Spec.Containers[i]
+		if c.SecurityContext != nil && c.SecurityContext.Privileged != nil && *c.SecurityContext.Privileged {
+			klog.FromContext(ctx).V(4).Info("Denying admission as container is privileged", "pod", klog.KObj(&pod), "container", c.Name)
+			continue
+		}
+		limits, env, asks := e.mutateContainer(c)
+		gpu = gpu || asks
+		base := "/spec/containers/" + strconv.Itoa(i)
+		if len(limits) > 0 {
+			switch {
+			case i >= len(layout.Spec.Containers) || layout.Spec.Containers[i].Resources == nil:
+				ops = append(ops, jsonPatchOp{Op: "add", Path: base + "/resources", Value: map[string]any{"limits": limits}})
+			case c.Resources.Limits == nil:
+				ops = append(ops, jsonPatchOp{Op: "add", Path: base + "/resources/limits", Value: limits})
+			default:
+				for name, q := range limits {
+					ops = append(ops, jsonPatchOp{Op: "add", Path: base + "/resources/limits/" + escapePointer(string(name)), Value: q})
+				}
+			}
+		}
+		for _, v := range env {
+			if c.Env == nil {
+				ops = append(ops, jsonPatchOp{Op: "add", Path: base + "/env", Value: []corev1.EnvVar{v}})
+				c.Env = []corev1.EnvVar{v}
+				continue
+			}
+			ops = append(ops, jsonPatchOp{Op: "add", Path: base + "/env/-", Value: v})
+		}
+	}
+	if !gpu {
+		return allow
+	}
+	if pod.Spec.NodeName != "" {
+		return deny("pod has node assigned")
+	}
+	ops = append(ops, jsonPatchOp{Op: "add", Path: "/spec/schedulerName", Value: e.opts.SchedulerName})
+	patch, err := json.Marshal(ops)
+	if err != nil {
+		return &admissionv1.AdmissionResponse{UID: req.UID, Result: &metav1.Status{Code: http.StatusInternalServerError, Message: err.Error()}}
+	}
+	pt := admissionv1.PatchTypeJSONPatch
+	klog.FromContext(ctx).V(4).Info("Mutated GPU pod", "pod", klog.KObj(&pod), "schedulerName", e.opts.SchedulerName)
+	return &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true, Patch: patch, PatchType: &pt}
+}
+
+// mutateContainer returns the limits to add, the env to append, and whether the container asks
+// for an NVIDIA GPU (after the defaults).
+func (e *Extender) mutateContainer(c *corev1.Container) (corev1.ResourceList, []corev1.EnvVar, bool) {
+	cfg := e.opts.Config
+	limits := c.Resources.Limits
+	add := corev1.ResourceList{}
+	var env []corev1.EnvVar
+	if q, ok := limits[corev1.ResourceName(cfg.ResourcePriority)]; ok {
+		env = append(env, corev1.EnvVar{Name: EnvTaskPriority, Value: strconv.FormatInt(q.Value(), 10)})
+	}
+	_, count := limits[corev1.ResourceName(cfg.ResourceCount)]
+	_, cores := limits[corev1.ResourceName(cfg.ResourceCores)]
+	_, mem := limits[corev1.ResourceName(cfg.ResourceMemory)]
+	pct, hasPct := limits[corev1.ResourceName(cfg.ResourceMemoryPercentage)]
+	if !count && (cores || mem || hasPct) && cfg.DefaultGPUNum > 0 {
+		add[corev1.ResourceName(cfg.ResourceCount)] = *resource.NewQuantity(int64(cfg.DefaultGPUNum), resource.DecimalSI)
+		count = true
+	}
+	if count && !cores && !mem && (!hasPct || pct.Value() == 100) { // whole GPUs
+		add[corev1.ResourceName(cfg.ResourceCores)] = *resource.NewQuantity(100, resource.DecimalSI)
+	}
+	return add, env, count
+}
+
+type jsonPatchOp struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value any    `json:"value,omitempty"`
+}
+
+// escapePointer escapes a JSON pointer token (RFC 6901).
+func escapePointer(s string) string {
+	return strings.NewReplacer("~", "~0", "/", "~1").Replace(s)
+}

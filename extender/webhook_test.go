@@ -1,0 +1,141 @@
+package extender
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/hamireg/hamireg/schedcache"
+)
+
+// newWebhookExtender is an extender for Admit alone (no informer runs).
+func newWebhookExtender(t *testing.T, opts Options) *Extender {
+	t.Helper()
+	client := fake.NewClientset()
+	c, err := schedcache.New(newNodeInformer(client), schedcache.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := New(client, c, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func TestAdmit(t *testing.T) {
+	t.Parallel()
+	tests := map[string]struct {
+		pod          string // JSON
+		opts         Options
+		wantAllowed  bool
+		wantMessage  string
+		wantPatched  string // JSON of the pod after the patch; "" = no patch
+		wantNoChange bool
+	}{
+		"gpumem only: count 1, scheduler name": {
+			pod:         `{"metadata":{"name":"p"},"spec":{"containers":[{"name":"c","resources":{"limits":{"nvidia.com/gpumem":"3000"}}}]}}`,
+			wantAllowed: true,
+			wantPatched: `{"metadata":{"name":"p"},"spec":{"containers":[{"name":"c","resources":{"limits":{"nvidia.com/gpu":"1","nvidia.com/gpumem":"3000"}}}],"schedulerName":"hami-scheduler"}}`,
+		},
+		"whole GPU without cores: cores 100": {
+			pod:         `{"metadata":{"name":"p"},"spec":{"schedulerName":"default-scheduler","containers":[{"name":"c","resources":{"limits":{"nvidia.com/gpu":"1"}}}]}}`,
+			wantAllowed: true,
+			wantPatched: `{"metadata":{"name":"p"},"spec":{"schedulerName":"hami-scheduler","containers":[{"name":"c","resources":{"limits":{"nvidia.com/gpu":"1","nvidia.com/gpucores":"100"}}}]}}`,
+		},
+		"no resources key, priority env, sidecar untouched": {
+			pod:         `{"metadata":{"name":"p"},"spec":{"containers":[{"name":"side"},{"name":"c","resources":{"limits":{"nvidia.com/gpucores":"30","nvidia.com/priority":"1"}}}]}}`,
+			wantAllowed: true,
+			wantPatched: `{"metadata":{"name":"p"},"spec":{"containers":[{"name":"side"},{"name":"c","env":[{"name":"CUDA_TASK_PRIORITY","value":"1"}],"resources":{"limits":{"nvidia.com/gpu":"1","nvidia.com/gpucores":"30","nvidia.com/priority":"1"}}}],"schedulerName":"hami-scheduler"}}`,
+		},
+		"no GPU: unchanged":          {pod: `{"metadata":{"name":"p"},"spec":{"containers":[{"name":"c","resources":{"limits":{"cpu":"1"}}}]}}`, wantAllowed: true, wantNoChange: true},
+		"other scheduler: unchanged": {pod: `{"metadata":{"name":"p"},"spec":{"schedulerName":"volcano","containers":[{"name":"c","resources":{"limits":{"nvidia.com/gpu":"1"}}}]}}`, wantAllowed: true, wantNoChange: true},
+		"default scheduler kept": {
+			pod:  `{"metadata":{"name":"p"},"spec":{"schedulerName":"default-scheduler","containers":[{"name":"c","resources":{"limits":{"nvidia.com/gpu":"1"}}}]}}`,
+			opts: Options{KeepDefaultScheduler: true}, wantAllowed: true, wantNoChange: true,
+		},
+		"privileged container skipped": {
+			pod:         `{"metadata":{"name":"p"},"spec":{"containers":[{"name":"c","securityContext":{"privileged":true},"resources":{"limits":{"nvidia.com/gpu":"1"}}}]}}`,
+			wantAllowed: true, wantNoChange: true,
+		},
+		"no containers: denied":   {pod: `{"metadata":{"name":"p"},"spec":{"containers":[]}}`, wantMessage: "pod has no containers"},
+		"node assigned: denied":   {pod: `{"metadata":{"name":"p"},"spec":{"nodeName":"n","containers":[{"name":"c","resources":{"limits":{"nvidia.com/gpu":"1"}}}]}}`, wantMessage: "pod has node assigned"},
+		"not a pod object: error": {pod: `{"spec":{"containers":"x"}}`, wantMessage: "decode pod: …"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := newWebhookExtender(t, tc.opts)
+			req := &admissionv1.AdmissionRequest{UID: "u1", Kind: metav1.GroupVersionKind{Version: "v1", Kind: "Pod"},
+				Operation: admissionv1.Create, Object: runtime.RawExtension{Raw: []byte(tc.pod)}}
+			resp := e.Admit(t.Context(), req)
+			if resp.UID != "u1" || resp.Allowed != tc.wantAllowed {
+				t.Fatalf("response = %+v", resp)
+			}
+			if tc.wantMessage != "" {
+				msg := ""
+				if resp.Result != nil {
+					msg = resp.Result.Message
+				}
+				if p, ok := cutEllipsis(tc.wantMessage); ok && len(msg) >= len(p) && msg[:len(p)] == p {
+					return
+				}
+				if msg != tc.wantMessage {
+					t.Errorf("message = %q, want %q", msg, tc.wantMessage)
+				}
+				return
+			}
+			if tc.wantNoChange {
+				if resp.Patch != nil {
+					t.Errorf("patched %s", resp.Patch)
+				}
+				return
+			}
+			if resp.PatchType == nil || *resp.PatchType != admissionv1.PatchTypeJSONPatch {
+				t.Fatalf("patch type %v", resp.PatchType)
+			}
+			patch, err := jsonpatch.DecodePatch(resp.Patch)
+			if err != nil {
+				t.Fatalf("patch %s: %v", resp.Patch, err)
+			}
+			got, err := patch.Apply([]byte(tc.pod))
+			if err != nil {
+				t.Fatalf("apply %s: %v", resp.Patch, err)
+			}
+			var a, b any
+			_ = json.Unmarshal(got, &a)
+			_ = json.Unmarshal([]byte(tc.wantPatched), &b)
+			if diff := cmp.Diff(b, a); diff != "" {
+				t.Errorf("pod after the patch %s (-want +got):\n%s", resp.Patch, diff)
+			}
+		})
+	}
+}
+
+func cutEllipsis(s string) (string, bool) {
+	const e = "…"
+	if len(s) >= len(e) && s[len(s)-len(e):] == e {
+		return s[:len(s)-len(e)], true
+	}
+	return s, false
+}
+
+// TestAdmitOtherObjects: only pod creations are looked at.
+func TestAdmitOtherObjects(t *testing.T) {
+	t.Parallel()
+	e := newWebhookExtender(t, Options{})
+	for _, req := range []*admissionv1.AdmissionRequest{
+		{UID: "a", Kind: metav1.GroupVersionKind{Kind: "Deployment"}, Operation: admissionv1.Create},
+		{UID: "b", Kind: metav1.GroupVersionKind{Kind: "Pod"}, Operation: admissionv1.Update, Object: runtime.RawExtension{Raw: []byte("{")}},
+	} {
+		if resp := e.Admit(t.Context(), req); !resp.Allowed || resp.Patch != nil || resp.UID != req.UID {
+			t.Errorf("%s: %+v", req.Kind.Kind, resp)
+		}
+	}
+}
