@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -32,7 +33,7 @@ func FuzzAllocate(f *testing.F) {
 	f.Add("2026-12-01T10:00:00Z", "GPU-0,NVIDIA,1,1:;", "success", "", "p")
 	f.Add("nonsense", "", "", "MIG-1", "p")
 	f.Fuzz(func(t *testing.T, lock, toAllocate, phase, ids, podName string) {
-		ctx := klog.NewContext(t.Context(), klog.Background().V(10))
+		ctx := klog.NewContext(t.Context(), logr.Discard())
 		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode, Annotations: map[string]string{nodelock.Key: lock}}}
 		if podName == "" || len(podName) > 63 || strings.ContainsAny(podName, "/,") {
 			podName = "p"

@@ -1,24 +1,17 @@
 package register_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 
 	"go.uber.org/goleak"
-	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/internal/reactors"
@@ -75,43 +68,13 @@ func newNode(annotations map[string]string) *corev1.Node {
 	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, Annotations: annotations, ResourceVersion: nextRV()}}
 }
 
-// resourceVersion numbers objects the way the API server does and the fake tracker does not.
-var resourceVersion atomic.Int64
-
-func nextRV() string { return strconv.FormatInt(resourceVersion.Add(1)+1000, 10) }
+func nextRV() string { return reactors.NextResourceVersion() }
 
 // newClientset returns a fake clientset holding objs whose node patches, like the API
 // server's, give the Node a new resourceVersion (the fake's own leave it unchanged).
 func newClientset(objs ...runtime.Object) *fake.Clientset {
 	cs := fake.NewClientset(objs...)
-	gvr := corev1.SchemeGroupVersion.WithResource("nodes")
-	var mu sync.Mutex
-	cs.PrependReactor("patch", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		p, ok := a.(k8stesting.PatchAction)
-		if !ok || p.GetPatchType() != types.MergePatchType {
-			return false, nil, nil
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		obj, err := cs.Tracker().Get(gvr, "", p.GetName())
-		if err != nil {
-			return true, nil, err
-		}
-		orig, err := json.Marshal(obj)
-		if err != nil {
-			return true, nil, err
-		}
-		patched, err := jsonpatch.MergePatch(orig, p.GetPatch())
-		if err != nil {
-			return true, nil, err
-		}
-		n := &corev1.Node{}
-		if err := json.Unmarshal(patched, n); err != nil {
-			return true, nil, err
-		}
-		n.ResourceVersion = nextRV()
-		return true, n, cs.Tracker().Update(gvr, n, "")
-	})
+	reactors.NodeResourceVersions(cs)
 	return cs
 }
 

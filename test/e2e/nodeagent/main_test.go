@@ -26,6 +26,9 @@ var (
 	// errAgentBuild says why it is missing.
 	agentBin      string
 	errAgentBuild error
+	// extenderBin is the examples/extender binary, for the full loop.
+	extenderBin      string
+	errExtenderBuild error
 )
 
 // TestMain starts the control plane and builds the plugin once. --request-timeout bounds
@@ -34,13 +37,15 @@ func TestMain(m *testing.M) {
 	kubeletpeer.ReexecIfChild() // the device-manager child runs here and exits
 	harness.Main(m, harness.Options{APIServerFlags: []string{"--request-timeout=5s"}}, func(c *harness.ControlPlane) {
 		cp = c
-		agentBin, errAgentBuild = buildAgent(filepath.Join(c.Dir(), "deviceplugin"))
+		agentBin, errAgentBuild = build(filepath.Join(c.Dir(), "deviceplugin"), "./examples/deviceplugin")
+		extenderBin, errExtenderBuild = build(filepath.Join(c.Dir(), "extender"), "./examples/extender")
 	})
 }
 
-// buildAgent builds examples/deviceplugin into out, with the race detector when the test
-// binary has it (go test -race), so that a race in the plugin fails the test (exit 66).
-func buildAgent(out string) (string, error) {
+// build builds the program pkg (examples/deviceplugin, examples/extender) into out, with the
+// race detector when the test binary has it (go test -race), so that a race in the program
+// fails the test (exit 66).
+func build(out, pkg string) (string, error) {
 	root, err := filepath.Abs(filepath.Join("..", "..", ".."))
 	if err != nil {
 		return "", err
@@ -49,14 +54,14 @@ func buildAgent(out string) (string, error) {
 	if race {
 		args = append(args, "-race")
 	}
-	cmd := exec.Command("go", append(args, "./examples/deviceplugin")...)
+	cmd := exec.Command("go", append(args, pkg)...)
 	cmd.Dir = root
 	cmd.Env = os.Environ()
 	if os.Getenv("CGO_CFLAGS") == "" { // go-nvml's header trips deprecation warnings
 		cmd.Env = append(cmd.Env, "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
 	}
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./examples/deviceplugin in %s: %w\n%s", root, err, b)
+		return "", fmt.Errorf("go build %s in %s: %w\n%s", pkg, root, err, b)
 	}
 	return out, nil
 }

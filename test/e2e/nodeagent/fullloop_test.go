@@ -1,0 +1,220 @@
+package nodeagent_test
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	kubeschedulerconfigv1 "k8s.io/kube-scheduler/config/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/hamireg/hamireg/allocation"
+	"github.com/hamireg/hamireg/annotation"
+	"github.com/hamireg/hamireg/test/e2e/harness"
+	"github.com/hamireg/hamireg/test/e2e/internal/proc"
+)
+
+// schedulerConfig reads the KubeSchedulerConfiguration of examples/extender/deploy (the
+// ConfigMap's config.yaml) and points its extender at url over plain HTTP; leader election is
+// off, as one scheduler runs.
+func schedulerConfig(tb testing.TB, url string) *kubeschedulerconfigv1.KubeSchedulerConfiguration {
+	tb.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "..", "examples", "extender", "deploy", "scheduler-config.yaml"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var cm corev1.ConfigMap
+	if err := yaml.UnmarshalStrict(b, &cm); err != nil {
+		tb.Fatalf("scheduler-config.yaml: %v", err)
+	}
+	cfg := &kubeschedulerconfigv1.KubeSchedulerConfiguration{}
+	if err := yaml.UnmarshalStrict([]byte(cm.Data["config.yaml"]), cfg); err != nil {
+		tb.Fatalf("scheduler-config.yaml config.yaml: %v", err)
+	}
+	if len(cfg.Extenders) != 1 {
+		tb.Fatalf("scheduler-config.yaml has %d extenders, want 1", len(cfg.Extenders))
+	}
+	cfg.Extenders[0].URLPrefix, cfg.Extenders[0].EnableHTTPS, cfg.Extenders[0].TLSConfig = url, false, nil
+	cfg.LeaderElection.LeaderElect = ptr.To(false)
+	return cfg
+}
+
+// startExtender runs examples/extender on a free port of 127.0.0.1 and waits for /readyz.
+func startExtender(tb testing.TB, extra ...string) string {
+	tb.Helper()
+	if errExtenderBuild != nil {
+		tb.Fatal(errExtenderBuild)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	addr := l.Addr().String()
+	if err := l.Close(); err != nil {
+		tb.Fatal(err)
+	}
+	sp := proc.NewSpawner()
+	args := append([]string{"--http_bind", addr, "--kubeconfig", cp.Kubeconfig(), "--leader-elect=false", "-v", "2"}, extra...)
+	p, err := sp.Start(proc.Options{Name: "extender", Path: extenderBin, Args: args, LogPath: filepath.Join(tb.TempDir(), "extender.log")})
+	if err != nil {
+		sp.Close()
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if err := p.Stop(20 * time.Second); err != nil {
+			tb.Errorf("stop extender: %v", err)
+		}
+		sp.Close()
+		if tb.Failed() {
+			tb.Logf("extender log:\n%s", p.LogTail(60))
+		}
+	})
+	url := "http://" + addr
+	harness.Eventually(tb, "extender /readyz", 60*time.Second, func() bool {
+		resp, err := http.Get(url + "/readyz") //nolint:noctx // a probe with the default client's timeout-free GET is fine here
+		if err != nil {
+			return false
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	return url
+}
+
+// TestFullLoop: kube-scheduler configured from examples/extender's manifests calls the
+// extender process, which filters and binds 20 GPU pods onto two nodes, each running
+// examples/deviceplugin against the kubelet's device manager; the test plays the kubelet's
+// admission (ManagerImpl.Allocate per container, as soon as a pod is bound). Every pod ends
+// with bind-phase success, the env of the GPUs the extender chose, and no lock on either node.
+func TestFullLoop(t *testing.T) {
+	t.Parallel()
+	ctx := harness.Context(t)
+	nodes := []*fixture{newFixture(t), newFixture(t)}
+	byName := map[string]*fixture{}
+	for _, f := range nodes {
+		byName[f.node] = f
+		if err := f.dm.UpdateNodeStatus(ctx, cp.AdminClient().CoreV1(), f.node); err != nil { // the kubelet's node status
+			t.Fatal(err)
+		}
+		// Ready, as a kubelet would make it: room for pods, the Ready condition, and without
+		// the not-ready taint that TaintNodesByCondition puts on a new Node.
+		patch := fmt.Appendf(nil, `{"status":{"capacity":{"pods":"110","cpu":"64","memory":"512Gi"},"allocatable":{"pods":"110","cpu":"64","memory":"512Gi"},`+
+			`"conditions":[{"type":"Ready","status":"True","reason":"KubeletReady","lastHeartbeatTime":%q}]}}`, time.Now().UTC().Format(time.RFC3339))
+		if _, err := cp.AdminClient().CoreV1().Nodes().Patch(ctx, f.node, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cp.AdminClient().CoreV1().Nodes().Patch(ctx, f.node, types.MergePatchType, []byte(`{"spec":{"taints":null}}`), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	url := startExtender(t, "--node-scheduler-policy", "spread")
+	sched, err := cp.StartScheduler(ctx, harness.SchedulerOptions{Config: schedulerConfig(t, url)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("kube-scheduler log:\n%s", sched.LogTail(40))
+		}
+		_ = sched.Stop()
+	})
+
+	const pods, mem, cores = 20, 4000, 20
+	ns := nodes[0].ns
+	for i := range pods {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("loop-%02d", i), Namespace: ns},
+			Spec: corev1.PodSpec{SchedulerName: "hami-scheduler", Containers: []corev1.Container{{
+				Name: "cuda", Image: "registry.invalid/cuda:0",
+				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
+					resourceName:          resource.MustParse("1"),
+					"nvidia.com/gpumem":   resource.MustParse(strconv.Itoa(mem)),
+					"nvidia.com/gpucores": resource.MustParse(strconv.Itoa(cores)),
+				}},
+			}}},
+		}
+		if _, err := cp.AdminClient().CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The kubelet: admit each pod once it is bound, one Allocate per GPU container.
+	admitted := map[string]bool{}
+	perNode := map[string]int{}
+	harness.Eventually(t, "20 pods bound and allocated", 3*time.Minute, func() bool {
+		list, err := cp.AdminClient().CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false
+		}
+		for i := range list.Items {
+			pod := &list.Items[i]
+			f := byName[pod.Spec.NodeName]
+			if f == nil || admitted[pod.Name] || pod.Annotations[allocation.KeyBindPhase] != string(allocation.PhaseAllocating) {
+				continue
+			}
+			admitted[pod.Name] = true
+			perNode[f.node]++
+			pd, err := allocation.DecodePodDevices(pod.Annotations[annotation.KeyNVIDIAAllocated], allocation.VersionMaster)
+			if err != nil || len(pd) != 1 || len(pd[0]) != 1 {
+				t.Errorf("pod %s: %s = %q (%v), want one device", pod.Name, annotation.KeyNVIDIAAllocated, pod.Annotations[annotation.KeyNVIDIAAllocated], err)
+				continue
+			}
+			if d := pd[0][0]; d.Usedmem != mem || d.Usedcores != cores {
+				t.Errorf("pod %s: the extender chose %+v, want %d MiB and %d%% cores", pod.Name, d, mem, cores)
+			}
+			got, err := f.dm.Allocate(ctx, pod, "cuda")
+			if err != nil {
+				t.Errorf("pod %s: ManagerImpl.Allocate: %v", pod.Name, err)
+				continue
+			}
+			wantContainer(t, pod, "cuda", pd[0], got, nil)
+		}
+		done := 0
+		for _, p := range list.Items {
+			if p.Annotations[allocation.KeyBindPhase] == string(allocation.PhaseSuccess) {
+				done++
+			}
+		}
+		return done == pods
+	})
+
+	for _, f := range nodes {
+		harness.Eventually(t, "no lock on "+f.node, 10*time.Second, func() bool { return f.lock(t) == "" })
+		if perNode[f.node] == 0 {
+			t.Errorf("node %s got no pod (spread policy): %v", f.node, perNode)
+		}
+		if !f.agent.running() {
+			t.Errorf("deviceplugin of %s exited: %v", f.node, f.agent.p.ExitError())
+		}
+	}
+	// No GPU over-committed: 5 pods of 20 % cores at most per GPU.
+	list, err := cp.AdminClient().CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := map[string]int32{}
+	for _, p := range list.Items {
+		pd, _ := allocation.DecodePodDevices(p.Annotations[annotation.KeyNVIDIAAllocated], allocation.VersionMaster)
+		for _, e := range pd {
+			for _, d := range e {
+				used[d.GPU()] += d.Usedcores
+			}
+		}
+	}
+	for gpu, c := range used {
+		if c > 100 {
+			t.Errorf("GPU %s holds %d%% cores", gpu, c)
+		}
+	}
+	t.Logf("pods per node: %v; GPUs used: %d", perNode, len(used))
+}
