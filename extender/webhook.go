@@ -166,7 +166,11 @@ func (e *Extender) mutateContainer(c *corev1.Container) (corev1.ResourceList, []
 		add[corev1.ResourceName(cfg.ResourceCount)] = *resource.NewQuantity(int64(cfg.DefaultGPUNum), resource.DecimalSI)
 		count = true
 	}
-	if count && !cores && !mem && (!hasPct || pct.Value() == 100) { // whole GPUs
+	whole := !mem // HAMi: a memory percentage decides when present (100: whole), else no gpumem
+	if hasPct {
+		whole = pct.Value() == 100
+	}
+	if count && !cores && whole { // whole GPUs
 		add[corev1.ResourceName(cfg.ResourceCores)] = *resource.NewQuantity(100, resource.DecimalSI)
 	}
 	return add, env, count

@@ -54,6 +54,16 @@ func TestAdmit(t *testing.T) {
 			wantAllowed: true,
 			wantPatched: `{"metadata":{"name":"p"},"spec":{"containers":[{"name":"side"},{"name":"c","env":[{"name":"CUDA_TASK_PRIORITY","value":"1"}],"resources":{"limits":{"nvidia.com/gpu":"1","nvidia.com/gpucores":"30","nvidia.com/priority":"1"}}}],"schedulerName":"hami-scheduler"}}`,
 		},
+		"memory percentage 100 decides over gpumem: cores 100": {
+			pod:         `{"metadata":{"name":"p"},"spec":{"containers":[{"name":"c","resources":{"limits":{"nvidia.com/gpu":"1","nvidia.com/gpumem":"3000","nvidia.com/gpumem-percentage":"100"}}}]}}`,
+			wantAllowed: true,
+			wantPatched: `{"metadata":{"name":"p"},"spec":{"containers":[{"name":"c","resources":{"limits":{"nvidia.com/gpu":"1","nvidia.com/gpucores":"100","nvidia.com/gpumem":"3000","nvidia.com/gpumem-percentage":"100"}}}],"schedulerName":"hami-scheduler"}}`,
+		},
+		"memory percentage 50: no cores added": {
+			pod:         `{"metadata":{"name":"p"},"spec":{"containers":[{"name":"c","resources":{"limits":{"nvidia.com/gpu":"1","nvidia.com/gpumem-percentage":"50"}}}]}}`,
+			wantAllowed: true,
+			wantPatched: `{"metadata":{"name":"p"},"spec":{"containers":[{"name":"c","resources":{"limits":{"nvidia.com/gpu":"1","nvidia.com/gpumem-percentage":"50"}}}],"schedulerName":"hami-scheduler"}}`,
+		},
 		"no GPU: unchanged":          {pod: `{"metadata":{"name":"p"},"spec":{"containers":[{"name":"c","resources":{"limits":{"cpu":"1"}}}]}}`, wantAllowed: true, wantNoChange: true},
 		"other scheduler: unchanged": {pod: `{"metadata":{"name":"p"},"spec":{"schedulerName":"volcano","containers":[{"name":"c","resources":{"limits":{"nvidia.com/gpu":"1"}}}]}}`, wantAllowed: true, wantNoChange: true},
 		"default scheduler kept": {

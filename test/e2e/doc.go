@@ -6,7 +6,14 @@
 //     test binary.
 //   - kubeletpeer: the kubelet's device-plugin registration server and device manager.
 //   - controlplane, kubelet, scheduler: tests proving the peers behave like a cluster's.
-//   - register, kubeletplugin, schedcache: the SDK's components against those peers.
+//   - register, kubeletplugin, schedcache, nodelock, diagnose: the SDK's components against
+//     those peers.
+//   - nodeagent: examples/deviceplugin against the kubelet's device manager, HAMi's Allocate
+//     protocol, and the full loop with kube-scheduler and examples/extender.
+//   - extender: examples/extender called by a real kube-scheduler: placement, over-commit,
+//     rejection reasons, a restart, throughput.
+//   - extenderha: the admission webhook called by the API server over TLS, and two replicas
+//     with a failover.
 //
 // Run everything with `make e2e` (hack/e2e.sh): it builds the binaries into a cache outside
 // the repository and sets HAMIREG_K8S_BIN. `make e2e E2E_FLAGS="-run X -v"` passes flags to

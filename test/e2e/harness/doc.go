@@ -34,7 +34,9 @@
 // [ControlPlane.RestartAPIServer] stop and restart kube-apiserver on the same port against
 // the same etcd, for tests of components that must survive an apiserver outage.
 // [ControlPlane.StartScheduler] runs kube-scheduler with a given KubeSchedulerConfiguration
-// (profiles, extenders).
+// (profiles, extenders), optionally with a host name of its own (SchedulerOptions.Hostname):
+// [WithHostname] gives any child a UTS namespace and host name, as each replica of a
+// Deployment has, so that leader-election identities differ on one machine.
 //
 // # Missing binaries
 //

@@ -19,7 +19,11 @@ import (
 // a port or the namespace setup fails — the binary FAILS with the reason; it never skips.
 // On SIGINT or SIGTERM the control plane is stopped and its folder removed before exiting.
 // When tests fail, the last lines of the apiserver's and etcd's logs are printed.
+//
+// A test binary started by a process of [WithHostname] only sets its host name and executes
+// the real program.
 func Main(m *testing.M, opts Options, use func(*ControlPlane)) {
+	execIfHostnameChild()
 	os.Exit(run(m, opts, use))
 }
 

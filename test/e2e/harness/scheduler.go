@@ -29,6 +29,10 @@ type SchedulerOptions struct {
 	Config *kubeschedulerconfigv1.KubeSchedulerConfiguration
 	// Flags are appended to the harness's kube-scheduler flags. Default: none.
 	Flags []string
+	// Hostname, when set, runs kube-scheduler with this host name (see [WithHostname]), which
+	// is the first part of its leader-election identity "<Hostname>_<uuid>", as the pod name
+	// is in a cluster. Default: the machine's host name.
+	Hostname string
 }
 
 // Scheduler is a kube-scheduler process started by [ControlPlane.StartScheduler].
@@ -87,12 +91,18 @@ func (cp *ControlPlane) StartScheduler(ctx context.Context, opts SchedulerOption
 		"--authorization-kubeconfig=" + kubeconfig,
 		"--v=2",
 	}
-	p, err := cp.spawn(proc.Options{
+	po := proc.Options{
 		Name:    binScheduler,
 		Path:    filepath.Join(cp.opts.BinDir, binScheduler),
 		Args:    append(args, opts.Flags...),
 		LogPath: filepath.Join(dir, "kube-scheduler.log"),
-	})
+	}
+	if opts.Hostname != "" {
+		if po, err = WithHostname(po, opts.Hostname); err != nil {
+			return nil, err
+		}
+	}
+	p, err := cp.spawn(po)
 	if err != nil {
 		return nil, err
 	}
