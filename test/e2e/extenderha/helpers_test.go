@@ -37,8 +37,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/extender"
@@ -193,7 +191,7 @@ func extenderKubeconfig(tb testing.TB, ns string) string {
 	if roleOnce.err != nil {
 		tb.Fatalf("create cluster role %s: %v", extenderRole, roleOnce.err)
 	}
-	cfg, err := cp.ServiceAccountConfig(ctx, ns, serviceAccount, extenderRole)
+	path, err := cp.ServiceAccountKubeconfig(ctx, tb.TempDir(), ns, serviceAccount, extenderRole)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -209,15 +207,6 @@ func extenderKubeconfig(tb testing.TB, ns string) string {
 	}
 	binding.Subjects = append(binding.Subjects, rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: kubeSchedulerUser})
 	if _, err := admin.RbacV1().RoleBindings(ns).Create(ctx, binding, metav1.CreateOptions{}); err != nil {
-		tb.Fatal(err)
-	}
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["e2e"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos["e2e"] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken}
-	kc.Contexts["e2e"] = &clientcmdapi.Context{Cluster: "e2e", AuthInfo: "e2e"}
-	kc.CurrentContext = "e2e"
-	path := filepath.Join(tb.TempDir(), "kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, path); err != nil {
 		tb.Fatal(err)
 	}
 	return path

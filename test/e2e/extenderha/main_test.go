@@ -11,9 +11,6 @@
 package extenderha_test
 
 import (
-	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -34,26 +31,6 @@ var (
 func TestMain(m *testing.M) {
 	harness.Main(m, harness.Options{APIServerFlags: []string{"--request-timeout=5s"}}, func(c *harness.ControlPlane) {
 		cp = c
-		extenderBin, errExtenderBuild = buildExtender(filepath.Join(c.Dir(), "extender"))
+		extenderBin, errExtenderBuild = harness.BuildProgram(filepath.Join(c.Dir(), "extender"), "./examples/extender", race)
 	})
-}
-
-// buildExtender builds examples/extender into out, with the race detector when the test binary
-// has it (go test -race), so that a race in the extender fails the test (exit 66).
-func buildExtender(out string) (string, error) {
-	root, err := filepath.Abs(filepath.Join("..", "..", ".."))
-	if err != nil {
-		return "", err
-	}
-	args := []string{"build", "-o", out}
-	if race {
-		args = append(args, "-race")
-	}
-	cmd := exec.Command("go", append(args, "./examples/extender")...)
-	cmd.Dir = root
-	cmd.Env = os.Environ()
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./examples/extender in %s: %w\n%s", root, err, b)
-	}
-	return out, nil
 }

@@ -576,6 +576,20 @@ func (cp *ControlPlane) waitForBinding(ctx context.Context, user, clusterRole st
 	return nil
 }
 
+// ServiceAccountKubeconfig is ServiceAccountConfig writing a kubeconfig file for the
+// ServiceAccount (for a program run as a process) into dir; it returns the file's path.
+func (cp *ControlPlane) ServiceAccountKubeconfig(ctx context.Context, dir, ns, name, clusterRole string) (string, error) {
+	cfg, err := cp.ServiceAccountConfig(ctx, ns, name, clusterRole)
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "kubeconfig")
+	if err := cp.writeKubeconfig(path, cfg.BearerToken); err != nil {
+		return "", err
+	}
+	return path, nil
+}
+
 // ServiceAccountClient is ServiceAccountConfig returning a clientset.
 func (cp *ControlPlane) ServiceAccountClient(ctx context.Context, ns, name, clusterRole string) (*kubernetes.Clientset, error) {
 	cfg, err := cp.ServiceAccountConfig(ctx, ns, name, clusterRole)

@@ -20,8 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/allocation/allocationtest"
@@ -64,17 +62,8 @@ func agentKubeconfig(tb testing.TB, ns string) string {
 	if roleOnce.err != nil {
 		tb.Fatalf("create cluster role %s: %v", agentRole, roleOnce.err)
 	}
-	cfg, err := cp.ServiceAccountConfig(ctx, ns, "hami-device-plugin", agentRole)
+	path, err := cp.ServiceAccountKubeconfig(ctx, tb.TempDir(), ns, "hami-device-plugin", agentRole)
 	if err != nil {
-		tb.Fatal(err)
-	}
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["e2e"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos["e2e"] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken}
-	kc.Contexts["e2e"] = &clientcmdapi.Context{Cluster: "e2e", AuthInfo: "e2e"}
-	kc.CurrentContext = "e2e"
-	path := filepath.Join(tb.TempDir(), "kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, path); err != nil {
 		tb.Fatal(err)
 	}
 	return path

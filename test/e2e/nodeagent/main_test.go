@@ -9,9 +9,6 @@
 package nodeagent_test
 
 import (
-	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -37,31 +34,7 @@ func TestMain(m *testing.M) {
 	kubeletpeer.ReexecIfChild() // the device-manager child runs here and exits
 	harness.Main(m, harness.Options{APIServerFlags: []string{"--request-timeout=5s"}}, func(c *harness.ControlPlane) {
 		cp = c
-		agentBin, errAgentBuild = build(filepath.Join(c.Dir(), "deviceplugin"), "./examples/deviceplugin")
-		extenderBin, errExtenderBuild = build(filepath.Join(c.Dir(), "extender"), "./examples/extender")
+		agentBin, errAgentBuild = harness.BuildProgram(filepath.Join(c.Dir(), "deviceplugin"), "./examples/deviceplugin", race)
+		extenderBin, errExtenderBuild = harness.BuildProgram(filepath.Join(c.Dir(), "extender"), "./examples/extender", race)
 	})
-}
-
-// build builds the program pkg (examples/deviceplugin, examples/extender) into out, with the
-// race detector when the test binary has it (go test -race), so that a race in the program
-// fails the test (exit 66).
-func build(out, pkg string) (string, error) {
-	root, err := filepath.Abs(filepath.Join("..", "..", ".."))
-	if err != nil {
-		return "", err
-	}
-	args := []string{"build", "-o", out}
-	if race {
-		args = append(args, "-race")
-	}
-	cmd := exec.Command("go", append(args, pkg)...)
-	cmd.Dir = root
-	cmd.Env = os.Environ()
-	if os.Getenv("CGO_CFLAGS") == "" { // go-nvml's header trips deprecation warnings
-		cmd.Env = append(cmd.Env, "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
-	}
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build %s in %s: %w\n%s", pkg, root, err, b)
-	}
-	return out, nil
 }
