@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,6 +17,7 @@ import (
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/hamireg/hamireg/allocation"
+	"github.com/hamireg/hamireg/nodelock"
 )
 
 // decodeBindArgs reads an ExtenderBindingArgs and checks that it names a pod and a node.
@@ -108,7 +110,7 @@ func (e *Extender) bind(ctx context.Context, pod *corev1.Pod, node string) error
 		}
 	}
 	if locked {
-		if err := e.locker.Acquire(ctx, node, name); err != nil {
+		if err := e.acquire(ctx, node, name); err != nil {
 			return fmt.Errorf("bind %s to %s: %w", name, node, err)
 		}
 	}
@@ -132,6 +134,77 @@ func (e *Extender) bind(ctx context.Context, pod *corev1.Pod, node string) error
 		e.rollback(ctx, pod, node)
 	}
 	return err
+}
+
+// acquire takes the node lock for pod, waiting up to Options.NodeLockWait while another pod
+// holds it: the device plugin releases it once that pod's containers are allocated, usually
+// within a second. While it waits, it looks at the Node in Options.Nodes (no request) and
+// tries again when the lock is gone there (it looks every 20 ms, at no cost to the API server).
+func (e *Extender) acquire(ctx context.Context, node string, pod types.NamespacedName) error {
+	clk := e.opts.Clock
+	deadline := clk.Now().Add(e.opts.NodeLockWait)
+	gate := e.gate(node)
+	if e.opts.NodeLockWait > 0 { // queue behind the other binds of this node
+		t := clk.NewTimer(e.opts.NodeLockWait)
+		select {
+		case gate <- struct{}{}:
+			t.Stop()
+			defer func() { <-gate }()
+		case <-t.C():
+		case <-ctx.Done():
+			t.Stop()
+		}
+	}
+	delay := 10 * time.Millisecond
+	for {
+		err := e.locker.Acquire(ctx, node, pod)
+		if err == nil || !errors.Is(err, nodelock.ErrLocked) || !clk.Now().Before(deadline) {
+			return err
+		}
+		klog.FromContext(ctx).V(4).Info("Node locked by another pod, waiting", "node", node, "err", err.Error())
+		for {
+			t := clk.NewTimer(min(delay, deadline.Sub(clk.Now())))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return err
+			case <-t.C():
+			}
+			delay = min(2*delay, 20*time.Millisecond) // a read of the informer cache: no request
+			if e.opts.Nodes == nil || !clk.Now().Before(deadline) || !e.lockedByOther(node, pod) {
+				break
+			}
+		}
+	}
+}
+
+// gate returns the bind token of node.
+func (e *Extender) gate(node string) chan struct{} {
+	e.gatesMu.Lock()
+	defer e.gatesMu.Unlock()
+	if e.gates == nil {
+		e.gates = map[string]chan struct{}{}
+	}
+	g, ok := e.gates[node]
+	if !ok {
+		g = make(chan struct{}, 1)
+		e.gates[node] = g
+	}
+	return g
+}
+
+// lockedByOther reports whether the cached Node carries a node lock that is not pod's.
+func (e *Extender) lockedByOther(node string, pod types.NamespacedName) bool {
+	n, err := e.opts.Nodes.Get(node)
+	if err != nil {
+		return false
+	}
+	l, present, err := nodelock.FromAnnotations(n.Annotations)
+	if !present || err != nil {
+		return present
+	}
+	owner, ok := l.Owner()
+	return !ok || owner != pod
 }
 
 // rollback releases the pod's lock and marks the bind failed; errors are logged, the bind's

@@ -11,16 +11,19 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/hamireg/hamireg/nodelock"
 )
 
+// lockOf is the node lock pod took at at.
+func lockOf(pod string, at time.Time) string {
+	return nodelock.Lock{Time: at, Namespace: "default", Name: pod}.String()
+}
+
 func TestBind(t *testing.T) {
 	t.Parallel()
-	lockOf := func(pod string, at time.Time) string {
-		return nodelock.Lock{Time: at, Namespace: "default", Name: pod}.String()
-	}
 	tests := map[string]struct {
 		pod         *corev1.Pod
 		lock        string // on the node before
@@ -29,6 +32,7 @@ func TestBind(t *testing.T) {
 		wantErr     string
 		wantLock    string
 		wantWrites  []string
+		opts        Options
 	}{
 		"success: lock, allocating, binding": {
 			pod:      gpuPod("p", map[string]string{"nvidia.com/gpu": "1"}),
@@ -44,6 +48,7 @@ func TestBind(t *testing.T) {
 			wantWrites: []string{`patch pods p {"metadata":{"annotations":{"hami.io/bind-phase":"allocating","hami.io/bind-time":"1779181200"}}}`, `create pods/binding p->n`},
 		},
 		"locked by another live pod: HAMi's message, nothing written": {
+			opts:     Options{NodeLockWait: -1}, // HAMi v2.9.0: no wait
 			pod:      gpuPod("p", map[string]string{"nvidia.com/gpu": "1"}),
 			lock:     lockOf("other", t0.Add(-time.Minute)),
 			others:   []runtime.Object{gpuPod("other", nil)},
@@ -71,7 +76,7 @@ func TestBind(t *testing.T) {
 				if tc.lock != "" {
 					node.Annotations[nodelock.Key] = tc.lock
 				}
-				e := setup(t, Options{}, append(tc.others, node, tc.pod)...)
+				e := setup(t, tc.opts, append(tc.others, node, tc.pod)...)
 				if tc.failBinding {
 					e.client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
 						if a.GetSubresource() != "binding" {
@@ -120,4 +125,56 @@ func TestBindPodNotFound(t *testing.T) {
 			t.Errorf("stats = %+v", s)
 		}
 	})
+}
+
+// A bind to a node that another pod holds waits for that pod's device plugin to release the
+// lock, instead of failing into kube-scheduler's back-off; it gives up after NodeLockWait.
+func TestBindWaitsForTheNodeLock(t *testing.T) {
+	t.Parallel()
+	for name, release := range map[string]bool{"released within the wait": true, "held past the wait": false} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				node := registered("n", 1, 23028)
+				node.Annotations[nodelock.Key] = lockOf("other", t0.Add(-time.Minute))
+				pod := gpuPod("p", map[string]string{"nvidia.com/gpu": "1"})
+				e := setup(t, Options{NodeLockWait: 2 * time.Second}, gpuPod("other", nil), node, pod)
+				e.run()
+				done := make(chan error, 1)
+				go func() {
+					done <- e.ext.Bind(e.ctx, &bindingArgs{PodName: "p", PodNamespace: "default", PodUID: pod.UID, Node: "n"})
+				}()
+				synctest.Wait()
+				if len(done) != 0 {
+					t.Fatalf("Bind returned at once: %v", <-done)
+				}
+				if release {
+					locker, err := nodelock.New(e.client.CoreV1(), nodelock.Options{Clock: e.clock})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := locker.Release(e.ctx, "n", types.NamespacedName{Namespace: "default", Name: "other"}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				for range 40 { // the waits, up to 200 ms each, until the 2 s are over
+					synctest.Wait()
+					if len(done) != 0 {
+						break
+					}
+					e.clock.Step(100 * time.Millisecond)
+				}
+				synctest.Wait()
+				err := <-done
+				n, _ := e.client.CoreV1().Nodes().Get(e.ctx, "n", metaGet)
+				if release {
+					if err != nil || !strings.HasSuffix(n.Annotations[nodelock.Key], ",default,p") {
+						t.Errorf("Bind = %v, lock %q; want bound with p's lock", err, n.Annotations[nodelock.Key])
+					}
+				} else if err == nil || !strings.Contains(err.Error(), "has been locked within 5m0s") {
+					t.Errorf("Bind = %v, want HAMi's locked error after the wait", err)
+				}
+			})
+		})
+	}
 }

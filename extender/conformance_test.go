@@ -270,7 +270,7 @@ func TestConformanceBind(t *testing.T) {
 							objs = append(objs, gpuPod(l.Name, nil))
 						}
 					}
-					e := setup(t, Options{}, objs...)
+					e := setup(t, Options{NodeLockWait: -1}, objs...) // HAMi fails a bind on a held lock at once
 					if in.BindingCallFails {
 						e.client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
 							if a.GetSubresource() == "binding" {

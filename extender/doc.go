@@ -22,7 +22,10 @@
 //     served.
 //   - POST /bind: [Extender.Bind]. The node lock (package nodelock) when a regular container
 //     asks for a GPU, hami.io/bind-phase "allocating" and hami.io/bind-time, the pods/binding.
-//     On a failure after the lock: the lock released and bind-phase "failed".
+//     On a failure after the lock: the lock released and bind-phase "failed". A node locked
+//     by another pod (between its bind and its device plugin's Allocate) is waited for, up to
+//     Options.NodeLockWait (10 s, HAMi master's --node-lock-retry-timeout), one bind per node
+//     at a time, instead of failing the bind into kube-scheduler's back-off of 1 to 10 s.
 //   - POST /webhook: [Extender.Admit] in an AdmissionReview (admission.k8s.io/v1 or v1beta1).
 //   - GET /healthz and /readyz: 200 once the pod usage and the node cache synced, 503 before.
 //
@@ -50,6 +53,7 @@
 //   - FailedNodes gives the fit reason for a registered node with either HAMi version (v2.9.0
 //     says "NodeUnfitPod") and says why a node is unregistered.
 //   - A failed bind sets bind-phase "failed" (HAMi leaves "allocating") after releasing the lock.
+//   - A bind waits for a held node lock (HAMi v2.9.0 fails at once; NodeLockWait < 0 does too).
 //   - Readiness is a signal (/readyz), not a 100 ms poll; the webhook does not run HAMi's
 //     ResourceQuota check; only NVIDIA is fitted.
 //

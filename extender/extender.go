@@ -42,7 +42,12 @@ type Extender struct {
 	// filterMu makes a filter's decision and its assumed usage one step, so that two filters
 	// never choose the same free capacity.
 	filterMu sync.Mutex
-	stats    struct{ filters, binds, bindErrors, admissions atomic.Uint64 }
+	// gates holds one token per node (a channel of capacity 1): the bind that has it is the
+	// only one of that node taking or waiting for the node lock, so a released lock is taken
+	// with one request instead of a request from every waiting bind.
+	gatesMu sync.Mutex
+	gates   map[string]chan struct{}
+	stats   struct{ filters, binds, bindErrors, admissions atomic.Uint64 }
 }
 
 var _ schedcache.Runnable = (*Extender)(nil)

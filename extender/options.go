@@ -21,6 +21,9 @@ const (
 	DefaultSchedulerName = "hami-scheduler"
 	// DefaultMaxBodyBytes is HAMi's limit on a /filter body (1 MiB).
 	DefaultMaxBodyBytes = 1 << 20
+	// DefaultNodeLockWait is how long a bind waits for another pod's node lock: well below
+	// the chart's extender httpTimeout of 30 s.
+	DefaultNodeLockWait = 10 * time.Second
 )
 
 // Options configure an [Extender]. The zero value means HAMi's chart defaults, documented on
@@ -42,6 +45,14 @@ type Options struct {
 	// NodeLockTimeout is how old a node lock must be before bind takes it over. Zero means
 	// nodelock.DefaultTimeout (5 min, HAMi's --node-lock-timeout).
 	NodeLockTimeout time.Duration
+	// NodeLockWait is how long a bind waits for a node locked by another pod (one that is
+	// between its bind and its device plugin's Allocate) before it fails with HAMi's "node
+	// <node> has been locked within 5m0s". Zero means [DefaultNodeLockWait]; negative means
+	// no wait (HAMi v2.9.0, where every such bind fails and kube-scheduler retries the pod
+	// after its back-off of 1 to 10 s, so a node binds about one GPU pod per back-off).
+	// HAMi master's --node-lock-retry-timeout. Keep it below the extender's httpTimeout in
+	// the KubeSchedulerConfiguration.
+	NodeLockWait time.Duration
 	// Clock gives hami.io/vgpu-time, hami.io/bind-time and the lock time. Nil means the real
 	// clock.
 	Clock clock.WithTicker
@@ -77,6 +88,7 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	o.SchedulerName = cmp.Or(o.SchedulerName, DefaultSchedulerName)
 	o.NodeLockTimeout = cmp.Or(o.NodeLockTimeout, nodelock.DefaultTimeout)
+	o.NodeLockWait = cmp.Or(o.NodeLockWait, DefaultNodeLockWait)
 	o.MaxBodyBytes = cmp.Or(o.MaxBodyBytes, DefaultMaxBodyBytes)
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}

@@ -21,7 +21,9 @@ type flags struct {
 	schedulerName, leaseName, leaseNamespace    string
 	nodePolicy, gpuPolicy                       string
 	leaderElect, forceOverwriteDefaultScheduler bool
-	nodeLockTimeout                             time.Duration
+	nodeLockTimeout, nodeLockWait               time.Duration
+	kubeQPS                                     float32
+	kubeBurst                                   int
 	nodeSelector                                map[string]string
 	defaultMem, defaultCores, defaultGPU        int32
 }
@@ -40,6 +42,9 @@ func newFlags(fs *pflag.FlagSet) *flags {
 	fs.StringVar(&f.nodePolicy, "node-scheduler-policy", string(allocation.PolicyBinpack), "node policy: binpack or spread")
 	fs.StringVar(&f.gpuPolicy, "gpu-scheduler-policy", string(allocation.PolicySpread), "GPU policy: binpack, spread or topology-aware")
 	fs.DurationVar(&f.nodeLockTimeout, "node-lock-timeout", nodelock.DefaultTimeout, "age after which a node lock is taken over")
+	fs.DurationVar(&f.nodeLockWait, "node-lock-retry-timeout", extender.DefaultNodeLockWait, "how long a bind waits for another pod's node lock (negative: fail at once, as HAMi v2.9.0)")
+	fs.Float32Var(&f.kubeQPS, "kube-qps", 50, "client QPS to the API server (client-go's 5, HAMi's default, makes every filter and bind wait)")
+	fs.IntVar(&f.kubeBurst, "kube-burst", 100, "client burst to the API server")
 	fs.StringToStringVar(&f.nodeSelector, "node-label-selector", nil, "key=value pairs separated by commas: the nodes that may register")
 	fs.Int32Var(&f.defaultMem, "default-mem", 0, "MiB given to a container that asks for no memory (0: the whole GPU)")
 	fs.Int32Var(&f.defaultCores, "default-cores", 0, "core percentage of a container that asks for none")
@@ -73,5 +78,6 @@ func (f *flags) client() (kubernetes.Interface, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client config: %w", err)
 	}
+	cfg.QPS, cfg.Burst = f.kubeQPS, f.kubeBurst
 	return kubernetes.NewForConfig(cfg)
 }

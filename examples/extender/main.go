@@ -70,7 +70,7 @@ func run(ctx context.Context, client kubernetes.Interface, f *flags, ln net.List
 		return err
 	}
 	ext, err := extender.New(client, cache, extender.Options{Config: f.config(), SchedulerName: f.schedulerName,
-		KeepDefaultScheduler: !f.forceOverwriteDefaultScheduler, NodeLockTimeout: f.nodeLockTimeout, EventRecorder: recorder,
+		KeepDefaultScheduler: !f.forceOverwriteDefaultScheduler, NodeLockTimeout: f.nodeLockTimeout, NodeLockWait: f.nodeLockWait, EventRecorder: recorder,
 		Pods: factory.Core().V1().Pods(), Nodes: factory.Core().V1().Nodes().Lister()})
 	if err != nil {
 		return err
