@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -176,17 +175,6 @@ func exampleSchedulerConfig(tb testing.TB, url, schedulerName string) *kubesched
 	return &c
 }
 
-// freePort returns a free TCP port on 127.0.0.1.
-func freePort(tb testing.TB) int {
-	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer func() { _ = ln.Close() }()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // stackOptions configure newStack.
 type stackOptions struct {
 	// lockTimeout is the extender's --node-lock-timeout; zero means 5 min (the default).
@@ -228,7 +216,7 @@ func newStack(tb testing.TB, opts stackOptions) *stack {
 	tb.Cleanup(func() {
 		_ = cp.AdminClient().CoreV1().Namespaces().Delete(context.WithoutCancel(tb.Context()), s.ns, metav1.DeleteOptions{})
 	})
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(tb))
+	addr := fmt.Sprintf("127.0.0.1:%d", harness.FreePort(tb))
 	s.url = "http://" + addr
 	s.args = []string{"--http_bind=" + addr, "--kubeconfig=" + extenderKubeconfig(tb, s.ns), "--scheduler-name=" + s.name,
 		"--leader-elect=false", "--node-scheduler-policy=binpack", "--gpu-scheduler-policy=spread", "-v=3"}

@@ -98,7 +98,7 @@ func TestTwoReplicasOnlyLeaderWritesFailover(t *testing.T) {
 	pairs := []*pair{{host: test + "-a"}, {host: test + "-b"}}
 	// The extenders start before any kube-scheduler: no Lease, no leader.
 	for _, p := range pairs {
-		p.port = freePort(t)
+		p.port = harness.FreePort(t)
 		p.ext = startExtender(t, "extender-"+p.host, p.host, p.port, cert, extenderArgs(t, map[string]string{
 			"http_bind": "127.0.0.1:" + strconv.Itoa(p.port), "cert_file": cert.certFile, "key_file": cert.keyFile,
 			"kubeconfig": kubeconfig, "leader-elect": "true", "leader-elect-resource-namespace": ns,

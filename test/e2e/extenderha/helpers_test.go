@@ -156,17 +156,6 @@ func newServingCert(tb testing.TB) servingCert {
 	return s
 }
 
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func freePort(tb testing.TB) int {
-	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer func() { _ = ln.Close() }()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 var roleOnce struct {
 	sync.Once
 	err error

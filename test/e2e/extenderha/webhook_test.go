@@ -119,7 +119,7 @@ func TestWebhookOverTLS(t *testing.T) {
 	createNamespace(t, ns, map[string]string{harness.TestLabel: test})
 	createNamespace(t, ignoredNS, map[string]string{harness.TestLabel: test, ignoreLabel: "ignore"})
 	cert := newServingCert(t)
-	port := freePort(t)
+	port := harness.FreePort(t)
 	// The extender registers no node: its selector matches none, so it writes no handshake on
 	// the other tests' nodes.
 	ext := startExtender(t, "extender", "", port, cert, extenderArgs(t, map[string]string{

@@ -100,3 +100,14 @@ func Context(tb testing.TB) context.Context {
 	tb.Helper()
 	return klog.NewContext(tb.Context(), ktesting.NewLogger(tb, ktesting.NewConfig(ktesting.Verbosity(2))))
 }
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago, for a process a test
+// starts with a listen address of its own.
+func FreePort(tb testing.TB) int {
+	tb.Helper()
+	ports, err := freePorts(1)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return ports[0]
+}

@@ -2,7 +2,6 @@ package nodeagent_test
 
 import (
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -55,14 +54,7 @@ func startExtender(tb testing.TB, extra ...string) string {
 	if errExtenderBuild != nil {
 		tb.Fatal(errExtenderBuild)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		tb.Fatal(err)
-	}
+	addr := fmt.Sprintf("127.0.0.1:%d", harness.FreePort(tb))
 	sp := proc.NewSpawner()
 	args := append([]string{"--http_bind", addr, "--kubeconfig", cp.Kubeconfig(), "--leader-elect=false", "-v", "2"}, extra...)
 	p, err := sp.Start(proc.Options{Name: "extender", Path: extenderBin, Args: args, LogPath: filepath.Join(tb.TempDir(), "extender.log")})
