@@ -1,10 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"errors"
-	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,51 +9,13 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/hamireg/hamireg/allocation"
+	"github.com/hamireg/hamireg/internal/manifests"
 	"github.com/hamireg/hamireg/kubeletplugin"
 	"github.com/hamireg/hamireg/nodeagent"
 	"github.com/hamireg/hamireg/register"
 )
-
-// manifests decodes every object of deploy/*.yaml with client-go's scheme, strictly: unknown
-// kinds, unknown fields and duplicate fields fail.
-func manifests(t *testing.T) []runtime.Object {
-	t.Helper()
-	files, err := filepath.Glob("deploy/*.yaml")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no manifests in deploy/: %v", err)
-	}
-	strict := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
-	var objs []runtime.Object
-	for _, f := range files {
-		r, err := os.Open(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		docs := utilyaml.NewYAMLReader(bufio.NewReader(r))
-		for {
-			doc, err := docs.Read()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				t.Fatalf("%s: %v", f, err)
-			}
-			obj, _, err := strict.Decode(doc, nil, nil)
-			if err != nil {
-				t.Fatalf("%s: decode: %v", f, err)
-			}
-			objs = append(objs, obj)
-		}
-		_ = r.Close()
-	}
-	return objs
-}
 
 func TestManifests(t *testing.T) {
 	t.Parallel()
@@ -67,7 +25,7 @@ func TestManifests(t *testing.T) {
 		role *rbacv1.ClusterRole
 		crb  *rbacv1.ClusterRoleBinding
 	)
-	for _, obj := range manifests(t) {
+	for _, obj := range manifests.Glob(t, "deploy/*.yaml") {
 		switch o := obj.(type) {
 		case *appsv1.DaemonSet:
 			ds = o

@@ -1,16 +1,11 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -22,64 +17,23 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes/fake"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/klog/v2/ktesting"
 	schedulerv1 "k8s.io/kube-scheduler/config/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/hamireg/hamireg/extender"
+	"github.com/hamireg/hamireg/internal/manifests"
 	"github.com/hamireg/hamireg/schedcache"
 )
 
-// manifests decodes every object of deploy/*.yaml strictly (unknown fields fail).
-func manifests(t *testing.T) []runtime.Object {
-	t.Helper()
-	files, err := filepath.Glob("deploy/*.yaml")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("manifests: %v %v", files, err)
-	}
-	decoder := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
-	var out []runtime.Object
-	for _, file := range files {
-		data, err := os.ReadFile(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r := utilyaml.NewYAMLReader(bufioReader(data))
-		for {
-			doc, err := r.Read()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				t.Fatalf("%s: %v", file, err)
-			}
-			if len(bytes.TrimSpace(doc)) == 0 {
-				continue
-			}
-			obj, _, err := decoder.Decode(doc, nil, nil)
-			if err != nil {
-				t.Fatalf("%s: %v", file, err)
-			}
-			out = append(out, obj)
-		}
-	}
-	return out
-}
-
-func find[T runtime.Object](objs []runtime.Object, name string) T {
-	for _, o := range objs {
-		if v, ok := o.(T); ok {
-			if m, ok := any(v).(interface{ GetName() string }); ok && m.GetName() == name {
-				return v
-			}
-		}
-	}
-	var zero T
-	return zero
+// find returns the object of type T named name, nil when there is none.
+func find[T interface {
+	runtime.Object
+	GetName() string
+}](objs []runtime.Object, name string) T {
+	v, _ := manifests.Find[T](objs, name)
+	return v
 }
 
 // covers reports the (group, resource, verb) triples of want that rules do not allow.
@@ -106,7 +60,7 @@ func covers(rules, want []rbacv1.PolicyRule) []string {
 // extender's flags and routes, with the managed resources ignored by the scheduler.
 func TestManifests(t *testing.T) {
 	t.Parallel()
-	objs := manifests(t)
+	objs := manifests.Glob(t, "deploy/*.yaml")
 	role := find[*rbacv1.ClusterRole](objs, "hami-scheduler")
 	if role == nil {
 		t.Fatal("no ClusterRole hami-scheduler")
@@ -243,5 +197,3 @@ func TestRun(t *testing.T) {
 }
 
 type admissionMutating = admissionregistrationv1.MutatingWebhookConfiguration
-
-func bufioReader(data []byte) *bufio.Reader { return bufio.NewReader(bytes.NewReader(data)) }

@@ -1,15 +1,11 @@
 package extender_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -20,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hamireg/hamireg/internal/manifests"
+
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -27,12 +25,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/informers"
 	corev1listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	kubeschedulerconfigv1 "k8s.io/kube-scheduler/config/v1"
@@ -82,49 +77,16 @@ func extenderKubeconfig(tb testing.TB, ns string) string {
 	if roleOnce.err != nil {
 		tb.Fatalf("create cluster role %s: %v", extenderRole, roleOnce.err)
 	}
-	c, err := cp.ServiceAccountConfig(ctx, ns, "hami-scheduler", extenderRole)
+	path, err := cp.ServiceAccountKubeconfig(ctx, tb.TempDir(), ns, "hami-scheduler", extenderRole)
 	if err != nil {
-		tb.Fatal(err)
-	}
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["e2e"] = &clientcmdapi.Cluster{Server: c.Host, CertificateAuthorityData: c.CAData}
-	kc.AuthInfos["e2e"] = &clientcmdapi.AuthInfo{Token: c.BearerToken}
-	kc.Contexts["e2e"] = &clientcmdapi.Context{Cluster: "e2e", AuthInfo: "e2e"}
-	kc.CurrentContext = "e2e"
-	path := filepath.Join(tb.TempDir(), "kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, path); err != nil {
 		tb.Fatal(err)
 	}
 	return path
 }
 
-func bufioReader(b []byte) *bufio.Reader { return bufio.NewReader(bytes.NewReader(b)) }
-
-// manifestDocs returns the YAML documents of one file of deploy/.
-func manifestDocs(file string) ([][]byte, error) {
-	data, err := os.ReadFile(filepath.Join(deployDir, file))
-	if err != nil {
-		return nil, err
-	}
-	r := utilyaml.NewYAMLReader(bufioReader(data))
-	var docs [][]byte
-	for {
-		doc, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			return docs, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", file, err)
-		}
-		if len(bytes.TrimSpace(doc)) > 0 {
-			docs = append(docs, doc)
-		}
-	}
-}
-
 // exampleClusterRole is the ClusterRole hami-scheduler of deploy/rbac.yaml.
 func exampleClusterRole() (*rbacv1.ClusterRole, error) {
-	docs, err := manifestDocs("rbac.yaml")
+	docs, err := manifests.Docs(filepath.Join(deployDir, "rbac.yaml"))
 	if err != nil {
 		return nil, err
 	}
@@ -149,7 +111,7 @@ func exampleClusterRole() (*rbacv1.ClusterRole, error) {
 // the managed resources ignored by the scheduler — is the file's.
 func exampleSchedulerConfig(tb testing.TB, url, schedulerName string) *kubeschedulerconfigv1.KubeSchedulerConfiguration {
 	tb.Helper()
-	docs, err := manifestDocs("scheduler-config.yaml")
+	docs, err := manifests.Docs(filepath.Join(deployDir, "scheduler-config.yaml"))
 	if err != nil || len(docs) != 1 {
 		tb.Fatalf("scheduler-config.yaml: %d documents, %v", len(docs), err)
 	}

@@ -1,8 +1,6 @@
 package extenderha_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -13,7 +11,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"io"
 	"math/big"
 	"net"
 	"net/http"
@@ -27,6 +24,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hamireg/hamireg/internal/manifests"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -34,9 +33,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/extender"
@@ -57,45 +53,14 @@ const (
 	kubeSchedulerUser = "system:kube-scheduler"
 )
 
-// manifests decodes every object of deploy/<file> strictly (unknown fields fail).
-func manifests(tb testing.TB, file string) []runtime.Object {
-	tb.Helper()
-	data, err := os.ReadFile(filepath.Join(deployDir, file))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	decoder := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
-	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	var out []runtime.Object
-	for {
-		doc, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			return out
-		}
-		if err != nil {
-			tb.Fatalf("%s: %v", file, err)
-		}
-		if len(bytes.TrimSpace(doc)) == 0 {
-			continue
-		}
-		obj, _, err := decoder.Decode(doc, nil, nil)
-		if err != nil {
-			tb.Fatalf("%s: %v", file, err)
-		}
-		out = append(out, obj)
-	}
-}
-
 // manifest returns the object of type T named name in deploy/<file>.
 func manifest[T interface {
 	runtime.Object
 	GetName() string
 }](tb testing.TB, file, name string) T {
 	tb.Helper()
-	for _, o := range manifests(tb, file) {
-		if v, ok := o.(T); ok && v.GetName() == name {
-			return v
-		}
+	if v, ok := manifests.Find[T](manifests.Glob(tb, filepath.Join(deployDir, file)), name); ok {
+		return v
 	}
 	var zero T
 	tb.Fatalf("deploy/%s has no %T %s", file, zero, name)

@@ -1,12 +1,7 @@
 package nodeagent_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"errors"
-	"io"
-	"os"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -17,50 +12,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/kubernetes/scheme"
 
+	"github.com/hamireg/hamireg/internal/manifests"
 	"github.com/hamireg/hamireg/nodeagent"
 	"github.com/hamireg/hamireg/test/e2e/harness"
 )
 
 // deployDir holds the example's manifests.
 var deployDir = filepath.Join("..", "..", "..", "examples", "deviceplugin", "deploy")
-
-// readManifests decodes every object of deployDir strictly.
-func readManifests(t *testing.T) []runtime.Object {
-	t.Helper()
-	files, err := filepath.Glob(filepath.Join(deployDir, "*.yaml"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no manifests in %s: %v", deployDir, err)
-	}
-	strict := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
-	var objs []runtime.Object
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		docs := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(b)))
-		for {
-			doc, err := docs.Read()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				t.Fatalf("%s: %v", f, err)
-			}
-			obj, _, err := strict.Decode(doc, nil, nil)
-			if err != nil {
-				t.Fatalf("%s: %v", f, err)
-			}
-			objs = append(objs, obj)
-		}
-	}
-	return objs
-}
 
 // TestDeployManifests creates examples/deviceplugin/deploy on the API server and asks it,
 // with SubjectAccessReviews, what the DaemonSet's ServiceAccount may do: exactly the verbs
@@ -77,7 +36,7 @@ func TestDeployManifests(t *testing.T) {
 	cleanup := func(f func(context.Context) error) {
 		t.Cleanup(func() { _ = f(context.WithoutCancel(ctx)) })
 	}
-	for _, obj := range readManifests(t) {
+	for _, obj := range manifests.Glob(t, filepath.Join(deployDir, "*.yaml")) {
 		var err error
 		switch o := obj.(type) {
 		case *corev1.ServiceAccount:

@@ -1,0 +1,92 @@
+// Package manifests reads the examples' deploy manifests for the tests that check them (the
+// examples' unit tests and the e2e tests that create them on a real API server). Only tests
+// import it.
+package manifests
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes/scheme"
+)
+
+// Docs returns the non-empty YAML documents of file.
+func Docs(file string) ([][]byte, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	var docs [][]byte
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return docs, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", file, err)
+		}
+		if len(bytes.TrimSpace(doc)) > 0 {
+			docs = append(docs, doc)
+		}
+	}
+}
+
+// Read decodes every object of the files with client-go's scheme, strictly: unknown kinds,
+// unknown fields and duplicate fields fail.
+func Read(files ...string) ([]runtime.Object, error) {
+	decoder := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
+	var objs []runtime.Object
+	for _, f := range files {
+		docs, err := Docs(f)
+		if err != nil {
+			return nil, err
+		}
+		for _, doc := range docs {
+			obj, _, err := decoder.Decode(doc, nil, nil)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", f, err)
+			}
+			objs = append(objs, obj)
+		}
+	}
+	return objs, nil
+}
+
+// Glob is Read of the files that pattern matches; it fails tb when there are none or one does
+// not decode.
+func Glob(tb testing.TB, pattern string) []runtime.Object {
+	tb.Helper()
+	files, err := filepath.Glob(pattern)
+	if err != nil || len(files) == 0 {
+		tb.Fatalf("no manifests match %s: %v", pattern, err)
+	}
+	objs, err := Read(files...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return objs
+}
+
+// Find returns the first object of type T named name, and false when there is none.
+func Find[T interface {
+	runtime.Object
+	GetName() string
+}](objs []runtime.Object, name string) (T, bool) {
+	for _, o := range objs {
+		if v, ok := o.(T); ok && v.GetName() == name {
+			return v, true
+		}
+	}
+	var zero T
+	return zero, false
+}
