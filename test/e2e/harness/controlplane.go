@@ -30,7 +30,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/hamireg/hamireg/test/e2e/internal/proc"
+	"github.com/hamireg/hamireg/test/e2e/harness/proc"
 )
 
 // EnvBinDir names the environment variable that holds the folder with the kube-apiserver,

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/hamireg/hamireg/test/e2e/internal/proc"
+	"github.com/hamireg/hamireg/test/e2e/harness/proc"
 )
 
 // envHostname carries the host name to the test binary re-executed by [WithHostname]; [Main]
@@ -20,7 +20,7 @@ const envHostname = "HAMIREG_E2E_HOSTNAME"
 // name, so two replicas on one machine need two names. The test binary is started in the new
 // namespace (CLONE_NEWUTS; as non-root also CLONE_NEWUSER, mapping the caller to root), sets
 // the name and executes opts.Path with the same process id, so signals, Pid and the log work
-// as without it. The test binary's TestMain must call [Main].
+// as without it. The test binary's TestMain must call [Main] (a program: [ExecIfHostnameChild]).
 func WithHostname(opts proc.Options, host string) (proc.Options, error) {
 	if host == "" {
 		return opts, fmt.Errorf("with hostname: empty host name")
@@ -51,9 +51,11 @@ func WithHostname(opts proc.Options, host string) (proc.Options, error) {
 	return opts, nil
 }
 
-// execIfHostnameChild is the child side of [WithHostname]: it sets the host name and executes
-// the program in os.Args[1:]. It returns only when the variable is not set.
-func execIfHostnameChild() {
+// ExecIfHostnameChild is the child side of [WithHostname]: in a process started by it, it sets
+// the host name and executes the program in os.Args[1:] (it never returns there). Everywhere
+// else it returns at once. [Main] calls it; a program (not a test binary) that uses
+// WithHostname, directly or through [SchedulerOptions.Hostname], must call it first in main.
+func ExecIfHostnameChild() {
 	host, ok := os.LookupEnv(envHostname)
 	if !ok {
 		return

@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/hamireg/hamireg/test/e2e/internal/proc"
+	"github.com/hamireg/hamireg/test/e2e/harness/proc"
 )
 
 // Main is the body of a test binary's TestMain: it starts one control plane for the whole
@@ -23,7 +23,7 @@ import (
 // A test binary started by a process of [WithHostname] only sets its host name and executes
 // the real program.
 func Main(m *testing.M, opts Options, use func(*ControlPlane)) {
-	execIfHostnameChild()
+	ExecIfHostnameChild()
 	os.Exit(run(m, opts, use))
 }
 

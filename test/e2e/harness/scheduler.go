@@ -15,7 +15,7 @@ import (
 	kubeschedulerconfigv1 "k8s.io/kube-scheduler/config/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/hamireg/hamireg/test/e2e/internal/proc"
+	"github.com/hamireg/hamireg/test/e2e/harness/proc"
 )
 
 // SchedulerOptions configures [ControlPlane.StartScheduler]. The zero value runs

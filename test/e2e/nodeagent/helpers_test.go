@@ -27,7 +27,7 @@ import (
 	"github.com/hamireg/hamireg/nodeagent"
 	"github.com/hamireg/hamireg/nodelock"
 	"github.com/hamireg/hamireg/test/e2e/harness"
-	"github.com/hamireg/hamireg/test/e2e/internal/proc"
+	"github.com/hamireg/hamireg/test/e2e/harness/proc"
 	"github.com/hamireg/hamireg/test/e2e/kubeletpeer"
 )
 

@@ -1,5 +1,6 @@
-// Package proc starts and stops the peer processes of the e2e tests (etcd, kube-apiserver,
-// kube-scheduler, the device-manager child) so that none of them outlives the test binary.
+// Package proc starts and stops the peer processes of the e2e tests and the quickstart (etcd,
+// kube-apiserver, kube-scheduler, the device-manager child, the example programs) so that
+// none of them outlives the process that started it.
 //
 // Every child is started with SysProcAttr{Pdeathsig: SIGKILL, Setpgid: true}: the kernel
 // kills it when the test binary dies for any reason (panic, test timeout, SIGKILL), and
