@@ -5,21 +5,33 @@ GO ?= go
 LINT := $(GO) tool -modfile=$(CURDIR)/hack/tools/go.mod golangci-lint
 # Nested modules that are linted and unit-tested on their own. hack/k8sbins is left out:
 # it has no Go packages (only tool directives for the binaries hack/e2e.sh builds).
-MODULES := . $(wildcard test/e2e)
+MODULES := . $(wildcard test/e2e) examples/quickstart
+# The quickstart's own binary, in the user's cache (it links k8s.io/kubernetes: minutes cold).
+QUICKSTART_BIN ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/hamireg/quickstart/quickstart
+QUICKSTART_FLAGS ?=
 E2E_FLAGS ?=
 # go-nvml's header trips deprecation warnings on every uncached cgo build.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 BENCH ?= .
 FUZZTIME ?= 30s
 
-.PHONY: test unit lint bench e2e fuzz cgo0
+.PHONY: test unit lint bench e2e fuzz cgo0 quickstart
+
+## quickstart: a local HAMi-compatible GPU cluster (real peers, 8 simulated GPUs) and the
+## whole loop, step by step; QUICKSTART_FLAGS=--keep leaves it running until Ctrl-C.
+quickstart:
+	@echo "quickstart: building examples/quickstart into $(QUICKSTART_BIN) (the first time: a few minutes)"
+	@cd examples/quickstart && $(GO) build -o "$(QUICKSTART_BIN)" .
+	@"$(QUICKSTART_BIN)" $(QUICKSTART_FLAGS)
 
 ## test: everything CI runs: lint, unit tests (race), e2e against real peers.
 test: lint unit e2e
 
-## unit: unit, conformance and example tests of the root module with the race detector.
+## unit: unit, conformance and example tests of the root module and the quickstart's, with
+## the race detector.
 unit: cgo0
 	$(GO) test -race -count=1 ./...
+	cd examples/quickstart && $(GO) test -race -count=1 ./...
 
 ## cgo0: everything but nvmlscan (the only cgo package) and the device plugin on it must build without cgo.
 cgo0:

@@ -88,7 +88,7 @@ func TestManifests(t *testing.T) {
 	}
 	var ext corev1.Container
 	for _, c := range dep.Spec.Template.Spec.Containers {
-		if c.Name == "extender" {
+		if c.Name == "vgpu-scheduler-extender" {
 			ext = c
 		}
 	}

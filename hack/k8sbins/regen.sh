@@ -4,7 +4,8 @@
 #
 #   hack/k8sbins/regen.sh v1.37.2 [MODULE_DIR...]
 #
-# MODULE_DIR defaults to hack/k8sbins; pass test/e2e too to move the e2e module along.
+# MODULE_DIR defaults to hack/k8sbins; pass test/e2e and examples/quickstart too to move the
+# modules that link k8s.io/kubernetes along.
 # k8s.io/kubernetes requires its staging modules (k8s.io/api, k8s.io/client-go, ...) at the
 # placeholder v0.0.0 and replaces them with ./staging/... in its own go.mod; replace
 # directives do not propagate, so every module that requires k8s.io/kubernetes has to map

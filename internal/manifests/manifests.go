@@ -1,6 +1,6 @@
 // Package manifests reads the examples' deploy manifests for the tests that check them (the
-// examples' unit tests and the e2e tests that create them on a real API server). Only tests
-// import it.
+// examples' unit tests and the e2e tests that create them on a real API server) and for
+// examples/quickstart, which applies them. No library package imports it.
 package manifests
 
 import (

@@ -38,7 +38,7 @@ import (
 	"github.com/hamireg/hamireg/extender"
 	"github.com/hamireg/hamireg/register"
 	"github.com/hamireg/hamireg/test/e2e/harness"
-	"github.com/hamireg/hamireg/test/e2e/internal/proc"
+	"github.com/hamireg/hamireg/test/e2e/harness/proc"
 )
 
 const (
@@ -173,7 +173,7 @@ func extenderArgs(tb testing.TB, set map[string]string) []string {
 	dep := manifest[*appsv1.Deployment](tb, "deployment.yaml", "hami-scheduler")
 	var args []string
 	for _, c := range dep.Spec.Template.Spec.Containers {
-		if c.Name == "extender" {
+		if c.Name == "vgpu-scheduler-extender" {
 			args = c.Args
 		}
 	}

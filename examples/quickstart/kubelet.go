@@ -1,0 +1,273 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/hamireg/hamireg/annotation"
+	"github.com/hamireg/hamireg/test/e2e/harness/proc"
+	"github.com/hamireg/hamireg/test/e2e/kubeletpeer"
+)
+
+// statusPeriod is how often the kubelet here copies the device manager's counts into the
+// Node's status (a real kubelet: on a device change, and every 10 s).
+const statusPeriod = time.Second
+
+// admission is what the kubelet's device manager gave one pod's GPU containers.
+type admission struct {
+	pod    *corev1.Pod
+	allocs map[string]kubeletpeer.Allocation // by container
+	err    error
+}
+
+// kubelet plays the node's kubelet around the real device manager: node status, and pod
+// admission (ManagerImpl.Allocate for each GPU container of a pod bound to the node, as the
+// kubelet does before it starts the containers). There is no container runtime: the Pods of
+// the processes the quickstart runs (the device plugin's, the scheduler's) are reported
+// Running; other pods stay Pending after their Allocate.
+type kubelet struct {
+	client   kubernetes.Interface
+	node     string
+	dm       *kubeletpeer.DeviceManager
+	running  map[string]bool // names of the stand-in Pods, reported Running
+	announce func(admission) // called for each pod admitted (may be nil)
+
+	mu       sync.Mutex
+	admitted map[types.UID]admission
+	changed  chan struct{} // closed and replaced on each admission
+}
+
+// run keeps the node status and admits pods until ctx ends.
+func (k *kubelet) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() {
+		tick := time.NewTicker(statusPeriod)
+		defer tick.Stop()
+		for {
+			_ = k.dm.UpdateNodeStatus(ctx, k.client.CoreV1(), k.node) // a failure is retried next period
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	})
+	factory := informers.NewSharedInformerFactoryWithOptions(k.client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", k.node).String()
+	}))
+	queue := make(chan *corev1.Pod, 1024)
+	handle := func(obj any) {
+		if p, ok := obj.(*corev1.Pod); ok {
+			select {
+			case queue <- p:
+			default: // never here: a handful of pods
+			}
+		}
+	}
+	_, _ = factory.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: handle, UpdateFunc: func(_, o any) { handle(o) }})
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case p := <-queue:
+			k.admit(ctx, p)
+		}
+	}
+}
+
+// admit runs the device manager's Allocate for the pod's GPU containers once.
+func (k *kubelet) admit(ctx context.Context, p *corev1.Pod) {
+	k.mu.Lock()
+	_, done := k.admitted[p.UID]
+	k.mu.Unlock()
+	if done || p.DeletionTimestamp != nil {
+		return
+	}
+	a := admission{pod: p, allocs: map[string]kubeletpeer.Allocation{}}
+	if k.running[p.Name] {
+		a.err = k.reportRunning(ctx, p)
+	} else {
+		for _, c := range p.Spec.Containers {
+			if _, ok := c.Resources.Limits[annotation.ResourceNVIDIAGPU]; !ok {
+				continue
+			}
+			got, err := k.dm.Allocate(ctx, p, c.Name)
+			if err != nil {
+				a.err = fmt.Errorf("the kubelet's Allocate for container %s of pod %s/%s: %w", c.Name, p.Namespace, p.Name, err)
+				break
+			}
+			a.allocs[c.Name] = got
+		}
+	}
+	k.mu.Lock()
+	if k.admitted == nil {
+		k.admitted = map[types.UID]admission{}
+	}
+	k.admitted[p.UID] = a
+	if k.changed != nil {
+		close(k.changed)
+		k.changed = nil
+	}
+	announce := k.announce
+	k.mu.Unlock()
+	if announce != nil {
+		announce(a)
+	}
+}
+
+// admission returns the pod's admission and whether it happened, and a channel that is
+// closed at the next admission.
+func (k *kubelet) admission(uid types.UID) (admission, bool, <-chan struct{}) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	a, ok := k.admitted[uid]
+	if k.changed == nil {
+		k.changed = make(chan struct{})
+	}
+	return a, ok, k.changed
+}
+
+// reportRunning writes the status a kubelet writes for a pod whose containers run.
+func (k *kubelet) reportRunning(ctx context.Context, p *corev1.Pod) error {
+	now := metav1.Now()
+	p = p.DeepCopy()
+	p.Status.Phase = corev1.PodRunning
+	p.Status.StartTime = &now
+	p.Status.HostIP, p.Status.PodIP = "127.0.0.1", "127.0.0.1"
+	p.Status.Conditions = []corev1.PodCondition{
+		{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+	}
+	p.Status.ContainerStatuses = nil
+	for _, c := range p.Spec.Containers {
+		p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{
+			Name: c.Name, Image: c.Image, ImageID: c.Image, Ready: true, Started: new(true),
+			ContainerID: "quickstart://" + c.Name,
+			State:       corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
+		})
+	}
+	_, err := k.client.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+	return err
+}
+
+// startNode creates the GPU node as a kubelet registers it (labelled for the DaemonSet's
+// nodeSelector, Ready, without the not-ready taint that only the node lifecycle controller
+// would remove) and the scheduler's stand-in Pod, and starts the kubelet's loops.
+func (q *quickstart) startNode(ctx context.Context) error {
+	ds, err := find[*appsv1.DaemonSet](q, pluginName)
+	if err != nil {
+		return err
+	}
+	dep, err := find[*appsv1.Deployment](q, schedulerName)
+	if err != nil {
+		return err
+	}
+	labels := map[string]string{"kubernetes.io/hostname": q.opts.node, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}
+	maps.Copy(labels, ds.Spec.Template.Spec.NodeSelector)
+	c := q.cp.AdminClient()
+	n, err := c.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: q.opts.node, Labels: labels}}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("create node %s: %w", q.opts.node, err)
+	}
+	n.Spec.Taints = nil
+	if n, err = c.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("untaint node %s: %w", q.opts.node, err)
+	}
+	q8 := resource.MustParse
+	n.Status = corev1.NodeStatus{
+		Capacity:    corev1.ResourceList{corev1.ResourceCPU: q8("64"), corev1.ResourceMemory: q8("512Gi"), corev1.ResourcePods: q8("110")},
+		Allocatable: corev1.ResourceList{corev1.ResourceCPU: q8("64"), corev1.ResourceMemory: q8("512Gi"), corev1.ResourcePods: q8("110")},
+		Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
+			Message: "the quickstart's kubelet (the real device manager, no container runtime)", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}},
+		Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}},
+		NodeInfo:  corev1.NodeSystemInfo{KubeletVersion: q.cp.Version(), OperatingSystem: "linux", Architecture: "amd64"},
+	}
+	if _, err := c.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("status of node %s: %w", q.opts.node, err)
+	}
+
+	kctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	q.kubelet = &kubelet{client: c, node: q.opts.node, dm: q.dm, running: map[string]bool{q.schedulerPod(): true, q.pluginPod(): true}}
+	done := make(chan struct{})
+	go func() { defer close(done); q.kubelet.run(kctx) }()
+	q.onStop(func() error { cancel(); <-done; return nil })
+
+	if _, err := c.CoreV1().Pods(namespace).Create(ctx, standInPod(q.schedulerPod(), dep.Spec.Template, q.opts.node), metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create the scheduler's Pod: %w", err)
+	}
+	q.out.item("node", "%s created with labels %s; the kubelet here reports its device counts every %v", q.opts.node, labelString(ds.Spec.Template.Spec.NodeSelector), statusPeriod)
+	return nil
+}
+
+// startPlugin runs examples/deviceplugin --simulate dgxa100 with the DaemonSet's arguments
+// (its socket in the device manager's folder), as the ServiceAccount hami-device-plugin.
+func (q *quickstart) startPlugin(ctx context.Context) error {
+	ds, err := find[*appsv1.DaemonSet](q, pluginName)
+	if err != nil {
+		return err
+	}
+	ctr, err := container(&ds.Spec.Template.Spec, pluginContainer)
+	if err != nil {
+		return err
+	}
+	kubeconfig, err := q.cp.ServiceAccountKubeconfig(ctx, mkdir(q.work, "deviceplugin"), namespace, pluginName, pluginName)
+	if err != nil {
+		return fmt.Errorf("credentials of ServiceAccount %s/%s: %w", namespace, pluginName, err)
+	}
+	root := filepath.Dir(q.dm.Dir()) // <root>/device-plugins is the device manager's folder
+	var args []string
+	for _, a := range ctr.Args {
+		if !strings.HasPrefix(a, "--kubelet-root-dir=") {
+			args = append(args, a)
+		}
+	}
+	args = append(args, "--kubelet-root-dir="+root, "--simulate=dgxa100", "--prepare-state-dir=false", "--kubeconfig="+kubeconfig, fmt.Sprintf("-v=%d", q.opts.verbosity))
+	env := []string{"NODE_NAME=" + q.opts.node}
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, "NODE_NAME=") && !strings.HasPrefix(e, "NodeName=") {
+			env = append(env, e)
+		}
+	}
+	if _, err := q.cp.AdminClient().CoreV1().Pods(namespace).Create(ctx, standInPod(q.pluginPod(), ds.Spec.Template, q.opts.node), metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create the device plugin's Pod: %w", err)
+	}
+	p, err := q.spawn(proc.Options{Name: "deviceplugin", Path: filepath.Join(q.bin, "deviceplugin"), Args: args, Env: env})
+	if err != nil {
+		return err
+	}
+	q.plugin = p
+	q.out.item("plugin", "examples/deviceplugin with the DaemonSet's arguments and NODE_NAME=%s:", q.opts.node)
+	q.out.item("", "%s", strings.Join(args[:len(args)-2], " "))
+	return nil
+}
+
+// labelString writes labels as k=v,k=v, sorted.
+func labelString(l map[string]string) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(l)) {
+		parts = append(parts, k+"="+l[k])
+	}
+	return strings.Join(parts, ",")
+}

@@ -1,0 +1,57 @@
+// Command quickstart runs a HAMi-compatible GPU cluster on 127.0.0.1, without a cluster or a
+// GPU, and walks through the whole loop of the SDK:
+//
+//	make quickstart            # from the repository root; or, in examples/quickstart:
+//	go run . [--keep] [--k8s-bin DIR] [--repo DIR] [--programs DIR] [--node gpu-node-1] [-v 2]
+//
+// The peers are the real ones the e2e tests use: etcd and kube-apiserver (TLS, RBAC),
+// kube-scheduler configured from examples/extender's manifests, and the kubelet's own device
+// manager as the node's kubelet. On them it applies the deploy manifests of examples/extender
+// and examples/deviceplugin, runs examples/extender with the Deployment's arguments and
+// examples/deviceplugin --simulate dgxa100 (8 simulated A100s) with the DaemonSet's, and then:
+//
+//  1. shows the node's three channels going healthy, each with how long it took: the
+//     register annotation, the device count in allocatable and the handshake;
+//  2. creates a pod asking for 2 GPUs with 10 GiB and 30 % cores each, and shows
+//     kube-scheduler's choice, the pod annotations, the environment the device plugin
+//     returned to the kubelet's Allocate, and the node lock released;
+//  3. runs examples/doctor on the node (healthy), breaks one channel on purpose (the
+//     register annotation deleted by hand) and runs it again (the case and the fix), then
+//     shows the node agent healing it;
+//  4. with --keep, leaves everything running and prints a kubeconfig for kubectl and the
+//     doctor until Ctrl-C; without it, stops everything and removes what it created.
+//
+// The first run builds kube-apiserver, kube-scheduler and etcd into the user's cache
+// (hack/k8sbins/build.sh, several minutes) and says so with progress; later runs reuse them.
+// --k8s-bin (or $HAMIREG_K8S_BIN) names a folder with them instead.
+//
+// The kubelet's device manager hard-codes /var/lib/kubelet/device-plugins, so it runs in a
+// private mount namespace (as root, or in an unprivileged user namespace); where the machine
+// allows neither, quickstart says so and what to run instead. Every process it starts is
+// stopped on every exit path: at the end, on Ctrl-C or SIGTERM, on an error, and (the kernel's
+// parent-death signal) when quickstart itself is killed.
+//
+// Exit status: 0 when every step worked, 1 when one failed (the message says which and shows
+// the log of the process concerned), 2 on bad flags, 130 when interrupted.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/hamireg/hamireg/test/e2e/harness"
+	"github.com/hamireg/hamireg/test/e2e/kubeletpeer"
+)
+
+func main() {
+	kubeletpeer.ReexecIfChild()   // the kubelet device manager's child runs here and exits
+	harness.ExecIfHostnameChild() // a program run with the scheduler Pod's host name execs here
+	// A closed stdout (quickstart | head) must not kill it before it has stopped what it started.
+	signal.Ignore(syscall.SIGPIPE)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}

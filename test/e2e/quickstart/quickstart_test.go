@@ -1,0 +1,288 @@
+// Package quickstart_test runs the examples/quickstart binary end to end, as `make
+// quickstart` does: its own control plane, kube-scheduler, the kubelet's device manager,
+// examples/extender and examples/deviceplugin --simulate dgxa100. It checks the exit status,
+// the lines each step prints, and that nothing it started is left running or on disk, on the
+// normal path and when Ctrl-C ends --keep.
+package quickstart_test
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hamireg/hamireg/test/e2e/harness"
+)
+
+// envMarker is set in the quickstart's environment; every process it starts inherits it, so a
+// scan of /proc finds whatever outlives it.
+const envMarker = "HAMIREG_QUICKSTART_E2E"
+
+var (
+	buildOnce sync.Once
+	bin       string
+	errBuild  error
+)
+
+// quickstartBin builds examples/quickstart (its own module) once per test binary.
+func quickstartBin(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "hamireg-qs-bin-") //nolint:usetesting // shared by the tests, removed by TestMain
+		if err != nil {
+			errBuild = err
+			return
+		}
+		bin = filepath.Join(dir, "quickstart")
+		args := []string{"build", "-o", bin}
+		if race {
+			args = append(args, "-race")
+		}
+		cmd := exec.Command("go", append(args, ".")...)
+		cmd.Dir = filepath.Join("..", "..", "..", "examples", "quickstart")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			errBuild = fmt.Errorf("go build examples/quickstart: %w\n%s", err, out)
+		}
+	})
+	if errBuild != nil {
+		t.Fatal(errBuild)
+	}
+	return bin
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if bin != "" {
+		_ = os.RemoveAll(filepath.Dir(bin))
+	}
+	os.Exit(code)
+}
+
+// run is one quickstart process with its output collected line by line.
+type run struct {
+	cmd    *exec.Cmd
+	marker string
+	mu     sync.Mutex
+	out    bytes.Buffer
+	lines  chan string
+	done   chan struct{}
+}
+
+// start runs the quickstart with args; the node is named after the test.
+func start(t *testing.T, args ...string) *run {
+	t.Helper()
+	if os.Getenv(harness.EnvBinDir) == "" {
+		t.Fatal(harness.ErrBinariesMissing)
+	}
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	r := &run{marker: hex.EncodeToString(b), lines: make(chan string, 1024), done: make(chan struct{})}
+	args = append([]string{"--k8s-bin", os.Getenv(harness.EnvBinDir), "--programs", t.TempDir(), "--repo", filepath.Join("..", "..", "..")}, args...)
+	r.cmd = exec.Command(quickstartBin(t), args...)
+	r.cmd.Env = append(os.Environ(), envMarker+"="+r.marker)
+	r.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	pr, pw := io.Pipe()
+	r.cmd.Stdout, r.cmd.Stderr = pw, pw
+	if err := r.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(r.done)
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			r.mu.Lock()
+			r.out.WriteString(sc.Text() + "\n")
+			r.mu.Unlock()
+			select {
+			case r.lines <- sc.Text():
+			default:
+			}
+		}
+	}()
+	go func() {
+		_ = r.cmd.Wait()
+		_ = pw.Close()
+	}()
+	t.Cleanup(func() {
+		if r.cmd.ProcessState == nil {
+			_ = r.cmd.Process.Kill()
+		}
+		<-r.done
+		if t.Failed() {
+			t.Logf("quickstart output:\n%s", r.output())
+		}
+	})
+	return r
+}
+
+func (r *run) output() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.out.String()
+}
+
+// waitLine waits for a line containing s.
+func (r *run) waitLine(t *testing.T, s string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		select {
+		case l := <-r.lines:
+			if strings.Contains(l, s) {
+				return
+			}
+		case <-r.done:
+			t.Fatalf("quickstart ended before printing %q", s)
+		case <-deadline:
+			t.Fatalf("no line with %q within %v", s, timeout)
+		}
+	}
+}
+
+// wait waits for the process to exit and returns its exit status.
+func (r *run) wait(t *testing.T, timeout time.Duration) int {
+	t.Helper()
+	select {
+	case <-r.done:
+	case <-time.After(timeout):
+		t.Fatalf("quickstart still running after %v", timeout)
+	}
+	for r.cmd.ProcessState == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	return r.cmd.ProcessState.ExitCode()
+}
+
+// wantNothingLeft checks that no process with the run's marker is alive and that the work
+// folders it printed and the peers' temporary folders it owned are gone.
+func (r *run) wantNothingLeft(t *testing.T) {
+	t.Helper()
+	procs, _ := filepath.Glob("/proc/[0-9]*/environ")
+	needle := []byte(envMarker + "=" + r.marker)
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil || !bytes.Contains(b, needle) {
+			continue
+		}
+		args, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "cmdline"))
+		t.Errorf("left running: pid %s: %s", filepath.Base(filepath.Dir(p)), bytes.ReplaceAll(args, []byte{0}, []byte{' '}))
+	}
+	work := regexp.MustCompile(`in (/\S+hamireg-qs-\d+)`).FindStringSubmatch(r.output())
+	if work == nil {
+		t.Errorf("no work folder in the first line")
+	} else if _, err := os.Stat(work[1]); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("work folder %s left behind (%v)", work[1], err)
+	}
+	pid := fmt.Sprint(r.cmd.Process.Pid)
+	for _, prefix := range []string{"hamireg-e2e-", "hamireg-kl-", "hamireg-qs-"} {
+		dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), prefix+"*"))
+		for _, d := range dirs {
+			if owner, err := os.ReadFile(filepath.Join(d, "owner.pid")); err == nil && strings.TrimSpace(string(owner)) == pid {
+				t.Errorf("left behind: %s", d)
+			}
+		}
+	}
+}
+
+// TestQuickstart is `make quickstart` without --keep: every step's lines, exit 0, nothing left.
+func TestQuickstart(t *testing.T) {
+	r := start(t, "--node", "qs-node")
+	if code := r.wait(t, 5*time.Minute); code != 0 {
+		t.Fatalf("exit status %d, want 0", code)
+	}
+	out := r.output()
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^quickstart: a HAMi-compatible GPU cluster on 127\.0\.0\.1, in /`),
+		regexp.MustCompile(`(?m)^== 0\. the peers and the programs`),
+		regexp.MustCompile(`(?m)^   kubelet +device manager .* serving /\S+/kubelet\.sock`),
+		regexp.MustCompile(`(?m)^   apiserver +etcd \S+ and kube-apiserver v1\.\d+\.\d+ \(TLS, RBAC\) ready`),
+		regexp.MustCompile(`(?m)^   scheduler +kube-scheduler .* leads Lease kube-system/hami-scheduler as hami-scheduler-\S+_`),
+		// Step 1: each channel healthy, with its time.
+		regexp.MustCompile(`(?m)^== 1\. node qs-node: its three channels`),
+		regexp.MustCompile(`(?m)^   spec +healthy after \S+ +hami\.io/node-nvidia-register: 8 × .*A100.*, split 10, health true$`),
+		regexp.MustCompile(`(?m)^   count +healthy after \S+ +status\.allocatable\[nvidia\.com/gpu\] = 80 `),
+		regexp.MustCompile(`(?m)^   handshake +healthy after \S+ +hami\.io/node-handshake = Requesting_\d{4}-\d\d-\d\d \d\d:\d\d:\d\d `),
+		// Step 2: the choice, the annotations, the env, the lock.
+		regexp.MustCompile(`(?m)^== 2\. pod default/demo: 2 GPUs with 10240 MiB and 30 % cores each`),
+		regexp.MustCompile(`(?m)^   scheduled +.*chose node qs-node`),
+		regexp.MustCompile(`(?m)^   GPU +GPU-[0-9a-f-]+: 10240 MiB, 30 % cores\n   GPU +GPU-[0-9a-f-]+: 10240 MiB, 30 % cores$`),
+		regexp.MustCompile(`(?m)^ +hami\.io/bind-phase: success$`),
+		regexp.MustCompile(`(?m)^ +hami\.io/vgpu-devices-allocated: GPU-[0-9a-f-]+,NVIDIA,10240,30:GPU-[0-9a-f-]+,NVIDIA,10240,30:;$`),
+		regexp.MustCompile(`(?m)^ +hami\.io/vgpu-node: qs-node$`),
+		regexp.MustCompile(`(?m)^ +NVIDIA_VISIBLE_DEVICES=GPU-[0-9a-f-]+,GPU-[0-9a-f-]+$`),
+		regexp.MustCompile(`(?m)^ +CUDA_DEVICE_MEMORY_LIMIT_0=10240m$`),
+		regexp.MustCompile(`(?m)^ +CUDA_DEVICE_MEMORY_LIMIT_1=10240m$`),
+		regexp.MustCompile(`(?m)^ +CUDA_DEVICE_SM_LIMIT=30$`),
+		regexp.MustCompile(`(?m)^   lock +hami\.io/mutex\.lock released by the device plugin`),
+		// Step 3: healthy, the case and its fix, the heal.
+		regexp.MustCompile(`(?m)^== 3\. the doctor on qs-node`),
+		regexp.MustCompile(`(?m)^   │ Node qs-node: healthy$`),
+		regexp.MustCompile(`(?m)^   │ Node qs-node: case 4: register annotation missing or unusable$`),
+		regexp.MustCompile(`(?m)^   │ +fix: +kubectl -n kube-system logs hami-device-plugin-\S+ -c device-plugin`),
+		regexp.MustCompile(`(?m)^ +hami\.io/node-nvidia-register healed by the node agent \S+ after it resumed$`),
+		regexp.MustCompile(`(?m)^ +doctor again: Node qs-node: healthy$`),
+		regexp.MustCompile(`(?m)^quickstart: done in \S+: 6 process\(es\) stopped, /\S+ removed$`),
+	} {
+		if !want.MatchString(out) {
+			t.Errorf("output has no match for %s", want)
+		}
+	}
+	if strings.Contains(out, "== 4.") {
+		t.Error("step 4 (--keep) ran without --keep")
+	}
+	r.wantNothingLeft(t)
+}
+
+// TestQuickstartKeep is --keep ended by Ctrl-C: the kubeconfig is printed, the run ends with
+// exit 0 and everything is stopped and removed.
+func TestQuickstartKeep(t *testing.T) {
+	r := start(t, "--keep", "--node", "qs-keep")
+	r.waitLine(t, "== 4. everything keeps running until Ctrl-C", 5*time.Minute)
+	r.waitLine(t, "kubeconfig", 10*time.Second)
+	out := r.output()
+	kc := regexp.MustCompile(`(?m)^   kubeconfig +(/\S+) \(cluster admin\)$`).FindStringSubmatch(out)
+	if kc == nil {
+		t.Fatal("no kubeconfig line")
+	}
+	if _, err := os.Stat(kc[1]); err != nil {
+		t.Errorf("kubeconfig %s: %v", kc[1], err)
+	}
+	if err := r.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if code := r.wait(t, time.Minute); code != 0 {
+		t.Fatalf("exit status %d after Ctrl-C in --keep, want 0", code)
+	}
+	r.wantNothingLeft(t)
+	if _, err := os.Stat(kc[1]); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("kubeconfig %s left behind (%v)", kc[1], err)
+	}
+}
+
+// TestQuickstartInterrupted is Ctrl-C in the middle of step 1: exit 130, nothing left.
+func TestQuickstartInterrupted(t *testing.T) {
+	r := start(t, "--node", "qs-int")
+	r.waitLine(t, "== 1. node qs-int", 5*time.Minute)
+	if err := r.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if code := r.wait(t, time.Minute); code != 130 {
+		t.Fatalf("exit status %d after Ctrl-C, want 130", code)
+	}
+	if !strings.Contains(r.output(), "quickstart: interrupted: ") {
+		t.Error("no interrupted line")
+	}
+	r.wantNothingLeft(t)
+}
