@@ -286,3 +286,53 @@ func TestQuickstartInterrupted(t *testing.T) {
 	}
 	r.wantNothingLeft(t)
 }
+
+// TestQuickstartNoNamespace runs the quickstart as an unprivileged user (uid 1000) in a user
+// namespace whose user.max_user_namespaces is 0: the machine then allows neither a mount
+// namespace (not root) nor a user namespace, so the kubelet's device manager cannot be hosted.
+// The quickstart must say why and what to run instead, exit 1 without a stack trace, and
+// leave nothing behind. Building that user namespace takes root on the host.
+func TestQuickstartNoNamespace(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the test maps uids 0-65535 into a user namespace to run the quickstart as uid 1000 there")
+	}
+	qs := quickstartBin(t)
+	if err := os.Chmod(filepath.Dir(qs), 0o755); err != nil { // uid 1000 runs it
+		t.Fatal(err)
+	}
+	repo, err := filepath.Abs(filepath.Join("..", "..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	r := &run{marker: hex.EncodeToString(b)}
+	script := `echo 0 > /proc/sys/user/max_user_namespaces && exec setpriv --reuid 1000 --regid 1000 --clear-groups "$@"`
+	r.cmd = exec.Command("sh", "-c", script, "sh", qs, "--k8s-bin", os.Getenv(harness.EnvBinDir), "--repo", repo, "--node", "qs-nons")
+	r.cmd.Env = append(os.Environ(), envMarker+"="+r.marker)
+	r.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Cloneflags: syscall.CLONE_NEWUSER,
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 65536}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 65536}}, GidMappingsEnableSetgroups: true}
+	r.cmd.Stdout, r.cmd.Stderr = &r.out, &r.out
+	err = r.cmd.Run()
+	out := r.output()
+	if ee := (*exec.ExitError)(nil); !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("exit: %v, want status 1\n%s", err, out)
+	}
+	for _, want := range []string{
+		"quickstart: FAILED: start the kubelet's device manager: private mount namespace for the kubelet device manager not available",
+		"sudo -E env \"PATH=$PATH\" make quickstart",
+		"sudo sysctl -w user.max_user_namespaces=15000",
+		"go run ./examples/doctor explain",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output has no %q:\n%s", want, out)
+		}
+	}
+	for _, bad := range []string{"goroutine ", "panic:", "== 1."} {
+		if strings.Contains(out, bad) {
+			t.Errorf("output has %q:\n%s", bad, out)
+		}
+	}
+	r.wantNothingLeft(t)
+}
