@@ -6,8 +6,7 @@ LINT := $(GO) tool -modfile=$(CURDIR)/hack/tools/go.mod golangci-lint
 # Nested modules that are linted and unit-tested on their own. hack/k8sbins is left out:
 # it has no Go packages (only tool directives for the binaries hack/e2e.sh builds).
 MODULES := . $(wildcard test/e2e) examples/quickstart
-# The quickstart's own binary, in the user's cache (it links k8s.io/kubernetes: minutes cold).
-QUICKSTART_BIN ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/hamireg/quickstart/quickstart
+# Flags for the quickstart, e.g. QUICKSTART_FLAGS=--keep.
 QUICKSTART_FLAGS ?=
 E2E_FLAGS ?=
 # go-nvml's header trips deprecation warnings on every uncached cgo build.
@@ -20,9 +19,7 @@ FUZZTIME ?= 30s
 ## quickstart: a local HAMi-compatible GPU cluster (real peers, 8 simulated GPUs) and the
 ## whole loop, step by step; QUICKSTART_FLAGS=--keep leaves it running until Ctrl-C.
 quickstart:
-	@echo "quickstart: building examples/quickstart into $(QUICKSTART_BIN) (the first time: a few minutes)"
-	@cd examples/quickstart && $(GO) build -o "$(QUICKSTART_BIN)" .
-	@"$(QUICKSTART_BIN)" $(QUICKSTART_FLAGS)
+	@hack/quickstart.sh $(QUICKSTART_FLAGS)
 
 ## test: everything CI runs: lint, unit tests (race), e2e against real peers.
 test: lint unit e2e

@@ -35,6 +35,16 @@ func TestRunUsage(t *testing.T) {
 	}
 }
 
+func TestRunHelp(t *testing.T) {
+	var out, errs bytes.Buffer
+	if code := run(context.Background(), []string{"--help"}, &out, &errs); code != exitOK {
+		t.Errorf("run --help = %d, want 0", code)
+	}
+	if !strings.Contains(errs.String(), "-keep") {
+		t.Errorf("--help printed %q, want the flags", errs.String())
+	}
+}
+
 func TestFindRepo(t *testing.T) {
 	root, err := findRepo("../..")
 	if err != nil {

@@ -44,7 +44,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.node, "node", "gpu-node-1", "name of the simulated GPU node")
 	fs.IntVar(&o.verbosity, "v", 2, "log verbosity of the programs (their logs are in the work folder)")
 	fs.DurationVar(&o.timeout, "timeout", 2*time.Minute, "how long each step may take")
-	if err := fs.Parse(args); err != nil {
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	} else if err != nil {
 		return exitUsage
 	}
 	if fs.NArg() > 0 {
