@@ -3,8 +3,9 @@
 // go.mod.
 //
 //   - harness: etcd, kube-apiserver and kube-scheduler processes, one control plane per
-//     test binary.
+//     test binary; harness/proc starts the processes so that none outlives its starter.
 //   - kubeletpeer: the kubelet's device-plugin registration server and device manager.
+//     examples/quickstart (a module of its own) runs both for a newcomer's local cluster.
 //   - controlplane, kubelet, scheduler: tests proving the peers behave like a cluster's.
 //   - register, kubeletplugin, schedcache, nodelock, diagnose: the SDK's components against
 //     those peers.
@@ -14,8 +15,11 @@
 //     rejection reasons, a restart, throughput.
 //   - extenderha: the admission webhook called by the API server over TLS, and two replicas
 //     with a failover.
+//   - quickstart: the examples/quickstart binary end to end: every step's lines, --keep and
+//     Ctrl-C, an interrupt midway, a machine without namespaces; nothing left behind.
 //
 // Run everything with `make e2e` (hack/e2e.sh): it builds the binaries into a cache outside
 // the repository and sets HAMIREG_K8S_BIN. `make e2e E2E_FLAGS="-run X -v"` passes flags to
-// go test. Without the binaries the tests fail; they never skip.
+// go test. Without the binaries the tests fail; they never skip (one quickstart test needs
+// root to build its user namespace, and says so when it skips).
 package e2e

@@ -44,6 +44,12 @@
 // [ErrBinariesMissing] and Main makes the test binary FAIL with a message naming
 // `make e2e`: a suite that silently skips proves nothing.
 //
+// # From a program
+//
+// Nothing here needs a test binary except [Main] and the helpers taking a testing.TB:
+// examples/quickstart runs Start, StartScheduler and WithHostname from its main, which calls
+// [ExecIfHostnameChild] (and kubeletpeer.ReexecIfChild) first.
+//
 // # Concurrency
 //
 // All methods are safe for concurrent use; StopAPIServer/StartAPIServer/RestartAPIServer
