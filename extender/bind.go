@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -55,11 +56,13 @@ func (e *Extender) serveBind(w http.ResponseWriter, r *http.Request) {
 
 // Bind binds a pod as HAMi's scheduler does: it takes the node lock for the pod when a regular
 // container asks for a GPU (package nodelock; a node locked by another live pod within the
-// lock timeout fails the bind with HAMi's "node <node> has been locked within 5m0s"), merge-patches
-// hami.io/bind-phase "allocating" and hami.io/bind-time, and creates the pods/binding. The lock
-// stays for the device plugin to release after Allocate. On a failure after the lock was
-// taken, Bind releases the lock and sets bind-phase "failed" (HAMi leaves "allocating"), records
-// BindingFailed and returns the error.
+// lock timeout fails the bind with HAMi's "node <node> has been locked within 5m0s", after
+// Options.NodeLockWait), and creates the pods/binding carrying hami.io/bind-phase "allocating"
+// and hami.io/bind-time as annotations, which the API server writes onto the pod together with
+// spec.nodeName (HAMi merge-patches them first, one more request; the pod ends up the same).
+// The lock stays for the device plugin to release after Allocate. On a failure after the lock
+// was taken, Bind releases the lock and sets bind-phase "failed" (HAMi leaves "allocating"),
+// records BindingFailed and returns the error.
 func (e *Extender) Bind(ctx context.Context, args *extenderv1.ExtenderBindingArgs) error {
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pod", klog.KRef(args.PodNamespace, args.PodName), "node", args.Node)
 	pod, err := e.pod(ctx, args)
@@ -110,73 +113,87 @@ func (e *Extender) bind(ctx context.Context, pod *corev1.Pod, node string) error
 		}
 	}
 	if locked {
-		if err := e.acquire(ctx, node, name); err != nil {
+		done, err := e.acquire(ctx, node, name)
+		if err != nil {
 			return fmt.Errorf("bind %s to %s: %w", name, node, err)
 		}
+		defer done()
 	}
-	err := e.patchPod(ctx, pod.Namespace, pod.Name, map[string]any{"metadata": map[string]any{"annotations": map[string]string{
-		allocation.KeyBindPhase: string(allocation.PhaseAllocating),
-		allocation.KeyBindTime:  strconv.FormatInt(e.opts.Clock.Now().Unix(), 10),
-	}}})
-	if err == nil {
-		binding := &corev1.Binding{
-			ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
-			Target:     corev1.ObjectReference{Kind: "Node", Name: node},
-		}
-		if err = e.client.CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{}); err != nil {
-			err = fmt.Errorf("bind %s to %s: create binding: %w", name, node, err)
-		}
+	// The API server merges a Binding's annotations into the pod with spec.nodeName, in one
+	// write: HAMi's bind-phase patch and the Binding are one request here, and no pod is ever
+	// "allocating" without a node.
+	bindTime := strconv.FormatInt(e.opts.Clock.Now().Unix(), 10)
+	binding := &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Annotations: map[string]string{
+			allocation.KeyBindPhase: string(allocation.PhaseAllocating),
+			allocation.KeyBindTime:  bindTime,
+		}},
+		Target: corev1.ObjectReference{Kind: "Node", Name: node},
 	}
+	err := e.client.CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{})
 	if err == nil {
 		return nil
 	}
+	err = fmt.Errorf("bind %s to %s: create binding: %w", name, node, err)
 	if locked {
-		e.rollback(ctx, pod, node)
+		e.rollback(ctx, pod, node, bindTime)
 	}
 	return err
 }
 
 // acquire takes the node lock for pod, waiting up to Options.NodeLockWait while another pod
 // holds it: the device plugin releases it once that pod's containers are allocated, usually
-// within a second. While it waits, it looks at the Node in Options.Nodes (no request) and
-// tries again when the lock is gone there (it looks every 20 ms, at no cost to the API server).
-func (e *Extender) acquire(ctx context.Context, node string, pod types.NamespacedName) error {
+// within a second. The binds of one node queue for its gate, and the one that has it keeps it
+// until done is called at the end of its bind: the lock admits one pod per node until that
+// pod's Allocate anyway, and the next bind then finds the lock in the informer's copy of the
+// Node and waits without a request. While it waits, it looks at the Node in Options.Nodes
+// every pollLock (no request) and tries again when the lock is gone there.
+func (e *Extender) acquire(ctx context.Context, node string, pod types.NamespacedName) (done func(), err error) {
 	clk := e.opts.Clock
 	deadline := clk.Now().Add(e.opts.NodeLockWait)
-	gate := e.gate(node)
+	done = func() {}
 	if e.opts.NodeLockWait > 0 { // queue behind the other binds of this node
+		gate := e.gate(node)
 		t := clk.NewTimer(e.opts.NodeLockWait)
 		select {
 		case gate <- struct{}{}:
 			t.Stop()
-			defer func() { <-gate }()
+			var once sync.Once
+			done = func() { once.Do(func() { <-gate }) }
 		case <-t.C():
 		case <-ctx.Done():
 			t.Stop()
 		}
 	}
-	delay := 10 * time.Millisecond
 	for {
 		err := e.locker.Acquire(ctx, node, pod)
-		if err == nil || !errors.Is(err, nodelock.ErrLocked) || !clk.Now().Before(deadline) {
-			return err
+		if err == nil {
+			return done, nil
+		}
+		if !errors.Is(err, nodelock.ErrLocked) || !clk.Now().Before(deadline) {
+			done()
+			return nil, err
 		}
 		klog.FromContext(ctx).V(4).Info("Node locked by another pod, waiting", "node", node, "err", err.Error())
 		for {
-			t := clk.NewTimer(min(delay, deadline.Sub(clk.Now())))
+			t := clk.NewTimer(min(pollLock, deadline.Sub(clk.Now())))
 			select {
 			case <-ctx.Done():
 				t.Stop()
-				return err
+				done()
+				return nil, err
 			case <-t.C():
 			}
-			delay = min(2*delay, 20*time.Millisecond) // a read of the informer cache: no request
 			if e.opts.Nodes == nil || !clk.Now().Before(deadline) || !e.lockedByOther(node, pod) {
 				break
 			}
 		}
 	}
 }
+
+// pollLock is how often a bind waiting for a node lock reads the informer's copy of the Node:
+// a map lookup, no request; short, since a handoff takes a few API round trips.
+const pollLock = 5 * time.Millisecond
 
 // gate returns the bind token of node.
 func (e *Extender) gate(node string) chan struct{} {
@@ -207,9 +224,9 @@ func (e *Extender) lockedByOther(node string, pod types.NamespacedName) bool {
 	return !ok || owner != pod
 }
 
-// rollback releases the pod's lock and marks the bind failed; errors are logged, the bind's
-// error is what the caller returns.
-func (e *Extender) rollback(ctx context.Context, pod *corev1.Pod, node string) {
+// rollback releases the pod's lock and marks the bind failed (bind-phase "failed" with the
+// bind-time); errors are logged, the bind's error is what the caller returns.
+func (e *Extender) rollback(ctx context.Context, pod *corev1.Pod, node, bindTime string) {
 	logger := klog.FromContext(ctx)
 	name := types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}
 	if err := e.locker.Release(ctx, node, name); err != nil {
@@ -217,6 +234,7 @@ func (e *Extender) rollback(ctx context.Context, pod *corev1.Pod, node string) {
 	}
 	if err := e.patchPod(ctx, pod.Namespace, pod.Name, map[string]any{"metadata": map[string]any{"annotations": map[string]string{
 		allocation.KeyBindPhase: string(allocation.PhaseFailed),
+		allocation.KeyBindTime:  bindTime,
 	}}}); err != nil {
 		logger.Error(err, "Failed to mark the bind failed", "pod", klog.KObj(pod))
 	}

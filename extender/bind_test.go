@@ -34,18 +34,17 @@ func TestBind(t *testing.T) {
 		wantWrites  []string
 		opts        Options
 	}{
-		"success: lock, allocating, binding": {
+		"success: lock, binding with bind-phase allocating": {
 			pod:      gpuPod("p", map[string]string{"nvidia.com/gpu": "1"}),
 			wantLock: lockOf("p", t0),
 			wantWrites: []string{
 				`patch nodes n {"metadata":{"annotations":{"hami.io/mutex.lock":"2026-05-19T09:00:00Z,default,p"},"resourceVersion":""}}`,
-				`patch pods p {"metadata":{"annotations":{"hami.io/bind-phase":"allocating","hami.io/bind-time":"1779181200"}}}`,
-				`create pods/binding p->n`,
+				`create pods/binding p->n {"hami.io/bind-phase":"allocating","hami.io/bind-time":"1779181200"}`,
 			},
 		},
-		"no GPU: no lock": {
+		"no GPU: no lock, binding with bind-phase allocating": {
 			pod:        gpuPod("p", map[string]string{"cpu": "1"}),
-			wantWrites: []string{`patch pods p {"metadata":{"annotations":{"hami.io/bind-phase":"allocating","hami.io/bind-time":"1779181200"}}}`, `create pods/binding p->n`},
+			wantWrites: []string{`create pods/binding p->n {"hami.io/bind-phase":"allocating","hami.io/bind-time":"1779181200"}`},
 		},
 		"locked by another live pod: HAMi's message, nothing written": {
 			opts:     Options{NodeLockWait: -1}, // HAMi v2.9.0: no wait
@@ -61,10 +60,9 @@ func TestBind(t *testing.T) {
 			wantErr:     "create binding",
 			wantWrites: []string{
 				`patch nodes n {"metadata":{"annotations":{"hami.io/mutex.lock":"2026-05-19T09:00:00Z,default,p"},"resourceVersion":""}}`,
-				`patch pods p {"metadata":{"annotations":{"hami.io/bind-phase":"allocating","hami.io/bind-time":"1779181200"}}}`,
-				`create pods/binding p->n`,
+				`create pods/binding p->n {"hami.io/bind-phase":"allocating","hami.io/bind-time":"1779181200"}`,
 				`patch nodes n {"metadata":{"annotations":{"hami.io/mutex.lock":null},"resourceVersion":""}}`,
-				`patch pods p {"metadata":{"annotations":{"hami.io/bind-phase":"failed"}}}`,
+				`patch pods p {"metadata":{"annotations":{"hami.io/bind-phase":"failed","hami.io/bind-time":"1779181200"}}}`,
 			},
 		},
 	}
@@ -177,4 +175,62 @@ func TestBindWaitsForTheNodeLock(t *testing.T) {
 			})
 		})
 	}
+}
+
+// Binds to one node queue: while the first pod's lock is held, the next bind reads the lock
+// from the informer's copy of the Node and sends no request; once the device plugin released
+// it, the lock costs one patch.
+func TestBindQueuesWithoutRequests(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		gpu := map[string]string{"nvidia.com/gpu": "1"}
+		first, second := gpuPod("first", gpu), gpuPod("second", gpu)
+		e := start(t, Options{NodeLockWait: 2 * time.Second}, registered("n", 2, 23028), first, second)
+		if err := e.ext.Bind(e.ctx, &bindingArgs{PodName: "first", PodNamespace: "default", PodUID: first.UID, Node: "n"}); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait() // the informers have the lock
+		e.client.ClearActions()
+		done := make(chan error, 1)
+		go func() {
+			done <- e.ext.Bind(e.ctx, &bindingArgs{PodName: "second", PodNamespace: "default", PodUID: second.UID, Node: "n"})
+		}()
+		for range 10 { // 10 polls of the lister
+			synctest.Wait()
+			e.clock.Step(pollLock)
+		}
+		synctest.Wait()
+		if len(done) != 0 {
+			t.Fatalf("Bind returned while the node was locked: %v", <-done)
+		}
+		if a := e.client.Actions(); len(a) != 0 {
+			t.Errorf("%d requests while waiting for the lock, want none: %v", len(a), a)
+		}
+		locker, err := nodelock.New(e.client.CoreV1(), nodelock.Options{Clock: e.clock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := locker.Release(e.ctx, "n", types.NamespacedName{Namespace: "default", Name: "first"}); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		e.client.ClearActions()
+		for len(done) == 0 {
+			e.clock.Step(pollLock)
+			synctest.Wait()
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		want := []string{
+			`patch nodes n {"metadata":{"annotations":{"hami.io/mutex.lock":"2026-05-19T09:00:00Z,default,second"},"resourceVersion":""}}`,
+			`create pods/binding second->n {"hami.io/bind-phase":"allocating","hami.io/bind-time":"1779181200"}`,
+		}
+		if diff := cmp.Diff(want, e.writes(), cmpEmpty); diff != "" {
+			t.Errorf("writes after the release (-want +got):\n%s", diff)
+		}
+		if n := len(e.client.Actions()); n != len(want) {
+			t.Errorf("%d requests after the release, want %d (no GET): %v", n, len(want), e.client.Actions())
+		}
+	})
 }

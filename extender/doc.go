@@ -21,11 +21,15 @@
 //     FailedScheduling event. Both nodeCacheCapable true (NodeNames) and false (Nodes) are
 //     served.
 //   - POST /bind: [Extender.Bind]. The node lock (package nodelock) when a regular container
-//     asks for a GPU, hami.io/bind-phase "allocating" and hami.io/bind-time, the pods/binding.
-//     On a failure after the lock: the lock released and bind-phase "failed". A node locked
-//     by another pod (between its bind and its device plugin's Allocate) is waited for, up to
-//     Options.NodeLockWait (10 s, HAMi master's --node-lock-retry-timeout), one bind per node
-//     at a time, instead of failing the bind into kube-scheduler's back-off of 1 to 10 s.
+//     asks for a GPU, then the pods/binding carrying hami.io/bind-phase "allocating" and
+//     hami.io/bind-time as annotations (the API server writes them onto the pod with
+//     spec.nodeName). On a failure after the lock: the lock released and bind-phase "failed".
+//     A node locked by another pod (between its bind and its device plugin's Allocate) is
+//     waited for, up to Options.NodeLockWait (10 s, HAMi master's --node-lock-retry-timeout),
+//     instead of failing the bind into kube-scheduler's back-off of 1 to 10 s. The binds of
+//     one node run one at a time; the next one reads the lock from Options.Nodes and the
+//     owner from the pod informer, so waiting costs no request, and a free node costs the lock
+//     one conditional patch (nodelock.Options.Nodes): a bind is two requests.
 //   - POST /webhook: [Extender.Admit] in an AdmissionReview (admission.k8s.io/v1 or v1beta1).
 //   - GET /healthz and /readyz: 200 once the pod usage and the node cache synced, 503 before.
 //
@@ -54,6 +58,9 @@
 //     says "NodeUnfitPod") and says why a node is unregistered.
 //   - A failed bind sets bind-phase "failed" (HAMi leaves "allocating") after releasing the lock.
 //   - A bind waits for a held node lock (HAMi v2.9.0 fails at once; NodeLockWait < 0 does too).
+//   - bind-phase and bind-time travel on the Binding instead of a merge patch before it: one
+//     request less, and no pod is "allocating" without a node; the pod's annotations are the
+//     same.
 //   - Readiness is a signal (/readyz), not a 100 ms poll; the webhook does not run HAMi's
 //     ResourceQuota check; only NVIDIA is fitted.
 //

@@ -71,11 +71,7 @@ func New(client kubernetes.Interface, c *schedcache.Cache, opts Options) (*Exten
 	if err != nil {
 		return nil, fmt.Errorf("new extender: %w", err)
 	}
-	locker, err := nodelock.New(client.CoreV1(), nodelock.Options{Timeout: opts.NodeLockTimeout, Clock: opts.Clock})
-	if err != nil {
-		return nil, fmt.Errorf("new extender: %w: %w", ErrInvalidOptions, err)
-	}
-	e := &Extender{client: client, cache: c, opts: opts, locker: locker, ready: make(chan struct{}),
+	e := &Extender{client: client, cache: c, opts: opts, ready: make(chan struct{}),
 		usage: newUsageIndex(opts.Vendor, opts.Config.Version)}
 	pods := opts.Pods
 	if pods == nil {
@@ -86,6 +82,12 @@ func New(client kubernetes.Interface, c *schedcache.Cache, opts Options) (*Exten
 		}
 	}
 	e.pods, e.podLister = pods.Informer(), pods.Lister()
+	// The informers' copies spare the lock's reads: a free node costs the lock one patch.
+	e.locker, err = nodelock.New(client.CoreV1(), nodelock.Options{Timeout: opts.NodeLockTimeout, Clock: opts.Clock,
+		Nodes: opts.Nodes, Pods: e.podLister})
+	if err != nil {
+		return nil, fmt.Errorf("new extender: %w: %w", ErrInvalidOptions, err)
+	}
 	return e, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"testing"
 	"testing/synctest"
@@ -12,6 +13,7 @@ import (
 
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -114,6 +116,7 @@ func setup(t *testing.T, opts Options, objs ...runtime.Object) *env {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	e := &env{t: t, ctx: ctx, client: fake.NewClientset(objs...), clock: clocktesting.NewFakeClock(t0), rec: record.NewFakeRecorder(100)}
+	e.client.PrependReactor("create", "pods", bindingReactor(e.client.Tracker()))
 	factory := informers.NewSharedInformerFactory(e.client, 0)
 	c, err := schedcache.New(factory.Core().V1().Nodes(), schedcache.Options{Clock: e.clock})
 	if err != nil {
@@ -127,6 +130,9 @@ func setup(t *testing.T, opts Options, objs ...runtime.Object) *env {
 		opts.EventRecorder = e.rec
 	}
 	opts.Pods = factory.Core().V1().Pods()
+	if opts.Nodes == nil {
+		opts.Nodes = factory.Core().V1().Nodes().Lister()
+	}
 	if e.ext, err = New(e.client, c, opts); err != nil {
 		t.Fatal(err)
 	}
@@ -214,6 +220,10 @@ func (e *env) writes() []string {
 			obj, _ := json.Marshal(a.GetObject())
 			if b, ok := a.GetObject().(*corev1.Binding); ok {
 				obj = []byte(b.Name + "->" + b.Target.Name)
+				if len(b.Annotations) > 0 {
+					ann, _ := json.Marshal(b.Annotations)
+					obj = append(append(obj, ' '), ann...)
+				}
 			}
 			out = append(out, fmt.Sprintf("create %s %s", res, obj))
 		}
@@ -247,3 +257,32 @@ func newNodeInformer(client *fake.Clientset) coreinformers.NodeInformer {
 }
 
 var errBindingFails = errors.New("binding refused")
+
+// bindingReactor does what the API server does with a pods/binding: it sets the pod's
+// spec.nodeName and merges the Binding's annotations into the pod's.
+func bindingReactor(tracker k8stesting.ObjectTracker) k8stesting.ReactionFunc {
+	return func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "binding" {
+			return false, nil, nil
+		}
+		b, ok := a.(k8stesting.CreateAction).GetObject().(*corev1.Binding)
+		if !ok {
+			return true, nil, fmt.Errorf("binding of type %T", a.(k8stesting.CreateAction).GetObject())
+		}
+		gvr := corev1.SchemeGroupVersion.WithResource("pods")
+		obj, err := tracker.Get(gvr, b.Namespace, b.Name)
+		if err != nil {
+			return true, nil, err
+		}
+		pod := obj.(*corev1.Pod).DeepCopy()
+		if pod.Spec.NodeName != "" {
+			return true, nil, apierrors.NewConflict(gvr.GroupResource(), b.Name, fmt.Errorf("pod %s is already assigned to node %q", b.Name, pod.Spec.NodeName))
+		}
+		pod.Spec.NodeName = b.Target.Name
+		if len(b.Annotations) > 0 && pod.Annotations == nil {
+			pod.Annotations = map[string]string{}
+		}
+		maps.Copy(pod.Annotations, b.Annotations)
+		return true, b, tracker.Update(gvr, pod, b.Namespace)
+	}
+}

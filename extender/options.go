@@ -67,7 +67,9 @@ type Options struct {
 	// starts. Nil means the extender runs its own over all namespaces in [Extender.Run].
 	Pods coreinformers.PodInformer
 	// Nodes, when set, gives the nodes' annotations to the fit (HAMi master reads
-	// hami.io/device-cordon from them). Nil means no node annotations: no GPU is cordoned.
+	// hami.io/device-cordon from them), and the node lock to the bind: it is read there
+	// (nodelock.Options.Nodes) and a bind waiting for another pod's lock watches it there.
+	// Nil means no node annotations (no GPU is cordoned) and a GET of the Node per lock try.
 	Nodes corev1listers.NodeLister
 }
 

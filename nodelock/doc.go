@@ -44,6 +44,17 @@
 // 429, network) are retried with HAMi's backoff (5 tries, 100 ms doubling, jitter 0.5;
 // Options.Backoff); a refusal such as Forbidden is returned at once.
 //
+// # Reads from an informer
+//
+// With Options.Nodes (and Options.Pods), a call reads the Node (and a lock owner's pod) from
+// informer listers instead of the API server: a free node costs one patch, a node held by a
+// live pod no request. This is safe because a write carries the copy's resourceVersion (a
+// stale copy gets 409 Conflict, and the call then reads from the API server), and the only
+// answer given from the copy without a write is [ErrLocked] for a lock of a pod the pod
+// informer knows, which a caller retries. Answers a stale copy could get wrong (the pod's own
+// lock held, no lock or another pod's lock at a release, an unreadable value, whose age is
+// in managedFields) are read again with a GET.
+//
 // # Errors and logs
 //
 // Acquire's contention error is a [*LockedError] (errors.Is [ErrLocked]) with the node,

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	corev1listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 )
@@ -56,6 +57,18 @@ type Options struct {
 	// Backoff is the retry schedule for transient API errors (timeouts, 5xx, 429, network);
 	// Steps is the number of tries. Default (the zero Backoff): [DefaultBackoff].
 	Backoff wait.Backoff
+	// Nodes, when set, is an informer's lister that a call reads the Node from first, instead
+	// of a GET. Only two answers are taken from that copy: a write (the patch carries the
+	// copy's resourceVersion, so a stale copy costs a 409 Conflict, after which the call reads
+	// the Node from the API server), and [ErrLocked] for a lock of another pod that is not
+	// expired and whose pod exists. Everything else (no lock to release, the pod's own lock,
+	// someone else's lock at a release, an unreadable value, which needs managedFields) is
+	// read again with a GET before it is answered. Default: nil, every read is a GET.
+	Nodes corev1listers.NodeLister
+	// Pods, when set, is an informer's lister that tells whether a lock's owner exists: a pod
+	// found there counts as existing without a request, one not found there is looked up
+	// with a GET (the informer may not have delivered it yet). Default: nil, a GET.
+	Pods corev1listers.PodLister
 }
 
 // Locker takes and releases HAMi's node lock; see the package documentation. It keeps no
@@ -65,6 +78,8 @@ type Locker struct {
 	timeout time.Duration
 	clock   clock.WithTicker
 	backoff wait.Backoff
+	nodes   corev1listers.NodeLister
+	pods    corev1listers.PodLister
 }
 
 // New returns a Locker that uses client (clientset.CoreV1()). It validates its arguments,
@@ -76,7 +91,7 @@ func New(client Client, opts Options) (*Locker, error) {
 	if client == nil {
 		return nil, invalid("nil client")
 	}
-	l := &Locker{client: client, timeout: opts.Timeout, clock: opts.Clock, backoff: opts.Backoff}
+	l := &Locker{client: client, timeout: opts.Timeout, clock: opts.Clock, backoff: opts.Backoff, nodes: opts.Nodes, pods: opts.Pods}
 	switch {
 	case l.timeout < 0:
 		return nil, invalid("negative Timeout %v", l.timeout)
@@ -116,12 +131,20 @@ func (l *Locker) Timeout() time.Duration { return l.timeout }
 // Every write is one JSON merge patch of the lock key carrying the resourceVersion that was
 // read; a 409 Conflict reads the Node again and decides again, transient errors are retried
 // with Options.Backoff. Other errors are [*APIError] values (apierrors.IsForbidden works).
+// With Options.Nodes and Options.Pods, a free node costs one request (the patch) and a node
+// locked by another live pod none.
 func (l *Locker) Acquire(ctx context.Context, node string, pod types.NamespacedName) error {
 	if err := validate(node, pod); err != nil {
 		return fmt.Errorf("lock node %q for pod %s: %w", node, pod, err)
 	}
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "node", klog.KRef("", node), "pod", klog.KRef(pod.Namespace, pod.Name))
-	err := l.retry(ctx, logger, func() error { return l.tryAcquire(ctx, logger, node, pod) })
+	err := l.retry(ctx, logger, func(fromAPI bool) error {
+		err := l.tryAcquire(ctx, logger, node, pod, fromAPI)
+		if errors.Is(err, errConfirm) {
+			err = l.tryAcquire(ctx, logger, node, pod, true)
+		}
+		return err
+	})
 	var locked *LockedError
 	if err == nil || errors.As(err, &locked) {
 		return err // a contention error keeps HAMi's words at the start
@@ -129,8 +152,14 @@ func (l *Locker) Acquire(ctx context.Context, node string, pod types.NamespacedN
 	return fmt.Errorf("lock node %q for pod %s: %w", node, pod, err)
 }
 
-func (l *Locker) tryAcquire(ctx context.Context, logger klog.Logger, node string, pod types.NamespacedName) error {
-	n, err := l.getNode(ctx, node)
+// errConfirm is tryAcquire's answer when the Node was read from Options.Nodes and the copy
+// cannot decide: the caller reads it from the API server and decides again.
+var errConfirm = errors.New("read the node from the API server")
+
+// tryAcquire decides once, from the Node read from the API server, or from Options.Nodes
+// when fromAPI is false (see there what that copy may decide).
+func (l *Locker) tryAcquire(ctx context.Context, logger klog.Logger, node string, pod types.NamespacedName, fromAPI bool) error {
+	n, cached, err := l.readNode(ctx, node, fromAPI)
 	if err != nil {
 		return err
 	}
@@ -146,6 +175,9 @@ func (l *Locker) tryAcquire(ctx context.Context, logger klog.Logger, node string
 	}
 
 	held, parseErr := Parse(value)
+	if cached && parseErr != nil { // its write time is in managedFields, which informers drop
+		return errConfirm
+	}
 	since := held.Time
 	if parseErr != nil {
 		since, _ = writtenAt(n)
@@ -156,6 +188,9 @@ func (l *Locker) tryAcquire(ctx context.Context, logger klog.Logger, node string
 	var reason string
 	switch {
 	case parseErr == nil && named && owner == pod && age <= l.timeout:
+		if cached { // the copy may predate a release of this lock
+			return errConfirm
+		}
 		logger.V(3).Info("Node lock already held by this pod", "lock", value)
 		return nil
 	case parseErr != nil && since.IsZero():
@@ -238,12 +273,18 @@ func (l *Locker) ForceRelease(ctx context.Context, node string) error {
 // [Locker.retry] does. It returns the value removed, "" when there was no lock.
 func (l *Locker) remove(ctx context.Context, logger klog.Logger, node string, check func(value string) error) (string, error) {
 	var removed string
-	err := l.retry(ctx, logger, func() error {
-		n, err := l.getNode(ctx, node)
+	err := l.retry(ctx, logger, func(fromAPI bool) error {
+		n, cached, err := l.readNode(ctx, node, fromAPI)
 		if err != nil {
 			return err
 		}
 		value, present := n.Annotations[Key]
+		if cached && (!present || check(value) != nil) { // the copy may predate the lock
+			if n, err = l.getNode(ctx, node); err != nil {
+				return err
+			}
+			value, present = n.Annotations[Key]
+		}
 		if !present {
 			return nil
 		}
@@ -261,13 +302,13 @@ func (l *Locker) remove(ctx context.Context, logger klog.Logger, node string, ch
 
 // retry runs op until it succeeds or fails for good. A 409 Conflict (the Node changed after
 // op read it) runs op again at once, up to maxConflicts times: op reads the Node again and
-// decides again. A transient [*APIError] is retried after the next delay of the backoff.
-// Any other error ends the loop.
-func (l *Locker) retry(ctx context.Context, logger klog.Logger, op func() error) error {
+// decides again, from the API server (fromAPI true) from then on. A transient [*APIError] is
+// retried after the next delay of the backoff. Any other error ends the loop.
+func (l *Locker) retry(ctx context.Context, logger klog.Logger, op func(fromAPI bool) error) error {
 	b := l.backoff
 	conflicts, tries := 0, 1
 	for {
-		err := op()
+		err := op(conflicts > 0)
 		var apiErr *APIError
 		switch {
 		case err == nil:
@@ -296,6 +337,18 @@ func (l *Locker) retry(ctx context.Context, logger klog.Logger, op func() error)
 	}
 }
 
+// readNode returns the Node from Options.Nodes unless fromAPI is set or the lister has no
+// copy, else from the API server; cached tells which. The copy is the informer's: read only.
+func (l *Locker) readNode(ctx context.Context, node string, fromAPI bool) (n *corev1.Node, cached bool, err error) {
+	if l.nodes != nil && !fromAPI {
+		if n, err := l.nodes.Get(node); err == nil {
+			return n, true, nil
+		}
+	}
+	n, err = l.getNode(ctx, node)
+	return n, false, err
+}
+
 func (l *Locker) getNode(ctx context.Context, node string) (*corev1.Node, error) {
 	n, err := l.client.Nodes().Get(ctx, node, metav1.GetOptions{})
 	if err != nil {
@@ -306,6 +359,11 @@ func (l *Locker) getNode(ctx context.Context, node string) (*corev1.Node, error)
 
 // podGone reports whether the pod does not exist.
 func (l *Locker) podGone(ctx context.Context, pod types.NamespacedName) (bool, error) {
+	if l.pods != nil {
+		if _, err := l.pods.Pods(pod.Namespace).Get(pod.Name); err == nil {
+			return false, nil
+		}
+	}
 	_, err := l.client.Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 	switch {
 	case err == nil:

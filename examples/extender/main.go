@@ -33,11 +33,11 @@ func main() {
 	pflag.CommandLine.AddGoFlagSet(klogFlags)
 	pflag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	client, err := f.client()
+	client, eventClient, err := f.clients()
 	if err == nil {
 		var ln net.Listener
 		if ln, err = net.Listen("tcp", f.httpBind); err == nil {
-			err = run(klog.NewContext(ctx, klog.Background()), client, f, ln)
+			err = run(klog.NewContext(ctx, klog.Background()), client, eventClient, f, ln)
 		}
 	}
 	stop()
@@ -48,11 +48,11 @@ func main() {
 }
 
 // run serves the extender on ln until ctx ends: the node cache and the extender on every
-// replica, the handshakes only while leading.
-func run(ctx context.Context, client kubernetes.Interface, f *flags, ln net.Listener) error {
+// replica, the handshakes only while leading. Events go through eventClient.
+func run(ctx context.Context, client, eventClient kubernetes.Interface, f *flags, ln net.Listener) error {
 	events := record.NewBroadcaster(record.WithContext(ctx))
 	defer events.Shutdown()
-	events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: eventClient.CoreV1().Events("")})
 	recorder := events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: f.schedulerName})
 	factory := informers.NewSharedInformerFactory(client, 0)
 	cache, err := schedcache.New(factory.Core().V1().Nodes(), schedcache.Options{NodeSelector: f.selector(), EventRecorder: recorder})

@@ -165,7 +165,8 @@ func TestRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, fake.NewClientset(), f, ln) }()
+	client := fake.NewClientset()
+	go func() { done <- run(ctx, client, client, f, ln) }()
 	base := "http://" + ln.Addr().String()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
