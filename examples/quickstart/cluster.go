@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -271,11 +270,11 @@ func (q *quickstart) startExtender(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	port, err := freePort()
+	ports, err := harness.FreePorts(1)
 	if err != nil {
 		return err
 	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
 	kubeconfig, err := q.cp.ServiceAccountKubeconfig(ctx, mkdir(q.work, "extender"), namespace, schedulerName, schedulerName)
 	if err != nil {
 		return fmt.Errorf("credentials of ServiceAccount %s/%s: %w", namespace, schedulerName, err)
@@ -299,7 +298,9 @@ func (q *quickstart) startExtender(ctx context.Context) error {
 	q.extenderURL = "http://" + addr
 	wctx, cancel := context.WithTimeout(ctx, q.opts.timeout)
 	defer cancel()
-	if err := p.WaitUntil(wctx, 50*time.Millisecond, ready(q.extenderURL+"/readyz")); err != nil {
+	hc := &http.Client{Timeout: 2 * time.Second}
+	defer hc.CloseIdleConnections()
+	if err := p.WaitUntil(wctx, 50*time.Millisecond, harness.Readyz(hc, q.extenderURL+"/readyz", "")); err != nil {
 		return failed(fmt.Errorf("examples/extender not ready: %w", err), "extender", p)
 	}
 	q.out.item("extender", "examples/extender ready in %v at %s, with the Deployment's arguments:", round(time.Since(t)), q.extenderURL)
@@ -365,33 +366,6 @@ func (q *quickstart) poll(ctx context.Context, cond func() bool) error {
 		}
 	}
 	return nil
-}
-
-// ready is a probe of url that answers 200.
-func ready(url string) func(context.Context) bool {
-	hc := &http.Client{Timeout: 2 * time.Second}
-	return func(ctx context.Context) bool {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return false
-		}
-		resp, err := hc.Do(req)
-		if err != nil {
-			return false
-		}
-		_ = resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}
-}
-
-// freePort returns a free TCP port of 127.0.0.1.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // mkdir creates dir/name and returns it; a failure shows up when the folder is used.

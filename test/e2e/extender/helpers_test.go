@@ -251,18 +251,7 @@ func (s *stack) startExtender(tb testing.TB) {
 	defer hc.CloseIdleConnections()
 	ctx, cancel := context.WithTimeout(tb.Context(), 60*time.Second)
 	defer cancel()
-	err = p.WaitUntil(ctx, 20*time.Millisecond, func(ctx context.Context) bool {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url+"/readyz", nil)
-		if err != nil {
-			return false
-		}
-		resp, err := hc.Do(req)
-		if err != nil {
-			return false
-		}
-		_ = resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
+	err = p.WaitUntil(ctx, 20*time.Millisecond, harness.Readyz(hc, s.url+"/readyz", ""))
 	if err != nil {
 		tb.Fatalf("extender not ready: %v", err)
 	}

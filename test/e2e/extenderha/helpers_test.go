@@ -245,18 +245,7 @@ func startExtender(tb testing.TB, name, host string, port int, cert servingCert,
 	defer hc.CloseIdleConnections()
 	ctx, cancel := context.WithTimeout(tb.Context(), 60*time.Second)
 	defer cancel()
-	if err := p.WaitUntil(ctx, 20*time.Millisecond, func(ctx context.Context) bool {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.url+extender.PathReadyz, nil)
-		if err != nil {
-			return false
-		}
-		resp, err := hc.Do(req)
-		if err != nil {
-			return false
-		}
-		_ = resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}); err != nil {
+	if err := p.WaitUntil(ctx, 20*time.Millisecond, harness.Readyz(hc, e.url+extender.PathReadyz, "")); err != nil {
 		tb.Fatalf("%s not ready: %v", name, err)
 	}
 	return e

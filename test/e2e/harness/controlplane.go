@@ -153,7 +153,7 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	if cp.pki, err = newPKI(dir, time.Now()); err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(3)
+	ports, err := FreePorts(3)
 	if err != nil {
 		return nil, err
 	}
@@ -328,7 +328,7 @@ func (cp *ControlPlane) StartAPIServer(ctx context.Context) error {
 		return err
 	}
 	defer hc.CloseIdleConnections()
-	if err := p.WaitUntil(ctx, 50*time.Millisecond, readyz(hc, cp.Host()+"/readyz", cp.pki.adminToken)); err != nil {
+	if err := p.WaitUntil(ctx, 50*time.Millisecond, Readyz(hc, cp.Host()+"/readyz", cp.pki.adminToken)); err != nil {
 		return err
 	}
 	v, err := cp.admin.Discovery().ServerVersion()
@@ -341,9 +341,9 @@ func (cp *ControlPlane) StartAPIServer(ctx context.Context) error {
 	return nil
 }
 
-// readyz is a probe for proc.Process.WaitUntil: GET url answers 200. A token, when set, is
+// Readyz is a probe for proc.Process.WaitUntil: GET url answers 200. A token, when set, is
 // sent as a bearer token.
-func readyz(hc *http.Client, url, token string) func(context.Context) bool {
+func Readyz(hc *http.Client, url, token string) func(context.Context) bool {
 	return func(ctx context.Context) bool {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
@@ -608,8 +608,8 @@ func (cp *ControlPlane) EnsureNamespace(ctx context.Context, ns string) error {
 	return nil
 }
 
-// freePorts returns n distinct free TCP ports on 127.0.0.1 (listen on port 0, close).
-func freePorts(n int) ([]int, error) {
+// FreePorts returns n distinct free TCP ports on 127.0.0.1 (listen on port 0, close).
+func FreePorts(n int) ([]int, error) {
 	ports := make([]int, 0, n)
 	var ls []net.Listener
 	defer func() {

@@ -78,7 +78,7 @@ func (cp *ControlPlane) StartScheduler(ctx context.Context, opts SchedulerOption
 	if err := os.WriteFile(configPath, data, 0o600); err != nil {
 		return nil, fmt.Errorf("write scheduler config: %w", err)
 	}
-	ports, err := freePorts(1)
+	ports, err := FreePorts(1)
 	if err != nil {
 		return nil, err
 	}
@@ -117,7 +117,7 @@ func (cp *ControlPlane) StartScheduler(ctx context.Context, opts SchedulerOption
 	}}
 	defer hc.CloseIdleConnections()
 	start := time.Now()
-	if err := p.WaitUntil(ctx, 50*time.Millisecond, readyz(hc, fmt.Sprintf("https://127.0.0.1:%d/readyz", s.port), "")); err != nil {
+	if err := p.WaitUntil(ctx, 50*time.Millisecond, Readyz(hc, fmt.Sprintf("https://127.0.0.1:%d/readyz", s.port), "")); err != nil {
 		return nil, errors.Join(err, s.Stop())
 	}
 	cp.opts.Logf("kube-scheduler ready in %v (config %s)", time.Since(start).Round(time.Millisecond), configPath)

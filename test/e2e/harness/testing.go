@@ -105,7 +105,7 @@ func Context(tb testing.TB) context.Context {
 // starts with a listen address of its own.
 func FreePort(tb testing.TB) int {
 	tb.Helper()
-	ports, err := freePorts(1)
+	ports, err := FreePorts(1)
 	if err != nil {
 		tb.Fatal(err)
 	}
