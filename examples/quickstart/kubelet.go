@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/test/e2e/harness/proc"
@@ -147,29 +148,35 @@ func (k *kubelet) admission(uid types.UID) (admission, bool, <-chan struct{}) {
 	return a, ok, k.changed
 }
 
-// reportRunning writes the status a kubelet writes for a pod whose containers run.
+// reportRunning writes the status a kubelet writes for a pod whose containers run (read
+// afresh and written again on a conflict).
 func (k *kubelet) reportRunning(ctx context.Context, p *corev1.Pod) error {
-	now := metav1.Now()
-	p = p.DeepCopy()
-	p.Status.Phase = corev1.PodRunning
-	p.Status.StartTime = &now
-	p.Status.HostIP, p.Status.PodIP = "127.0.0.1", "127.0.0.1"
-	p.Status.Conditions = []corev1.PodCondition{
-		{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now},
-		{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: now},
-		{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
-		{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
-	}
-	p.Status.ContainerStatuses = nil
-	for _, c := range p.Spec.Containers {
-		p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{
-			Name: c.Name, Image: c.Image, ImageID: c.Image, Ready: true, Started: new(true),
-			ContainerID: "quickstart://" + c.Name,
-			State:       corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
-		})
-	}
-	_, err := k.client.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{})
-	return err
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		p, err := k.client.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		now := metav1.Now()
+		p.Status.Phase = corev1.PodRunning
+		p.Status.StartTime = &now
+		p.Status.HostIP, p.Status.PodIP = "127.0.0.1", "127.0.0.1"
+		p.Status.Conditions = []corev1.PodCondition{
+			{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		}
+		p.Status.ContainerStatuses = nil
+		for _, c := range p.Spec.Containers {
+			p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{
+				Name: c.Name, Image: c.Image, ImageID: c.Image, Ready: true, Started: new(true),
+				ContainerID: "quickstart://" + c.Name,
+				State:       corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
+			})
+		}
+		_, err = k.client.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+		return err
+	})
 }
 
 // startNode creates the GPU node as a kubelet registers it (labelled for the DaemonSet's
