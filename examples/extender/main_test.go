@@ -19,8 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
-	schedulerv1 "k8s.io/kube-scheduler/config/v1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/hamireg/hamireg/extender"
 	"github.com/hamireg/hamireg/internal/manifests"
@@ -103,8 +101,8 @@ func TestManifests(t *testing.T) {
 	if cm == nil {
 		t.Fatal("no ConfigMap hami-scheduler-config")
 	}
-	var cfg schedulerv1.KubeSchedulerConfiguration
-	if err := yaml.UnmarshalStrict([]byte(cm.Data["config.yaml"]), &cfg); err != nil {
+	cfg, err := manifests.SchedulerConfig(cm)
+	if err != nil {
 		t.Fatalf("KubeSchedulerConfiguration: %v", err)
 	}
 	if len(cfg.Profiles) != 1 || cfg.Profiles[0].SchedulerName == nil || *cfg.Profiles[0].SchedulerName != f.schedulerName {

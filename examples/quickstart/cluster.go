@@ -18,8 +18,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	kubeschedulerconfigv1 "k8s.io/kube-scheduler/config/v1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/hamireg/hamireg/internal/manifests"
 	"github.com/hamireg/hamireg/test/e2e/harness"
@@ -317,14 +315,16 @@ func (q *quickstart) startScheduler(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cfg := &kubeschedulerconfigv1.KubeSchedulerConfiguration{}
-	if err := yaml.UnmarshalStrict([]byte(cm.Data["config.yaml"]), cfg); err != nil {
+	cfg, err := manifests.SchedulerConfig(cm)
+	if err != nil {
 		return fmt.Errorf("scheduler-config.yaml: %w", err)
 	}
-	if len(cfg.Extenders) != 1 || len(cfg.Profiles) != 1 || cfg.Profiles[0].SchedulerName == nil {
-		return fmt.Errorf("scheduler-config.yaml has %d extenders and %d profiles, want one of each, the profile named", len(cfg.Extenders), len(cfg.Profiles))
+	if len(cfg.Profiles) != 1 || cfg.Profiles[0].SchedulerName == nil {
+		return fmt.Errorf("scheduler-config.yaml has %d profiles, want one, named", len(cfg.Profiles))
 	}
-	cfg.Extenders[0].URLPrefix, cfg.Extenders[0].EnableHTTPS, cfg.Extenders[0].TLSConfig = q.extenderURL, false, nil
+	if err := manifests.ExtenderOverHTTP(cfg, q.extenderURL); err != nil {
+		return fmt.Errorf("scheduler-config.yaml: %w", err)
+	}
 	sched, err := q.cp.StartScheduler(ctx, harness.SchedulerOptions{Config: cfg, Hostname: q.schedulerPod()})
 	if err != nil {
 		return fmt.Errorf("start kube-scheduler: %w", err)

@@ -18,8 +18,6 @@ require (
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
 	k8s.io/client-go v0.37.2
-	k8s.io/kube-scheduler v0.37.2
-	sigs.k8s.io/yaml v1.6.0
 )
 
 require (
@@ -109,6 +107,7 @@ require (
 	k8s.io/dynamic-resource-allocation v0.37.2 // indirect
 	k8s.io/klog/v2 v2.140.0 // indirect
 	k8s.io/kube-openapi v0.0.0-20260721132016-d427ff9ee9ad // indirect
+	k8s.io/kube-scheduler v0.37.2 // indirect
 	k8s.io/kubelet v0.37.2 // indirect
 	k8s.io/kubernetes v1.37.2 // indirect
 	k8s.io/mount-utils v0.0.0 // indirect
@@ -117,6 +116,7 @@ require (
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730 // indirect
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
+	sigs.k8s.io/yaml v1.6.0 // indirect
 )
 
 // Staging modules that k8s.io/kubernetes@v1.37.2 requires at v0.0.0 (written by regen.sh).

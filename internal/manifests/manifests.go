@@ -13,10 +13,13 @@ import (
 	"path/filepath"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes/scheme"
+	kubeschedulerconfigv1 "k8s.io/kube-scheduler/config/v1"
+	"sigs.k8s.io/yaml"
 )
 
 // Docs returns the non-empty YAML documents of file.
@@ -89,4 +92,29 @@ func Find[T interface {
 	}
 	var zero T
 	return zero, false
+}
+
+// SchedulerConfig decodes, strictly, the KubeSchedulerConfiguration that the ConfigMap cm
+// carries under config.yaml (examples/extender/deploy/scheduler-config.yaml's shape).
+func SchedulerConfig(cm *corev1.ConfigMap) (*kubeschedulerconfigv1.KubeSchedulerConfiguration, error) {
+	data, ok := cm.Data["config.yaml"]
+	if !ok {
+		return nil, fmt.Errorf("ConfigMap %s has no config.yaml", cm.Name)
+	}
+	cfg := &kubeschedulerconfigv1.KubeSchedulerConfiguration{}
+	if err := yaml.UnmarshalStrict([]byte(data), cfg); err != nil {
+		return nil, fmt.Errorf("ConfigMap %s config.yaml: %w", cm.Name, err)
+	}
+	return cfg, nil
+}
+
+// ExtenderOverHTTP points the configuration's only extender at url over plain HTTP, as a
+// loopback test or the quickstart runs it (the file's is HTTPS on 127.0.0.1:443).
+func ExtenderOverHTTP(cfg *kubeschedulerconfigv1.KubeSchedulerConfiguration, url string) error {
+	if len(cfg.Extenders) != 1 {
+		return fmt.Errorf("the KubeSchedulerConfiguration has %d extenders, want 1", len(cfg.Extenders))
+	}
+	x := &cfg.Extenders[0]
+	x.URLPrefix, x.EnableHTTPS, x.TLSConfig = url, false, nil
+	return nil
 }

@@ -111,17 +111,14 @@ func exampleClusterRole() (*rbacv1.ClusterRole, error) {
 // the managed resources ignored by the scheduler — is the file's.
 func exampleSchedulerConfig(tb testing.TB, url, schedulerName string) *kubeschedulerconfigv1.KubeSchedulerConfiguration {
 	tb.Helper()
-	docs, err := manifests.Docs(filepath.Join(deployDir, "scheduler-config.yaml"))
-	if err != nil || len(docs) != 1 {
-		tb.Fatalf("scheduler-config.yaml: %d documents, %v", len(docs), err)
+	objs := manifests.Glob(tb, filepath.Join(deployDir, "scheduler-config.yaml"))
+	cm, ok := manifests.Find[*corev1.ConfigMap](objs, "hami-scheduler-config")
+	if len(objs) != 1 || !ok {
+		tb.Fatalf("scheduler-config.yaml: %d objects, want the ConfigMap hami-scheduler-config", len(objs))
 	}
-	var cm corev1.ConfigMap
-	if err := yaml.UnmarshalStrict(docs[0], &cm); err != nil {
+	c, err := manifests.SchedulerConfig(cm)
+	if err != nil {
 		tb.Fatalf("scheduler-config.yaml: %v", err)
-	}
-	var c kubeschedulerconfigv1.KubeSchedulerConfiguration
-	if err := yaml.UnmarshalStrict([]byte(cm.Data["config.yaml"]), &c); err != nil {
-		tb.Fatalf("scheduler-config.yaml config.yaml: %v", err)
 	}
 	if len(c.Extenders) != 1 || len(c.Profiles) != 1 {
 		tb.Fatalf("scheduler-config.yaml: %d extenders, %d profiles, want 1 and 1", len(c.Extenders), len(c.Profiles))
@@ -129,12 +126,12 @@ func exampleSchedulerConfig(tb testing.TB, url, schedulerName string) *kubesched
 	if got := *c.Profiles[0].SchedulerName; got != "hami-scheduler" {
 		tb.Fatalf("scheduler-config.yaml: profile %q, want HAMi's hami-scheduler", got)
 	}
-	c.Extenders[0].URLPrefix = url
-	c.Extenders[0].EnableHTTPS = false
-	c.Extenders[0].TLSConfig = nil
+	if err := manifests.ExtenderOverHTTP(c, url); err != nil {
+		tb.Fatal(err)
+	}
 	c.Profiles[0].SchedulerName = &schedulerName
 	c.LeaderElection.LeaderElect = new(false)
-	return &c
+	return c
 }
 
 // stackOptions configure newStack.

@@ -13,11 +13,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubeschedulerconfigv1 "k8s.io/kube-scheduler/config/v1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/extender"
+	"github.com/hamireg/hamireg/internal/manifests"
 	"github.com/hamireg/hamireg/test/e2e/harness"
 )
 
@@ -47,8 +47,8 @@ const (
 func schedulerConfig(tb testing.TB, ns string, port int) *kubeschedulerconfigv1.KubeSchedulerConfiguration {
 	tb.Helper()
 	cm := manifest[*corev1.ConfigMap](tb, "scheduler-config.yaml", "hami-scheduler-config")
-	var cfg kubeschedulerconfigv1.KubeSchedulerConfiguration
-	if err := yaml.UnmarshalStrict([]byte(cm.Data["config.yaml"]), &cfg); err != nil {
+	cfg, err := manifests.SchedulerConfig(cm)
+	if err != nil {
 		tb.Fatalf("deploy/scheduler-config.yaml: %v", err)
 	}
 	if len(cfg.Extenders) != 1 || cfg.LeaderElection.LeaderElect == nil || !*cfg.LeaderElection.LeaderElect {
@@ -60,7 +60,7 @@ func schedulerConfig(tb testing.TB, ns string, port int) *kubeschedulerconfigv1.
 	le.LeaseDuration = metav1.Duration{Duration: leaseDuration}
 	le.RenewDeadline = metav1.Duration{Duration: renewDeadline}
 	le.RetryPeriod = metav1.Duration{Duration: retryPeriod}
-	return &cfg
+	return cfg
 }
 
 // pair is one replica of the example's Deployment: the extender and kube-scheduler with one

@@ -3,7 +3,6 @@ package nodeagent_test
 import (
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -15,10 +14,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	kubeschedulerconfigv1 "k8s.io/kube-scheduler/config/v1"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/yaml"
 
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
+	"github.com/hamireg/hamireg/internal/manifests"
 	"github.com/hamireg/hamireg/test/e2e/harness"
 	"github.com/hamireg/hamireg/test/e2e/harness/proc"
 )
@@ -28,22 +27,17 @@ import (
 // off, as one scheduler runs.
 func schedulerConfig(tb testing.TB, url string) *kubeschedulerconfigv1.KubeSchedulerConfiguration {
 	tb.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "..", "examples", "extender", "deploy", "scheduler-config.yaml"))
-	if err != nil {
-		tb.Fatal(err)
+	cm, ok := manifests.Find[*corev1.ConfigMap](manifests.Glob(tb, filepath.Join("..", "..", "..", "examples", "extender", "deploy", "scheduler-config.yaml")), "hami-scheduler-config")
+	if !ok {
+		tb.Fatal("scheduler-config.yaml: no ConfigMap hami-scheduler-config")
 	}
-	var cm corev1.ConfigMap
-	if err := yaml.UnmarshalStrict(b, &cm); err != nil {
+	cfg, err := manifests.SchedulerConfig(cm)
+	if err != nil {
 		tb.Fatalf("scheduler-config.yaml: %v", err)
 	}
-	cfg := &kubeschedulerconfigv1.KubeSchedulerConfiguration{}
-	if err := yaml.UnmarshalStrict([]byte(cm.Data["config.yaml"]), cfg); err != nil {
-		tb.Fatalf("scheduler-config.yaml config.yaml: %v", err)
+	if err := manifests.ExtenderOverHTTP(cfg, url); err != nil {
+		tb.Fatalf("scheduler-config.yaml: %v", err)
 	}
-	if len(cfg.Extenders) != 1 {
-		tb.Fatalf("scheduler-config.yaml has %d extenders, want 1", len(cfg.Extenders))
-	}
-	cfg.Extenders[0].URLPrefix, cfg.Extenders[0].EnableHTTPS, cfg.Extenders[0].TLSConfig = url, false, nil
 	cfg.LeaderElection.LeaderElect = ptr.To(false)
 	return cfg
 }
