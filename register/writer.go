@@ -164,11 +164,8 @@ func New(client kubernetes.Interface, nodeName string, opts Options) (*Writer, e
 		return nil, fmt.Errorf("new register writer: %w", err)
 	}
 	vendor := cmp.Or(opts.Vendor, annotation.NVIDIA())
-	if vendor.RegisterKey == "" {
-		return nil, invalid("vendor %q has no register annotation", vendor.Name)
-	}
-	if vendor.Format != annotation.FormatJSON {
-		return nil, invalid("vendor %q uses the %s format; only JSON is written", vendor.Name, vendor.Format)
+	if err := vendor.Validate(annotation.PartRegister); err != nil {
+		return nil, fmt.Errorf("new register writer: %w", invalidVendor{err})
 	}
 	if opts.Shape != annotation.ShapeMaster && opts.Shape != annotation.ShapeV290 {
 		return nil, invalid("unknown shape %d", int(opts.Shape))
@@ -628,3 +625,10 @@ func (w *Writer) handler(logger klog.Logger) cache.TypedResourceEventHandler[*co
 		},
 	}
 }
+
+// invalidVendor is a vendor that lacks what the writer needs: its text is the vendor's, and
+// it is both annotation.ErrIncompleteVendor and the writer's [ErrInvalidOptions].
+type invalidVendor struct{ err error }
+
+func (e invalidVendor) Error() string   { return e.err.Error() }
+func (e invalidVendor) Unwrap() []error { return []error{e.err, ErrInvalidOptions} }
