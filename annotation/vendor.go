@@ -104,8 +104,8 @@ type Vendor struct {
 type Part int
 
 const (
-	// PartRegister writes the register annotation (package register): RegisterKey, JSON
-	// format.
+	// PartRegister writes the register annotation (package register): RegisterKey, JSON or
+	// legacy format.
 	PartRegister Part = iota
 	// PartHandshake decides and writes the handshake (packages handshake, schedcache):
 	// RegisterKey in JSON or legacy format, HandshakeKey, ResourceName.
@@ -157,7 +157,8 @@ func (v Vendor) Validate(part Part) error {
 	switch part {
 	case PartRegister:
 		need(v.RegisterKey != "", "RegisterKey (e.g. \"hami.io/node-<name>-register\"; capacity vendors have none and need no writer)")
-		need(v.RegisterKey == "" || v.Format == FormatJSON, "Format FormatJSON (only the JSON device list is written, the vendor has "+v.Format.String()+")")
+		need(v.RegisterKey == "" || v.Format == FormatJSON || v.Format == FormatLegacy,
+			"Format FormatJSON or FormatLegacy (the vendor's "+v.Format.String()+" format is read by HAMi's scheduler, not written by this SDK)")
 	case PartHandshake:
 		need(v.RegisterKey != "", "RegisterKey")
 		need(v.Format == FormatJSON || v.Format == FormatLegacy, "Format FormatJSON or FormatLegacy (the vendor has "+v.Format.String()+")")

@@ -17,6 +17,7 @@ func TestVendorValidate(t *testing.T) {
 	k8sResource.ResourceName = "kubernetes.io/npu"
 	legacy, _ := VendorByName("DCU")
 	mlu, _ := VendorByName("MLU")
+	metax, _ := VendorByName("Metax-SGPU")
 	tests := map[string]struct {
 		v       Vendor
 		part    Part
@@ -31,7 +32,8 @@ func TestVendorValidate(t *testing.T) {
 		"no resource, node agent":   {v: noResource, part: PartNodeAgent, missing: []string{"ResourceName"}},
 		"resource without domain":   {v: badResource, part: PartKubelet, missing: []string{`"npu"`, "<domain>/<name>"}},
 		"resource in kubernetes.io": {v: k8sResource, part: PartKubelet, missing: []string{"kubernetes.io"}},
-		"legacy format, register":   {v: legacy, part: PartRegister, missing: []string{"FormatJSON", "legacy"}},
+		"legacy format, register":   {v: legacy, part: PartRegister},
+		"vendor format, register":   {v: metax, part: PartRegister, missing: []string{"FormatLegacy", "vendor-specific"}},
 		"legacy format, handshake":  {v: legacy, part: PartHandshake},
 		"capacity vendor, register": {v: mlu, part: PartRegister, missing: []string{"RegisterKey"}},
 		"capacity vendor, kubelet":  {v: mlu, part: PartKubelet},
@@ -73,7 +75,7 @@ func TestVendorsComplete(t *testing.T) {
 		if err := v.Validate(PartKubelet); err != nil {
 			t.Errorf("vendor %s: %v", v.Name, err)
 		}
-		if v.RegisterKey != "" && v.Format == FormatJSON {
+		if v.RegisterKey != "" && (v.Format == FormatJSON || v.Format == FormatLegacy) {
 			agents++
 			if err := v.Validate(PartNodeAgent); err != nil {
 				t.Errorf("vendor %s cannot ship a node agent: %v", v.Name, err)

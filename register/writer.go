@@ -55,7 +55,9 @@ const maxEventMessage = 1024
 // Options configure a [Writer]. The zero value means the defaults documented on each field.
 type Options struct {
 	// Vendor selects the annotation key (Vendor.RegisterKey). Default: annotation.NVIDIA(),
-	// key hami.io/node-nvidia-register. The vendor's format must be annotation.FormatJSON.
+	// key hami.io/node-nvidia-register. The vendor's format must be annotation.FormatJSON or,
+	// for Hygon DCU and Iluvatar, annotation.FormatLegacy (written with
+	// annotation.EncodeLegacy, which has no escaping: IDs and types must not contain ',' or ':').
 	Vendor annotation.Vendor
 	// Shape selects the wire shape. Default: annotation.ShapeMaster (HAMi master);
 	// annotation.ShapeV290 writes HAMi v2.9.0's "devicepairscore":{}.
@@ -102,6 +104,7 @@ type Writer struct {
 	node     string
 	key      string
 	shape    annotation.Shape
+	format   annotation.Format
 	retryMin time.Duration
 	retryMax time.Duration
 	clock    clock.WithTicker
@@ -174,6 +177,7 @@ func New(client kubernetes.Interface, nodeName string, opts Options) (*Writer, e
 		client:   client,
 		node:     nodeName,
 		key:      vendor.RegisterKey,
+		format:   vendor.Format,
 		shape:    opts.Shape,
 		retryMin: opts.RetryInitial,
 		retryMax: opts.RetryMax,
@@ -220,7 +224,11 @@ func (w *Writer) Key() string { return w.key }
 // device list sends nothing, and while writes fail it does not cut the retry backoff short.
 func (w *Writer) SetDevices(devices []annotation.Device) {
 	devs := annotation.Canonical(devices)
-	next := &desiredValue{value: annotation.EncodeShape(devs, w.shape), n: len(devs)}
+	value := annotation.EncodeShape(devs, w.shape)
+	if w.format == annotation.FormatLegacy {
+		value = annotation.EncodeLegacy(devs)
+	}
+	next := &desiredValue{value: value, n: len(devs)}
 	prev := w.desired.Swap(next)
 	w.notifySync()
 	if prev != nil && prev.value == next.value && w.Stats().LastError != nil {
