@@ -81,7 +81,6 @@ type Mount struct {
 	ReadOnly                bool
 }
 
-
 // ContainerResponse builds the environment and mounts HAMi's device plugin gives a container
 // whose devices are devs (its entry of the to-allocate annotation): NVIDIA_VISIBLE_DEVICES
 // (UUIDs, or with [DeviceIDIndex] NVML indexes from gpus, in entry order without repeats),
