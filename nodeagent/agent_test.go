@@ -23,7 +23,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/hamireg/hamireg/annotation"
-	"github.com/hamireg/hamireg/internal/reactors"
+	"github.com/hamireg/hamireg/clienttest"
 	"github.com/hamireg/hamireg/kubeletplugin"
 	"github.com/hamireg/hamireg/kubeletplugin/kubelettest"
 	"github.com/hamireg/hamireg/nodeagent"
@@ -120,8 +120,8 @@ func start(t *testing.T, cs *fake.Clientset, src nodeagent.Source, k *kubelettes
 // newClientset holds the agent's Node; node patches give it a new resourceVersion, as the API
 // server's do, so the writer tells a late echo of its own write from drift.
 func newClientset() *fake.Clientset {
-	cs := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, ResourceVersion: reactors.NextResourceVersion()}})
-	reactors.NodeResourceVersions(cs)
+	cs := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, ResourceVersion: clienttest.NextResourceVersion()}})
+	clienttest.ResourceVersions(cs)
 	return cs
 }
 
@@ -177,7 +177,7 @@ func TestRunPublishesTheAnnotationBeforeRegistering(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	reactors.Fail(&cs.Fake, "patch", "nodes", 3, errors.New("connection refused"))
+	clienttest.Fail(&cs.Fake, "patch", "nodes", 3, errors.New("connection refused"))
 	a, stop := start(t, cs, newSource(gpus(4)), k, &record.FakeRecorder{})
 	waitKubelet(t, k, registered(40))
 	mu.Lock()

@@ -23,7 +23,7 @@ import (
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/allocation/allocationtest"
 	"github.com/hamireg/hamireg/annotation"
-	"github.com/hamireg/hamireg/internal/reactors"
+	"github.com/hamireg/hamireg/clienttest"
 	"github.com/hamireg/hamireg/kubeletplugin"
 	"github.com/hamireg/hamireg/nodelock"
 )
@@ -368,7 +368,7 @@ func TestAllocateCleansUpAfterAPIOutage(t *testing.T) {
 	f := newFixture(t, pod)
 	f.schedule(t, pod, allocation.PodDevices{{dev(0, 1000, 30)}})
 	outage := apierrors.NewServiceUnavailable("apiserver restarting")
-	reactors.Fail(&f.cs.Fake, "get", "nodes", f.agent.backoff.Steps, outage) // every try of one Allocate
+	clienttest.Fail(&f.cs.Fake, "get", "nodes", f.agent.backoff.Steps, outage) // every try of one Allocate
 	_, err := f.call("GPU-0-0")
 	if !errors.Is(err, ErrAPI) || !errors.Is(err, outage) {
 		t.Fatalf("Allocate error %v, want ErrAPI wrapping the outage", err)
