@@ -191,7 +191,9 @@ func TestPluginServesEveryContainer(t *testing.T) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "train"},
 		Spec: corev1.PodSpec{InitContainers: []corev1.Container{{Name: "init"}}, Containers: []corev1.Container{{Name: "a"}, {Name: "b"}}}}
 	cs := fake.NewClientset(pod, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-1"}})
-	dev := func(u string) allocation.ContainerDevice { return allocation.ContainerDevice{UUID: u, Type: "NVIDIA", Usedmem: 1000, Usedcores: 10} }
+	dev := func(u string) allocation.ContainerDevice {
+		return allocation.ContainerDevice{UUID: u, Type: "NVIDIA", Usedmem: 1000, Usedcores: 10}
+	}
 	if _, err := allocationtest.NewScheduler(cs, allocationtest.Options{}).Schedule(ctx, pod, "gpu-1", allocation.PodDevices{{dev("GPU-a")}, {}, {dev("GPU-b"), dev("GPU-c")}}); err != nil {
 		t.Fatal(err)
 	}

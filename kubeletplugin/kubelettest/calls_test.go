@@ -59,7 +59,7 @@ func TestCalls(t *testing.T) {
 	t.Parallel()
 	k := kubelettest.Start(t)
 	var (
-		mu      sync.Mutex
+		mu       sync.Mutex
 		prestart [][]string
 	)
 	sdkPlugin(t, k, kubeletplugin.Options{
