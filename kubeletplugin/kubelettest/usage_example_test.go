@@ -1,7 +1,6 @@
 package kubelettest_test
 
 import (
-	"context"
 	"testing"
 
 	"github.com/hamireg/hamireg/kubeletplugin/kubelettest"
@@ -9,7 +8,9 @@ import (
 
 // Example_usage compiles the package documentation's snippet, the start of a test.
 func Example_usage() {
-	test := func(ctx context.Context, t *testing.T) {
+	test := func(t *testing.T) {
+		t.Helper()
+		ctx := t.Context()
 		// snippet: doc
 		k := kubelettest.Start(t)
 		// the plugin serves k.Dir()/vendor.sock and registers at k.SocketPath()

@@ -13,6 +13,7 @@ import (
 // on a simulated DGX H100 whose GPU 2 reports XID 79 (package nvmlsim's Example runs it).
 func Example() {
 	test := func(t *testing.T) {
+		t.Helper()
 		// snippet: doc
 		node := nvmlscantest.NewNode(t, dgxh100.New())
 		s, err := nvmlscan.New(node.Server, nvmlscan.Options{Sysfs: node.Sysfs})
