@@ -31,9 +31,19 @@
 // Device plugin side:
 //
 //	pd, err := allocation.DecodePodDevices(pod.Annotations[annotation.KeyNVIDIAToAllocate], allocation.VersionMaster)
-//	i, ok := pd.Next()                      // the container served now
-//	ctr, _ := allocation.ContainerAt(pod, i) // init containers first
-//	resp, err := allocation.ContainerResponse(pd[i], allocation.Container{PodUID: string(pod.UID), Name: ctr.Name, Env: ctr.Env, CacheID: uuid}, gpus, allocation.EnvOptions{})
+//	if err != nil {
+//		return err
+//	}
+//	i, ok := pd.Next()                           // the container served now
+//	ctr, found := allocation.ContainerAt(pod, i) // init containers first
+//	if !ok || !found {
+//		return fmt.Errorf("no container %d to allocate", i)
+//	}
+//	c := allocation.Container{PodUID: string(pod.UID), Name: ctr.Name, Env: ctr.Env, CacheID: uuid}
+//	resp, err := allocation.ContainerResponse(pd[i], c, gpus, allocation.EnvOptions{})
+//	if err != nil {
+//		return err
+//	}
 //	next := allocation.EncodePodDevices(pd.Consume(i)) // merge-patch it back
 //
 // Where HAMi v2.9.0 and master differ, [Version] chooses; master is the default. Conformance

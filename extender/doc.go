@@ -91,16 +91,24 @@
 // do not meet", BindingSucceed "Successfully binding node [<node>] to <ns>/<pod>" and
 // BindingFailed.
 //
-// Usage (see Example):
+// Usage (see Example; the snippet is Example_usage). Without Options.Nodes the fit sees no node
+// annotations, so hami.io/device-cordon cordons nothing:
 //
+//	var wg sync.WaitGroup
+//	defer wg.Wait()
 //	factory := informers.NewSharedInformerFactory(client, 0)
-//	cache, _ := schedcache.New(factory.Core().V1().Nodes(), schedcache.Options{})
-//	ext, err := extender.New(client, cache, extender.Options{Pods: factory.Core().V1().Pods()})
+//	cache, err := schedcache.New(factory.Core().V1().Nodes(), schedcache.Options{})
+//	if err != nil {
+//		return err
+//	}
+//	ext, err := extender.New(client, cache, extender.Options{Pods: factory.Core().V1().Pods(), Nodes: factory.Core().V1().Nodes().Lister()})
 //	if err != nil {
 //		return err
 //	}
 //	factory.Start(ctx.Done())
-//	go cache.Run(ctx)
-//	go ext.Run(ctx)
+//	ctx, cancel := context.WithCancelCause(ctx) // a part that fails stops the others
+//	defer cancel(nil)
+//	wg.Go(func() { cancel(cache.Run(ctx)) })
+//	wg.Go(func() { cancel(ext.Run(ctx)) })
 //	return http.ListenAndServe("127.0.0.1:8080", ext.Handler())
 package extender

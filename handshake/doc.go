@@ -24,7 +24,8 @@
 //	d := handshake.Decide(handshake.Input{Handshake: v, Allocatable: alloc, Reported: last, Now: now}, handshake.Options{})
 //	last = d.Reported
 //	switch d.Action {
-//	case handshake.ActionStamp:   // merge-patch the key to d.NewValue
+//	case handshake.ActionNone: // leave the annotation alone
+//	case handshake.ActionStamp: // merge-patch the key to d.NewValue
 //	case handshake.ActionCleanup: // drop the node; delete the key (d.Delete) or write d.NewValue
 //	}
 package handshake

@@ -80,12 +80,14 @@ func ExampleParseVirtualDeviceID() {
 // --root-dir=/var/lib/k0s/kubelet.
 func ExampleNew() {
 	run := func(ctx context.Context, devices []annotation.Device) error {
+		// snippet: doc
 		p, err := kubeletplugin.New(kubeletplugin.Options{PluginDir: kubeletplugin.PluginDirFromRootDir("/var/lib/k0s/kubelet")})
 		if err != nil {
 			return err
 		}
 		p.SetDevices(devices) // []annotation.Device, e.g. from nvmlscan; call again on health changes
 		return p.Run(ctx)
+		// end snippet
 	}
 	_ = run
 }

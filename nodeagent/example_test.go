@@ -88,6 +88,7 @@ func Example() {
 // The package documentation's usage snippet, compiled: an NVIDIA node program.
 func ExampleNew() {
 	run := func(ctx context.Context, clientset kubernetes.Interface, nodeName string) error {
+		// snippet: doc
 		scanner, err := nvmlscan.New(nvml.New(), nvmlscan.Options{SplitCount: 10})
 		if err != nil {
 			return err
@@ -98,6 +99,7 @@ func ExampleNew() {
 			return err
 		}
 		return agent.Run(ctx)
+		// end snippet
 	}
 	_ = run
 }

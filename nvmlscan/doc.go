@@ -2,7 +2,9 @@
 // HAMi's register annotation (hami.io/node-nvidia-register), with HAMi's per-device formulas
 // exactly, and watches NVML for critical XID errors to keep each GPU's health.
 //
-// It is the only package of this SDK that imports go-nvml, and so the only one that needs cgo.
+// It is the only package of this SDK that imports go-nvml, and so the only one that needs cgo,
+// with the two under it: nvmlscan/nvmlsim (go-nvml's simulated servers wired for a scanner, for
+// programs such as a --simulate mode) and nvmlscan/nvmlscantest (the same for tests).
 // Any [nvml.Interface] will do: nvml.New() on a GPU node, or one of go-nvml's simulated servers
 // (mock/dgxa100, dgxh100, dgxh200, dgxb200, mock/server) in tests.
 //
@@ -49,7 +51,7 @@
 //		return err // errors.Is(err, nvml.ERROR_LIBRARY_NOT_FOUND): the pod did not get the driver
 //	}
 //	defer s.Close()
-//	go s.Run(ctx) // XID health watch; Close stops it and waits for it
+//	wg.Go(func() { cancel(s.Run(ctx)) }) // XID health watch; Close stops it and waits for it
 //	res, err := s.Scan(ctx)
 //	if err != nil {
 //		return err

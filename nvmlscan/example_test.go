@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing/fstest"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -77,18 +78,22 @@ func ExampleNew_noDriver() {
 
 // The package documentation's usage snippet, compiled.
 func ExampleScanner() {
-	run := func(ctx context.Context) error {
+	run := func(ctx context.Context, cancel context.CancelCauseFunc) error {
+		var wg sync.WaitGroup // wg and cancel as the caller has them
+		defer wg.Wait()
+		// snippet: doc
 		s, err := nvmlscan.New(nvml.New(), nvmlscan.Options{}) // chart defaults
 		if err != nil {
 			return err // errors.Is(err, nvml.ERROR_LIBRARY_NOT_FOUND): the pod did not get the driver
 		}
-		defer s.Close() //nolint:errcheck // as in the package documentation
-		go s.Run(ctx)   //nolint:errcheck // XID health watch; Close stops it and waits for it
+		defer s.Close()                      //nolint:errcheck // as in the package documentation
+		wg.Go(func() { cancel(s.Run(ctx)) }) // XID health watch; Close stops it and waits for it
 		res, err := s.Scan(ctx)
 		if err != nil {
 			return err
 		}
 		value := annotation.Encode(res.Devices) // hami.io/node-nvidia-register
+		// end snippet
 		_ = value
 		return nil
 	}

@@ -51,6 +51,7 @@ func ExampleWriter_Sync() {
 // The package documentation's usage snippet, compiled.
 func ExampleNew() {
 	run := func(ctx context.Context, clientset kubernetes.Interface, devices []annotation.Device) error {
+		// snippet: doc
 		name, err := register.NodeNameFromEnv(ctx, nil)
 		if err != nil {
 			return err // NODE_NAME unset: fix the DaemonSet, do not retry
@@ -61,6 +62,7 @@ func ExampleNew() {
 		}
 		w.SetDevices(devices) // and again after every scan that may have changed them
 		return w.Run(ctx)     // until ctx is done
+		// end snippet
 	}
 	_ = run
 }

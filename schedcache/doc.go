@@ -99,8 +99,10 @@
 // no replaced Node's annotation stays pinned (about 2.2 KB for 8 GPUs), and references to the
 // raw annotation strings of the Node the informer currently holds.
 //
-// Usage (see Example):
+// Usage (see Example; the snippet is Example_usage):
 //
+//	var wg sync.WaitGroup
+//	defer wg.Wait()
 //	factory := informers.NewSharedInformerFactory(client, 0)
 //	c, err := schedcache.New(factory.Core().V1().Nodes(), schedcache.Options{EventRecorder: recorder})
 //	if err != nil {
@@ -117,12 +119,14 @@
 //	}
 //	factory.Start(ctx.Done())
 //	defer factory.Shutdown()
-//	go c.Run(ctx)
-//	go elector.Run(ctx)
+//	ctx, cancel := context.WithCancelCause(ctx) // a part that fails stops the other
+//	defer cancel(nil)
+//	wg.Go(func() { cancel(c.Run(ctx)) })
+//	wg.Go(func() { cancel(elector.Run(ctx)) }) // h.Run while this replica leads
 //	if err := c.WaitForSync(ctx); err != nil {
 //		return err
 //	}
 //	if n, ok := c.Snapshot().Node("gpu-1"); ok {
-//		devs := n.Devices(annotation.NVIDIA()) // nil unless registered
+//		fmt.Println(n.Devices(annotation.NVIDIA())) // nil unless registered
 //	}
 package schedcache

@@ -41,11 +41,6 @@ import (
 	"syscall"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxb200"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh100"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh200"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -56,7 +51,7 @@ import (
 	"github.com/hamireg/hamireg/kubeletplugin"
 	"github.com/hamireg/hamireg/nodeagent"
 	"github.com/hamireg/hamireg/nvmlscan"
-	"github.com/hamireg/hamireg/nvmlscan/nvmlscantest"
+	"github.com/hamireg/hamireg/nvmlscan/nvmlsim"
 	"github.com/hamireg/hamireg/register"
 )
 
@@ -125,7 +120,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, h host) int {
 	opts := nvmlscan.Options{SplitCount: int32(*splitCount), MemoryScaling: memScaling, CoreScaling: coreScaling, PreConfiguredMemory: *preConfigured,
 		Health: nvmlscan.HealthOptions{QuietPeriod: *quiet, ProbeInterval: min(*quiet, nvmlscan.DefaultProbeInterval)}}
 	if *simulate != "" {
-		node, err := simulated(*simulate)
+		node, err := nvmlsim.New(*simulate)
 		if err != nil {
 			return usage("--simulate: %v", err)
 		}
@@ -185,18 +180,8 @@ func connect(kubeconfig string, qps float32, burst int, client kubernetes.Interf
 	return kubernetes.NewForConfig(cfg)
 }
 
-// simulated returns go-nvml's simulated server of that name, wired for events and sysfs.
-func simulated(name string) (*nvmlscantest.Node, error) {
-	servers := map[string]func() *server.Server{"dgxa100": dgxa100.New, "dgxh100": dgxh100.New, "dgxh200": dgxh200.New, "dgxb200": dgxb200.New}
-	newServer, ok := servers[name]
-	if !ok {
-		return nil, fmt.Errorf("unknown server %q (dgxa100, dgxh100, dgxh200 or dgxb200)", name)
-	}
-	return nvmlscantest.Wire(newServer())
-}
-
 // injectXIDs injects a critical XID on GPU 0 of node for every value of xid, until ctx ends.
-func injectXIDs(ctx context.Context, node *nvmlscantest.Node, xid <-chan os.Signal) {
+func injectXIDs(ctx context.Context, node *nvmlsim.Node, xid <-chan os.Signal) {
 	for {
 		select {
 		case <-ctx.Done():

@@ -56,7 +56,7 @@ func TestRunUsage(t *testing.T) {
 		"negative split":      {args: []string{"--device-split-count", "-1"}, env: withNode, code: 2, want: "--device-split-count -1"},
 		"no node name":        {code: 2, want: "NODE_NAME"},
 		"invalid node name":   {env: map[string]string{"NODE_NAME": "Not_A_Node"}, code: 2, want: "invalid node name"},
-		"unknown server":      {args: []string{"--simulate", "dgx1"}, env: withNode, code: 2, want: `unknown server "dgx1"`},
+		"unknown server":      {args: []string{"--simulate", "dgx1"}, env: withNode, code: 2, want: `unknown simulated server "dgx1"`},
 		"zero memory scaling": {args: []string{"--simulate", "dgxa100", "--device-memory-scaling", "0"}, env: withNode, code: 2, want: "invalid options"},
 		"no kubeconfig file": {
 			args: []string{"--simulate", "dgxh100", "--kubeconfig", filepath.Join(t.TempDir(), "missing")}, env: withNode,

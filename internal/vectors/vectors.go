@@ -1,18 +1,24 @@
 // Package vectors finds and reads HAMi's conformance vectors for the tests across the SDK:
-// the hami-<version>/ folders under $HAMIREG_VECTORS, else under the shared/testdata folder
-// beside the repository. Only tests import it.
+// the hami-<version>/ folders under $HAMIREG_VECTORS, else under the repository's own
+// testdata/ (found by walking up from the working directory to the go.mod of module
+// github.com/hamireg/hamireg, so it works from any package of any module in the repository).
+// Only tests import it.
 package vectors
 
 import (
 	"cmp"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 )
+
+// rootModule is the module path of the repository's root go.mod, whose folder holds testdata/.
+const rootModule = "github.com/hamireg/hamireg"
 
 // Folder is one folder of vectors, produced by one HAMi version.
 type Folder struct {
@@ -25,7 +31,14 @@ type Folder struct {
 // Folders returns the vector folders, sorted by path; it fails tb when there are none.
 func Folders(tb testing.TB) []Folder {
 	tb.Helper()
-	root := cmp.Or(os.Getenv("HAMIREG_VECTORS"), findShared())
+	root := os.Getenv("HAMIREG_VECTORS")
+	if root == "" {
+		dir, err := repoRoot()
+		if err != nil {
+			tb.Fatalf("find conformance vectors: %v (set HAMIREG_VECTORS to the folder holding hami-<version>/)", err)
+		}
+		root = filepath.Join(dir, "testdata")
+	}
 	entries, err := os.ReadDir(root)
 	if err != nil {
 		tb.Fatalf("read conformance vectors: %v (set HAMIREG_VECTORS to the folder holding hami-<version>/)", err)
@@ -72,23 +85,33 @@ func (f Folder) Read(tb testing.TB, name string, v any) bool {
 	return true
 }
 
-// findShared returns the nearest shared/testdata above the working directory, or the path
-// where one is expected beside the repository when there is none (the error then names it).
-func findShared() string {
-	fallback := filepath.Join("..", "..", "shared", "testdata")
-	dir, err := os.Getwd()
+// repoRoot returns the nearest folder at or above the working directory whose go.mod
+// declares module github.com/hamireg/hamireg.
+func repoRoot() (string, error) {
+	start, err := os.Getwd()
 	if err != nil {
-		return fallback
+		return "", err
 	}
-	for {
-		candidate := filepath.Join(dir, "shared", "testdata")
-		if info, err := os.Stat(candidate); err == nil && info.IsDir() {
-			return candidate
+	for dir := start; ; {
+		if data, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && modulePath(data) == rootModule {
+			return dir, nil
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return fallback
+			return "", fmt.Errorf("no go.mod of module %s at or above %s", rootModule, start)
 		}
 		dir = parent
 	}
+}
+
+// modulePath returns the path of go.mod's module directive, or "" when there is none.
+func modulePath(gomod []byte) string {
+	for line := range strings.Lines(string(gomod)) {
+		line, _, _ = strings.Cut(line, "//")
+		fields := strings.Fields(line)
+		if len(fields) == 2 && fields[0] == "module" {
+			return strings.Trim(fields[1], "\"`")
+		}
+	}
+	return ""
 }

@@ -27,6 +27,9 @@
 //		p, ok := s.Resource("vendor.com/gpu")
 //		return ok && p.Healthy() == 4
 //	})
+//	if err != nil {
+//		t.Fatal(err, st) // st: the last state seen
+//	}
 //
 // # Lifecycle and concurrency
 //

@@ -1,15 +1,17 @@
-// Package nvmlscantest turns one of go-nvml's simulated servers (mock/dgxa100, dgxh100,
-// dgxh200, dgxb200, mock/server) into a GPU node that [github.com/hamireg/hamireg/nvmlscan]
-// can scan and watch in unit tests, without a GPU: it fills in what the simulated servers do not
-// wire (PCI bus ids, event registration, an event set), builds the matching sysfs tree, and lets
-// a test inject XID events, event-wait failures and GPUs that stop answering.
+// Package nvmlscantest gives tests of [github.com/hamireg/hamireg/nvmlscan] and of the
+// programs on it a simulated GPU node in one call: [NewNode] wires one of go-nvml's simulated
+// servers (mock/dgxa100, dgxh100, dgxh200, dgxb200, mock/server) with
+// [github.com/hamireg/hamireg/nvmlscan/nvmlsim], which fills in what the servers do not wire
+// (PCI bus ids, event registration, an event set), builds the matching sysfs tree, and lets a
+// test inject XID events, event-wait failures and GPUs that stop answering. Programs use
+// nvmlsim directly: it does not import package testing.
 //
 // Like the mocks it builds on, it needs cgo.
 //
 // The node does not fake the clock: give the scanner a fake one (k8s.io/utils/clock/testing)
 // to step through the health recovery rule.
 //
-// Usage:
+// Usage (the snippet is [Example]):
 //
 //	node := nvmlscantest.NewNode(t, dgxh100.New())
 //	s, err := nvmlscan.New(node.Server, nvmlscan.Options{Sysfs: node.Sysfs})

@@ -1,8 +1,7 @@
 package nvmlscantest_test
 
 import (
-	"context"
-	"fmt"
+	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh100"
 
@@ -10,42 +9,20 @@ import (
 	"github.com/hamireg/hamireg/nvmlscan/nvmlscantest"
 )
 
-// Example scans a simulated DGX H100 whose GPU 6 reports XID 79 to the running health watch.
+// Example is the package documentation's snippet, compiled: the start of a test of a scanner
+// on a simulated DGX H100 whose GPU 2 reports XID 79 (package nvmlsim's Example runs it).
 func Example() {
-	node, err := nvmlscantest.Wire(dgxh100.New()) // in a test: nvmlscantest.NewNode(t, dgxh100.New())
-	if err != nil {
-		fmt.Println(err)
-		return
+	test := func(t *testing.T) {
+		t.Helper()
+		// snippet: doc
+		node := nvmlscantest.NewNode(t, dgxh100.New())
+		s, err := nvmlscan.New(node.Server, nvmlscan.Options{Sysfs: node.Sysfs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		node.XID(2, 79) // GPU 2 reports XID 79 to a running Scanner.Run
+		// end snippet
 	}
-	s, err := nvmlscan.New(node.Server, nvmlscan.Options{Sysfs: node.Sysfs})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- s.Run(ctx) }()
-
-	changed := s.Changed() // closed at the next health change
-	node.XID(6, 79)
-	<-changed
-	res, err := s.Scan(ctx)
-	if err != nil {
-		fmt.Println(err)
-	}
-	for _, d := range res.Devices {
-		fmt.Println(d.Index, d.Numa, d.Health)
-	}
-	cancel()
-	fmt.Println(<-done, s.Close(), node.Freed())
-	// Output:
-	// 0 0 true
-	// 1 0 true
-	// 2 0 true
-	// 3 0 true
-	// 4 1 true
-	// 5 1 true
-	// 6 1 false
-	// 7 1 true
-	// <nil> <nil> 1
+	_ = test
 }

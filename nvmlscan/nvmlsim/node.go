@@ -1,9 +1,8 @@
-package nvmlscantest
+package nvmlsim
 
 import (
 	"fmt"
 	"sync/atomic"
-	"testing"
 	"testing/fstest"
 	"time"
 
@@ -13,18 +12,18 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// BusNumbers are the PCI bus numbers NewNode gives GPUs 0-7, those of a DGX H100. GPUs 0-3
+// BusNumbers are the PCI bus numbers [Wire] gives GPUs 0-7, those of a DGX H100. GPUs 0-3
 // are on NUMA node 0 and GPUs 4-7 on NUMA node 1 in [Node.Sysfs].
 func BusNumbers() [8]uint8 {
 	return [8]uint8{0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb}
 }
 
-// Node is a simulated GPU node. Create it with [NewNode].
+// Node is a simulated GPU node. Create it with [New] or [Wire].
 type Node struct {
 	// Server is the simulated NVML library; pass it to nvmlscan.New.
 	Server *server.Server
 	// Sysfs holds bus/pci/devices/<bus id>/numa_node for every GPU; pass it as
-	// nvmlscan.Options.Sysfs. Tests may change it before the scanner is created.
+	// nvmlscan.Options.Sysfs. It may be changed before the scanner is created.
 	Sysfs fstest.MapFS
 
 	events chan event
@@ -37,18 +36,8 @@ type event struct {
 	ret  nvml.Return
 }
 
-// NewNode is [Wire] for tests: it fails the test when srv has more than 8 GPUs.
-func NewNode(tb testing.TB, srv *server.Server) *Node {
-	tb.Helper()
-	n, err := Wire(srv)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return n
-}
-
 // Wire wires srv, which must have at most 8 GPUs, and returns the node. It sets Func fields
-// of srv and its devices, so it must be called before anything uses srv; tests that set Func
+// of srv and its devices, so it must be called before anything uses srv; callers that set Func
 // fields of their own do so after Wire and before the scanner is created.
 //
 // What it wires: GetPciInfo with an NVML-style bus id ("00000000:18:00.0", see [BusNumbers]);

@@ -1,0 +1,22 @@
+package nvmlscantest
+
+import (
+	"testing"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+
+	"github.com/hamireg/hamireg/nvmlscan/nvmlsim"
+)
+
+// Node is the simulated GPU node of package nvmlsim, named here so that tests need one import.
+type Node = nvmlsim.Node
+
+// NewNode is [nvmlsim.Wire] for tests: it fails the test when srv has more than 8 GPUs.
+func NewNode(tb testing.TB, srv *server.Server) *Node {
+	tb.Helper()
+	n, err := nvmlsim.Wire(srv)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return n
+}
