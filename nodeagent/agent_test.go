@@ -344,6 +344,33 @@ func TestNew(t *testing.T) {
 	}
 }
 
+// Every vendor of HAMi's table that has a register annotation this SDK writes and a resource
+// name can ship a node agent; the others are refused with annotation.ErrIncompleteVendor.
+func TestNewEveryVendor(t *testing.T) {
+	t.Parallel()
+	cs := newClientset()
+	accepted := 0
+	for _, v := range annotation.Vendors() {
+		t.Run(v.Name, func(t *testing.T) {
+			t.Parallel()
+			_, err := nodeagent.New(cs, node, newSource(gpus(1)), nodeagent.Options{Vendor: v, Kubelet: kubeletplugin.Options{PluginDir: t.TempDir()}})
+			writable := v.RegisterKey != "" && (v.Format == annotation.FormatJSON || v.Format == annotation.FormatLegacy)
+			switch {
+			case writable && v.ResourceName != "" && err != nil:
+				t.Errorf("New(vendor %s) = %v, want an agent", v.Name, err)
+			case !writable && !errors.Is(err, annotation.ErrIncompleteVendor):
+				t.Errorf("New(vendor %s) = %v, want annotation.ErrIncompleteVendor", v.Name, err)
+			}
+		})
+		if v.RegisterKey != "" && (v.Format == annotation.FormatJSON || v.Format == annotation.FormatLegacy) {
+			accepted++
+		}
+	}
+	if accepted < 17 {
+		t.Errorf("only %d vendors of the table ship a node agent", accepted)
+	}
+}
+
 func TestClusterRoleRules(t *testing.T) {
 	t.Parallel()
 	want := []rbacv1.PolicyRule{
