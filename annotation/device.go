@@ -5,7 +5,8 @@ import (
 	"slices"
 )
 
-// Device is one physical GPU as HAMi's node agent publishes it in the register annotation.
+// Device is one physical device (a GPU, an NPU, ...) as HAMi's node agent publishes it in the
+// register annotation, for any vendor.
 //
 // Field names and types follow HAMi's wire struct so that every value HAMi can write or read
 // round-trips exactly: Index is unsigned (HAMi accepts up to 2^64-1), Count, Devmem and
@@ -13,9 +14,13 @@ import (
 // omitempty), so a decoded device with Index 0, Numa 0 or Health false simply had no such key.
 // In particular a missing "health" key means the device is unhealthy.
 type Device struct {
-	// ID is the GPU UUID, e.g. "GPU-ebe7c3f7-303d-558d-435e-99a160631fe4".
+	// ID identifies the device on every channel: the GPU UUID for NVIDIA, e.g.
+	// "GPU-ebe7c3f7-303d-558d-435e-99a160631fe4"; any vendor's unique id otherwise. It must
+	// stay the same across restarts of the plugin (the scheduler's pod annotations name it),
+	// and must not contain ',', ':' or ';' (HAMi's pod annotations do not escape them). The
+	// kubelet sees its Count replicas as "<ID>-<i>" (kubeletplugin.VirtualDeviceID).
 	ID string
-	// Index is the NVML index of the GPU on its node.
+	// Index is the index of the device on its node: the NVML index for NVIDIA.
 	Index uint
 	// Count is the split count: how many tasks may share the GPU.
 	Count int32
@@ -23,11 +28,13 @@ type Device struct {
 	Devmem int32
 	// Devcore is the core percentage after core scaling (100 = the whole GPU).
 	Devcore int32
-	// Type is the model, prefixed "NVIDIA-" unless the model name starts with "NVIDIA".
+	// Type is the model; NVIDIA's are prefixed "NVIDIA-" unless the model name starts with
+	// "NVIDIA".
 	Type string
 	// Numa is the NUMA node of the GPU's PCI device (0 when unknown).
 	Numa int
-	// Mode is the operating mode: "hami-core", "mig" or "mps".
+	// Mode is NVIDIA's operating mode: "hami-core", "mig" or "mps"; other vendors leave it
+	// empty.
 	Mode string
 	// MIGProfiles lists the MIG profiles a GPU in "mig" mode offers (HAMi master only;
 	// never written in the v2.9.0 shape).
