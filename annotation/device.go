@@ -5,8 +5,9 @@ import (
 	"slices"
 )
 
-// Device is one physical device (a GPU, an NPU, ...) as HAMi's node agent publishes it in the
-// register annotation, for any vendor.
+// Device is one physical accelerator (a GPU, NPU, MLU, XPU, ...) as a HAMi node agent
+// publishes it in its vendor's register annotation. The fields are HAMi's for every vendor
+// with a JSON register annotation; NVIDIA's values are given as examples.
 //
 // Field names and types follow HAMi's wire struct so that every value HAMi can write or read
 // round-trips exactly: Index is unsigned (HAMi accepts up to 2^64-1), Count, Devmem and
@@ -14,32 +15,33 @@ import (
 // omitempty), so a decoded device with Index 0, Numa 0 or Health false simply had no such key.
 // In particular a missing "health" key means the device is unhealthy.
 type Device struct {
-	// ID identifies the device on every channel: the GPU UUID for NVIDIA, e.g.
-	// "GPU-ebe7c3f7-303d-558d-435e-99a160631fe4"; any vendor's unique id otherwise. It must
-	// stay the same across restarts of the plugin (the scheduler's pod annotations name it),
-	// and must not contain ',', ':' or ';' (HAMi's pod annotations do not escape them). The
-	// kubelet sees its Count replicas as "<ID>-<i>" (kubeletplugin.VirtualDeviceID).
+	// ID identifies the device on the node and across the cluster, stably across restarts:
+	// the GPU UUID for NVIDIA (e.g. "GPU-ebe7c3f7-303d-558d-435e-99a160631fe4"), the vendor's
+	// own unique ID otherwise. Pod annotations name devices by it, so it must not contain
+	// ',', ':' or ';' (HAMi does not escape them there); the kubelet sees its Count replicas as
+	// "<ID>-<i>" (kubeletplugin.VirtualDeviceID).
 	ID string
-	// Index is the index of the device on its node: the NVML index for NVIDIA.
+	// Index is the device's index on its node (NVIDIA: the NVML index).
 	Index uint
-	// Count is the split count: how many tasks may share the GPU.
+	// Count is the split count: how many containers may share the device (1: not shared).
 	Count int32
-	// Devmem is the device memory in MiB after memory scaling.
+	// Devmem is the device memory in MiB that may be handed out (after memory scaling).
 	Devmem int32
-	// Devcore is the core percentage after core scaling (100 = the whole GPU).
+	// Devcore is the compute share that may be handed out, in percent of the device (100 =
+	// the whole device, after core scaling).
 	Devcore int32
-	// Type is the model; NVIDIA's are prefixed "NVIDIA-" unless the model name starts with
-	// "NVIDIA".
+	// Type is the model as pods select it with their type annotations; NVIDIA's is the model
+	// prefixed "NVIDIA-" unless the model name starts with "NVIDIA".
 	Type string
-	// Numa is the NUMA node of the GPU's PCI device (0 when unknown).
+	// Numa is the NUMA node of the device's PCI function (0 when unknown).
 	Numa int
-	// Mode is NVIDIA's operating mode: "hami-core", "mig" or "mps"; other vendors leave it
-	// empty.
+	// Mode is the sharing mode, where the vendor has several: NVIDIA's "hami-core", "mig" or
+	// "mps"; empty for vendors with one.
 	Mode string
 	// MIGProfiles lists the MIG profiles a GPU in "mig" mode offers (HAMi master only;
 	// never written in the v2.9.0 shape).
 	MIGProfiles []MigProfile
-	// Health reports whether the device plugin considers the GPU healthy.
+	// Health reports whether the device plugin considers the device healthy.
 	Health bool
 }
 

@@ -22,6 +22,8 @@ var (
 	// ErrInvalidElement means the list contains a null element. HAMi's decoder accepts it and
 	// its scheduler then crashes on the nil device; this package rejects it instead.
 	ErrInvalidElement = errors.New("annotation has an invalid device element")
+	// ErrIncompleteVendor means a [Vendor] lacks a field a part needs ([Vendor.Validate]).
+	ErrIncompleteVendor = errors.New("incomplete vendor")
 )
 
 // DecodeError describes why a value could not be decoded. It unwraps to one of the sentinel

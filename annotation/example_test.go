@@ -54,3 +54,21 @@ func ExampleCheck() {
 	// registers=false hamiLog="failed to decode node devices"
 	// true Failed to get node devices
 }
+
+// A vendor HAMi does not know gets HAMi's key conventions from its name; Validate says what a
+// part still needs.
+func ExampleNewVendor() {
+	acme := annotation.NewVendor("ACME", "acme.example/npu")
+	fmt.Println(acme.RegisterKey, acme.ToAllocateKey, acme.SocketName())
+	fmt.Println(acme.Validate(annotation.PartNodeAgent))
+
+	acme.ResourceName = ""
+	err := acme.Validate(annotation.PartKubelet)
+	fmt.Println(errors.Is(err, annotation.ErrIncompleteVendor))
+	fmt.Println(err)
+	// Output:
+	// hami.io/node-acme-register hami.io/acme-devices-to-allocate hamireg-acme-npu.sock
+	// <nil>
+	// true
+	// vendor ACME lacks what the kubelet part needs: ResourceName (the extended resource the kubelet counts, e.g. "nvidia.com/gpu"): incomplete vendor
+}

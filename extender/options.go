@@ -34,7 +34,7 @@ type Options struct {
 	Config allocation.Config
 	// Vendor names the pod annotation keys of the device lists and the register annotation the
 	// nodes are fitted from. The zero value means annotation.NVIDIA(), the only vendor whose fit
-	// is implemented.
+	// is implemented: any other is refused, and is scheduled by HAMi's own scheduler.
 	Vendor annotation.Vendor
 	// SchedulerName is what the admission webhook sets as a GPU pod's spec.schedulerName.
 	// Empty means [DefaultSchedulerName].
@@ -83,7 +83,7 @@ func (o Options) withDefaults() (Options, error) {
 		o.Vendor = annotation.NVIDIA()
 	}
 	if o.Vendor.Name != annotation.VendorNVIDIA {
-		return o, fmt.Errorf("validate options: vendor %s: only NVIDIA's fit is implemented: %w", o.Vendor.Name, ErrInvalidOptions)
+		return o, fmt.Errorf("validate options: vendor %s: this extender schedules NVIDIA GPUs only (only NVIDIA's fit is implemented); %s devices are scheduled by HAMi's own scheduler, which a node agent of this SDK works under: %w", o.Vendor.Name, o.Vendor.Name, ErrInvalidOptions)
 	}
 	if o.NodeLockTimeout < 0 || o.MaxBodyBytes < 0 {
 		return o, fmt.Errorf("validate options: negative node lock timeout or body limit: %w", ErrInvalidOptions)

@@ -22,7 +22,8 @@ const (
 	DefaultPluginDir = pluginapi.DevicePluginPath
 	// DefaultRegistryDir is the kubelet's plugin-watcher folder for the default --root-dir.
 	DefaultRegistryDir = "/var/lib/kubelet/plugins_registry"
-	// DefaultSocketName is the plugin's socket name in the plugin folder.
+	// DefaultSocketName is the socket name of the default vendor, NVIDIA, in the plugin folder;
+	// other vendors default to their own, annotation.Vendor.SocketName.
 	DefaultSocketName = "hamireg-nvidia-gpu.sock"
 	// KubeletSocketName is the name of the kubelet's registration socket in the plugin folder,
 	// the base name of [pluginapi.KubeletSocket] (a test keeps the two in step: Go cannot
@@ -94,7 +95,7 @@ type Options struct {
 	// Default [DefaultRegistryDir]; see [RegistryDirFromRootDir].
 	RegistryDir string
 	// SocketName is the base name of the plugin's socket; it is also the Endpoint sent in
-	// Register. Default [DefaultSocketName]. It must end in ".sock" and contain no "/".
+	// Register. Default Vendor.SocketName() ([DefaultSocketName] for NVIDIA). It must end in ".sock" and contain no "/".
 	SocketName string
 	// Endpoint is, in ModePluginWatcher, the socket path as the kubelet sees it (differs from
 	// the path in this process when the folder is mounted elsewhere in the container). Default:
@@ -137,7 +138,7 @@ func (o Options) withDefaults() Options {
 	o.Vendor = cmp.Or(o.Vendor, annotation.NVIDIA())
 	o.PluginDir = cmp.Or(o.PluginDir, DefaultPluginDir)
 	o.RegistryDir = cmp.Or(o.RegistryDir, DefaultRegistryDir)
-	o.SocketName = cmp.Or(o.SocketName, DefaultSocketName)
+	o.SocketName = cmp.Or(o.SocketName, o.Vendor.SocketName())
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
@@ -163,8 +164,9 @@ func (o Options) validate() error {
 	if n := len(filepath.Join(o.socketDir(), o.SocketName)); n > maxUnixSocketPath {
 		problems = append(problems, fmt.Sprintf("socket path %s is %d bytes, over the unix limit of %d", filepath.Join(o.socketDir(), o.SocketName), n, maxUnixSocketPath))
 	}
-	if o.Vendor.ResourceName == "" {
-		problems = append(problems, fmt.Sprintf("vendor %q has no resource name", o.Vendor.Name))
+	vendorErr := o.Vendor.Validate(annotation.PartKubelet)
+	if vendorErr != nil {
+		problems = append(problems, vendorErr.Error())
 	}
 	for _, d := range []struct {
 		name string
@@ -182,6 +184,9 @@ func (o Options) validate() error {
 	}
 	if len(problems) == 0 {
 		return nil
+	}
+	if vendorErr != nil { // also errors.Is annotation.ErrIncompleteVendor
+		return fmt.Errorf("%s: %w: %w", strings.Join(problems, "; "), ErrInvalidOptions, annotation.ErrIncompleteVendor)
 	}
 	return fmt.Errorf("%s: %w", strings.Join(problems, "; "), ErrInvalidOptions)
 }

@@ -128,6 +128,28 @@ func TestNewValidation(t *testing.T) {
 	}
 }
 
+// The socket name follows the vendor, so that agents of two vendors on one node do not collide.
+func TestSocketNameFromVendor(t *testing.T) {
+	t.Parallel()
+	for _, v := range []annotation.Vendor{annotation.NVIDIA(), annotation.Ascend("Ascend910B3"), annotation.NewVendor("ACME", "acme.example/npu")} {
+		dir := t.TempDir()
+		p, err := kubeletplugin.New(kubeletplugin.Options{Vendor: v, PluginDir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := p.SocketPath(), filepath.Join(dir, v.SocketName()); got != want {
+			t.Errorf("vendor %s: socket %s, want %s", v.Name, got, want)
+		}
+	}
+	if got := annotation.NVIDIA().SocketName(); got != kubeletplugin.DefaultSocketName {
+		t.Errorf("NVIDIA's socket %s, want DefaultSocketName %s", got, kubeletplugin.DefaultSocketName)
+	}
+	_, err := kubeletplugin.New(kubeletplugin.Options{Vendor: annotation.Vendor{Name: "X", ResourceName: "gpu"}})
+	if !errors.Is(err, annotation.ErrIncompleteVendor) || !strings.Contains(err.Error(), "<domain>/<name>") {
+		t.Errorf("New with resource gpu: %v, want ErrIncompleteVendor naming the form", err)
+	}
+}
+
 func TestVirtualDevices(t *testing.T) {
 	t.Parallel()
 	topo := func(n int64) *pluginapi.TopologyInfo {

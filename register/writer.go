@@ -55,7 +55,9 @@ const maxEventMessage = 1024
 // Options configure a [Writer]. The zero value means the defaults documented on each field.
 type Options struct {
 	// Vendor selects the annotation key (Vendor.RegisterKey). Default: annotation.NVIDIA(),
-	// key hami.io/node-nvidia-register. The vendor's format must be annotation.FormatJSON.
+	// key hami.io/node-nvidia-register. The vendor's format must be annotation.FormatJSON or,
+	// for Hygon DCU and Iluvatar, annotation.FormatLegacy (written with
+	// annotation.EncodeLegacy, which has no escaping: IDs and types must not contain ',' or ':').
 	Vendor annotation.Vendor
 	// Shape selects the wire shape. Default: annotation.ShapeMaster (HAMi master);
 	// annotation.ShapeV290 writes HAMi v2.9.0's "devicepairscore":{}.
@@ -102,6 +104,7 @@ type Writer struct {
 	node     string
 	key      string
 	shape    annotation.Shape
+	format   annotation.Format
 	retryMin time.Duration
 	retryMax time.Duration
 	clock    clock.WithTicker
@@ -164,11 +167,8 @@ func New(client kubernetes.Interface, nodeName string, opts Options) (*Writer, e
 		return nil, fmt.Errorf("new register writer: %w", err)
 	}
 	vendor := cmp.Or(opts.Vendor, annotation.NVIDIA())
-	if vendor.RegisterKey == "" {
-		return nil, invalid("vendor %q has no register annotation", vendor.Name)
-	}
-	if vendor.Format != annotation.FormatJSON {
-		return nil, invalid("vendor %q uses the %s format; only JSON is written", vendor.Name, vendor.Format)
+	if err := vendor.Validate(annotation.PartRegister); err != nil {
+		return nil, fmt.Errorf("new register writer: %w", invalidVendor{err})
 	}
 	if opts.Shape != annotation.ShapeMaster && opts.Shape != annotation.ShapeV290 {
 		return nil, invalid("unknown shape %d", int(opts.Shape))
@@ -177,6 +177,7 @@ func New(client kubernetes.Interface, nodeName string, opts Options) (*Writer, e
 		client:   client,
 		node:     nodeName,
 		key:      vendor.RegisterKey,
+		format:   vendor.Format,
 		shape:    opts.Shape,
 		retryMin: opts.RetryInitial,
 		retryMax: opts.RetryMax,
@@ -223,7 +224,11 @@ func (w *Writer) Key() string { return w.key }
 // device list sends nothing, and while writes fail it does not cut the retry backoff short.
 func (w *Writer) SetDevices(devices []annotation.Device) {
 	devs := annotation.Canonical(devices)
-	next := &desiredValue{value: annotation.EncodeShape(devs, w.shape), n: len(devs)}
+	value := annotation.EncodeShape(devs, w.shape)
+	if w.format == annotation.FormatLegacy {
+		value = annotation.EncodeLegacy(devs)
+	}
+	next := &desiredValue{value: value, n: len(devs)}
 	prev := w.desired.Swap(next)
 	w.notifySync()
 	if prev != nil && prev.value == next.value && w.Stats().LastError != nil {
@@ -628,3 +633,10 @@ func (w *Writer) handler(logger klog.Logger) cache.TypedResourceEventHandler[*co
 		},
 	}
 }
+
+// invalidVendor is a vendor that lacks what the writer needs: its text is the vendor's, and
+// it is both annotation.ErrIncompleteVendor and the writer's [ErrInvalidOptions].
+type invalidVendor struct{ err error }
+
+func (e invalidVendor) Error() string   { return e.err.Error() }
+func (e invalidVendor) Unwrap() []error { return []error{e.err, ErrInvalidOptions} }

@@ -42,7 +42,8 @@ func TestNew(t *testing.T) {
 		"negative retry":     {client: cs, node: "gpu-1", opts: register.Options{RetryInitial: -time.Second}, wantErr: register.ErrInvalidOptions},
 		"retry min over max": {client: cs, node: "gpu-1", opts: register.Options{RetryInitial: 10 * time.Second}, wantErr: register.ErrInvalidOptions},
 		"capacity vendor":    {client: cs, node: "gpu-1", opts: register.Options{Vendor: annotation.Vendor{Name: "Metax", Format: annotation.FormatCapacity}}, wantErr: register.ErrInvalidOptions},
-		"legacy vendor":      {client: cs, node: "gpu-1", opts: register.Options{Vendor: annotation.Iluvatar("BI-V150")}, wantErr: register.ErrInvalidOptions},
+		"legacy vendor":      {client: cs, node: "gpu-1", opts: register.Options{Vendor: annotation.Iluvatar("BI-V150")}, wantKey: "hami.io/node-BI-V150-register"},
+		"vendor format":      {client: cs, node: "gpu-1", opts: register.Options{Vendor: annotation.Vendor{Name: "Metax-SGPU", RegisterKey: "metax-tech.com/node-gpu-devices", Format: annotation.FormatVendorSpecific}}, wantErr: annotation.ErrIncompleteVendor},
 		"unknown shape":      {client: cs, node: "gpu-1", opts: register.Options{Shape: 7}, wantErr: register.ErrInvalidOptions},
 	}
 	for name, tc := range tests {
@@ -99,6 +100,11 @@ func TestSync(t *testing.T) {
 		"other vendor key": {
 			opts:        register.Options{Vendor: annotation.Ascend("Ascend910B3")},
 			wantValue:   want(devs),
+			wantPatches: 1,
+		},
+		"legacy format (DCU, Iluvatar)": {
+			opts:        register.Options{Vendor: annotation.Iluvatar("BI-V150")},
+			wantValue:   annotation.EncodeLegacy(annotation.Canonical(devs)),
 			wantPatches: 1,
 		},
 	}

@@ -37,22 +37,22 @@ func TestMain(m *testing.M) {
 func TestNewValidation(t *testing.T) {
 	t.Parallel()
 	dcu, _ := annotation.VendorByName("DCU")
-	dcuWithResource := dcu
-	dcuWithResource.ResourceName = "hygon.com/dcunum"
+	dcuWithoutResource := dcu
+	dcuWithoutResource.ResourceName = ""
 	metax, _ := annotation.VendorByName("Metax-SGPU")
 	tests := map[string]struct {
 		opts    Options
 		started bool
 		wantErr bool
 	}{
-		"zero options":              {},
-		"legacy vendor w/ resource": {opts: Options{Vendors: []annotation.Vendor{annotation.NVIDIA(), dcuWithResource}}},
-		"empty vendor list":         {opts: Options{Vendors: []annotation.Vendor{}}, wantErr: true},
-		"vendor without resource":   {opts: Options{Vendors: []annotation.Vendor{dcu}}, wantErr: true},
-		"vendor-specific format":    {opts: Options{Vendors: []annotation.Vendor{metax}}, wantErr: true},
-		"duplicate vendor":          {opts: Options{Vendors: []annotation.Vendor{annotation.NVIDIA(), annotation.NVIDIA()}}, wantErr: true},
-		"negative tick":             {opts: Options{Tick: -time.Second}, wantErr: true},
-		"negative window":           {opts: Options{Handshake: handshake.Options{Window: -1}}, wantErr: true},
+		"zero options":            {},
+		"legacy vendor":           {opts: Options{Vendors: []annotation.Vendor{annotation.NVIDIA(), dcu}}},
+		"empty vendor list":       {opts: Options{Vendors: []annotation.Vendor{}}, wantErr: true},
+		"vendor without resource": {opts: Options{Vendors: []annotation.Vendor{dcuWithoutResource}}, wantErr: true},
+		"vendor-specific format":  {opts: Options{Vendors: []annotation.Vendor{metax}}, wantErr: true},
+		"duplicate vendor":        {opts: Options{Vendors: []annotation.Vendor{annotation.NVIDIA(), annotation.NVIDIA()}}, wantErr: true},
+		"negative tick":           {opts: Options{Tick: -time.Second}, wantErr: true},
+		"negative window":         {opts: Options{Handshake: handshake.Options{Window: -1}}, wantErr: true},
 
 		"started informer":       {started: true, wantErr: true},
 		"started informer, kept": {started: true, opts: Options{KeepNodeFields: true}},

@@ -75,12 +75,9 @@ func (o Options) withDefaults() (Options, error) {
 			return o, fmt.Errorf("validate options: vendor without a name: %w", ErrInvalidOptions)
 		case seen[v.Name]:
 			return o, fmt.Errorf("validate options: vendor %s listed twice: %w", v.Name, ErrInvalidOptions)
-		case v.Format != annotation.FormatJSON && v.Format != annotation.FormatLegacy:
-			return o, fmt.Errorf("validate options: vendor %s has %s format, only json and legacy register annotations are decoded: %w", v.Name, v.Format, ErrInvalidOptions)
-		case v.RegisterKey == "" || v.HandshakeKey == "":
-			return o, fmt.Errorf("validate options: vendor %s needs a register and a handshake key: %w", v.Name, ErrInvalidOptions)
-		case v.ResourceName == "":
-			return o, fmt.Errorf("validate options: vendor %s needs a ResourceName (its extended resource): %w", v.Name, ErrInvalidOptions)
+		}
+		if err := v.Validate(annotation.PartHandshake); err != nil {
+			return o, fmt.Errorf("validate options: %w: %w", err, ErrInvalidOptions)
 		}
 		seen[v.Name] = true
 	}
