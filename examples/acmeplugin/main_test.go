@@ -212,11 +212,15 @@ func TestRunSimulated(t *testing.T) {
 	}()
 	wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
 	defer wcancel()
-	if _, err := k.WaitFor(wctx, func(s kubelettest.State) bool {
+	state, err := k.WaitFor(wctx, func(s kubelettest.State) bool {
 		p, ok := s.Resource("acme.example/npu")
 		return ok && len(p.Devices) == 8 && p.Healthy() == 8
-	}); err != nil {
+	})
+	if err != nil {
 		t.Fatalf("wait for 8 healthy devices: %v\nstderr:\n%s", err, stderr.String())
+	}
+	if p, _ := state.Resource("acme.example/npu"); filepath.Base(p.SocketPath) != "hamireg-acme-npu.sock" {
+		t.Errorf("plugin socket %s, want hamireg-acme-npu.sock (the vendor's, beside NVIDIA's)", p.SocketPath)
 	}
 	node, err := cs.CoreV1().Nodes().Get(ctx, "npu-1", metav1.GetOptions{})
 	if err != nil {
