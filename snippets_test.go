@@ -19,7 +19,8 @@ import (
 
 // Every Go snippet the reader sees, in README.md (```go blocks) and in the doc.go files of every
 // module of the repository (tab-indented code blocks that are Go), is compiled code: its text
-// is, line for line, a region of a _test.go file, between the lines
+// is, line for line, a region of a _test.go file (or of a program under examples/, which
+// shows its own code), between the lines
 //
 //	// snippet: README        (for a README.md block; the region may be in any _test.go)
 //	// snippet: doc           (for a doc.go block; the region is in the same folder)
@@ -163,7 +164,7 @@ func scanRepository(t *testing.T) ([]*region, []string) {
 		switch {
 		case name == "doc.go":
 			docs = append(docs, slash)
-		case strings.HasSuffix(name, "_test.go"):
+		case strings.HasSuffix(name, "_test.go"), strings.HasSuffix(name, ".go") && strings.HasPrefix(slash, "examples/"):
 			data, err := os.ReadFile(path)
 			if err != nil {
 				return err

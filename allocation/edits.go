@@ -3,7 +3,9 @@ package allocation
 // DeviceNode is a device file the container gets: a pluginapi.DeviceSpec of the kubelet's
 // device plugin API.
 type DeviceNode struct {
-	// ContainerPath is the path in the container, HostPath the device file on the host.
+	// ContainerPath is the path in the container, HostPath the device file on the host. The
+	// kubelet hands HostPath to the container runtime as is: a plugin that runs in a container
+	// must see the host's device files at their host paths (mount the host's /dev at /dev).
 	ContainerPath, HostPath string
 	// Permissions are cgroup device permissions, "r", "w", "m" combined; default "rw".
 	Permissions string

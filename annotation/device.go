@@ -17,7 +17,9 @@ import (
 type Device struct {
 	// ID identifies the device on the node and across the cluster, stably across restarts:
 	// the GPU UUID for NVIDIA (e.g. "GPU-ebe7c3f7-303d-558d-435e-99a160631fe4"), the vendor's
-	// own unique ID otherwise. Pod annotations name devices by it.
+	// own unique ID otherwise. Pod annotations name devices by it, so it must not contain
+	// ',', ':' or ';' (HAMi does not escape them there); the kubelet sees its Count replicas as
+	// "<ID>-<i>" (kubeletplugin.VirtualDeviceID).
 	ID string
 	// Index is the device's index on its node (NVIDIA: the NVML index).
 	Index uint

@@ -31,7 +31,8 @@ import (
 // one; a vendor's own is a few lines (see the package example).
 type Source interface {
 	// Devices scans the node. devices are the devices to register, in any order, with Count
-	// set to the split count. failed has one error per device that could not be read: the
+	// set to the split count and IDs that stay the same across restarts (see
+	// annotation.Device). failed has one error per device that could not be read: the
 	// agent logs it and records an Event on the Node, and the other devices still register.
 	// err means the scan failed as a whole: the agent keeps what it published and retries.
 	Devices(ctx context.Context) (devices []annotation.Device, failed []error, err error)

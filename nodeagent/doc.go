@@ -45,8 +45,12 @@
 //  3. Decodes the pod's to-allocate list, takes the next container entry (init containers
 //     first; containers without devices keep empty entries and are skipped) and checks that
 //     it holds as many devices as the kubelet asked for ([ErrDeviceCountMismatch]).
-//  4. Asks the [Allocator] for the container's answer (see below) and merge-patches the list
-//     back without the entry.
+//  4. Answers with what the [Allocator] gives the container for the entry's devices: by
+//     default [HAMiCore], HAMi-core's environment and mounts (package allocation:
+//     NVIDIA_VISIBLE_DEVICES, CUDA_DEVICE_MEMORY_LIMIT_<i>, CUDA_DEVICE_SM_LIMIT, the
+//     libvgpu.so and ld.so.preload mounts, ...); a vendor's own device nodes, CDI devices,
+//     environment and annotations otherwise. Then it merge-patches the list back without the
+//     entry.
 //  5. After the last entry: bind-phase success (in the same patch), then the lock released.
 //
 // A pod is served with a GET of it and a patch per container (GetPreferredAllocation adds a
@@ -102,7 +106,9 @@
 // # Usage
 //
 // A node program is a source, a client and the agent (the snippet is [ExampleNew]; see
-// examples/deviceplugin for the whole program; [ExampleAllocator] for a vendor of its own):
+// examples/deviceplugin for the whole NVIDIA program, and examples/acmeplugin for a vendor
+// that is not NVIDIA: its own Source and Allocator, and Options.Vendor; [ExampleAllocator]
+// in short):
 //
 //	scanner, err := nvmlscan.New(nvml.New(), nvmlscan.Options{SplitCount: 10})
 //	if err != nil {

@@ -189,6 +189,18 @@ func allocate(logger klog.Logger, m *devicemanager.ManagerImpl, pod *corev1.Pod,
 		for _, mt := range opts.Mounts {
 			a.Mounts = append(a.Mounts, Mount{ContainerPath: mt.ContainerPath, HostPath: mt.HostPath, ReadOnly: mt.ReadOnly})
 		}
+		for _, d := range opts.Devices {
+			a.Devices = append(a.Devices, Device{ContainerPath: d.PathInContainer, HostPath: d.PathOnHost, Permissions: d.Permissions})
+		}
+		for _, d := range opts.CDIDevices {
+			a.CDIDevices = append(a.CDIDevices, d.Name)
+		}
+		for _, an := range opts.Annotations {
+			if a.Annotations == nil {
+				a.Annotations = map[string]string{}
+			}
+			a.Annotations[an.Name] = an.Value
+		}
 	}
 	for res, devs := range m.GetDevices(string(pod.UID), name) {
 		a.DeviceIDs[res] = sets.List(sets.KeySet(devs))

@@ -184,12 +184,22 @@ type reply struct {
 }
 
 // Allocation is what the kubelet's device manager gave one container: the device ids it
-// chose per resource (sorted) and the plugin's environment and mounts as the container
-// runtime gets them (GetDeviceRunContainerOptions).
+// chose per resource (sorted) and the plugin's environment, mounts, device nodes, CDI
+// devices and annotations as the container runtime gets them (GetDeviceRunContainerOptions).
 type Allocation struct {
-	DeviceIDs map[string][]string `json:"deviceIDs,omitempty"`
-	Envs      map[string]string   `json:"envs,omitempty"`
-	Mounts    []Mount             `json:"mounts,omitempty"`
+	DeviceIDs   map[string][]string `json:"deviceIDs,omitempty"`
+	Envs        map[string]string   `json:"envs,omitempty"`
+	Mounts      []Mount             `json:"mounts,omitempty"`
+	Devices     []Device            `json:"devices,omitempty"`
+	CDIDevices  []string            `json:"cdiDevices,omitempty"`
+	Annotations map[string]string   `json:"annotations,omitempty"`
+}
+
+// Device is one device node of an [Allocation] (the plugin's DeviceSpec).
+type Device struct {
+	ContainerPath string `json:"containerPath"`
+	HostPath      string `json:"hostPath"`
+	Permissions   string `json:"permissions,omitempty"`
 }
 
 // Mount is one mount of an [Allocation].
