@@ -81,15 +81,6 @@ type Mount struct {
 	ReadOnly                bool
 }
 
-// Response is what the device plugin answers the kubelet for one container.
-type Response struct {
-	Envs   map[string]string
-	Mounts []Mount
-	// StateDir is the host folder mounted at <HookPath>/vgpu: the caller creates it empty,
-	// mode 0777, before answering (HAMi's plugin recreates it on every Allocate).
-	StateDir string
-}
-
 // ContainerResponse builds the environment and mounts HAMi's device plugin gives a container
 // whose devices are devs (its entry of the to-allocate annotation): NVIDIA_VISIBLE_DEVICES
 // (UUIDs, or with [DeviceIDIndex] NVML indexes from gpus, in entry order without repeats),

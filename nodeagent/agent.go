@@ -21,7 +21,6 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/kubeletplugin"
 	"github.com/hamireg/hamireg/nodelock"
@@ -76,9 +75,13 @@ const (
 // Options configure an [Agent]. The zero value means HAMi's chart defaults; each field
 // names its default.
 type Options struct {
-	// Vendor is the device vendor: the register annotation key, the kubelet resource name and
-	// the pod annotations of Allocate. Default annotation.NVIDIA(). Register.Vendor and
-	// Kubelet.Vendor must be unset or equal to it.
+	// Vendor is the device vendor: the register annotation key (RegisterKey, required), the
+	// kubelet resource name (ResourceName, required) and the pod annotation of Allocate
+	// (ToAllocateKey). A vendor whose ToAllocateKey is "" (HAMi's scheduler writes no pod
+	// device list for it: Vastai, biren, AMDGPU) is served without HAMi's pod protocol: no
+	// node lock, entry or bind-phase; the kubelet's replica IDs are mapped to the node's
+	// devices and handed to the Allocator (see [ContainerRequest]). Default
+	// annotation.NVIDIA(). Register.Vendor and Kubelet.Vendor must be unset or equal to it.
 	Vendor annotation.Vendor
 	// Version is the HAMi release whose wire shape and pod annotation rules the agent follows.
 	// Default annotation.VersionMaster. Register.Shape must be unset or equal to it.
@@ -90,16 +93,14 @@ type Options struct {
 	// Shape, Clock and EventRecorder are the agent's.
 	Register register.Options
 	// Kubelet configures the device plugin (plugin folder, socket, mode). Vendor, Clock and
-	// the Allocate, GetPreferredAllocation and PreStartContainer callbacks are the agent's.
+	// the Allocate, GetPreferredAllocation and PreStartContainer callbacks are the agent's:
+	// a vendor's answer to Allocate is Options.Allocator.
 	Kubelet kubeletplugin.Options
-	// Env shapes the container environment Allocate returns (HOOK_PATH, device list
-	// strategy, memory scaling, ...). The zero value is the chart's.
-	Env allocation.EnvOptions
-	// PrepareStateDir makes Allocate (re)create each container's HAMi-core state folder on
-	// the host, <HookPath>/vgpu/containers/<pod UID>_<container>, empty with mode 0777, as
-	// HAMi's plugin does. Set it when the agent's container sees the host's <HookPath>/vgpu
-	// at the same path (the chart mounts it). Default false: the folder is left to the host.
-	PrepareStateDir bool
+	// Allocator answers Allocate for one container once the protocol has found its devices:
+	// env, mounts, device nodes, CDI devices, annotations. Default: the Source, when it
+	// implements [Allocator], else [HAMiCore]{} (HAMi-core's environment for NVIDIA, the
+	// chart's settings, no state folder).
+	Allocator Allocator
 	// Clock drives the rescan and retry timers and the lock times. Default clock.RealClock{}.
 	Clock clock.WithTicker
 	// EventRecorder records the agent's Events (Node: failed scans and devices, failed
@@ -134,8 +135,7 @@ type Agent struct {
 	vendor  annotation.Vendor
 	version annotation.Version
 	period  time.Duration
-	env     allocation.EnvOptions
-	prepare bool
+	alloc   Allocator
 	clock   clock.WithTicker
 
 	writer *register.Writer
@@ -190,14 +190,11 @@ func New(client kubernetes.Interface, nodeName string, source Source, opts Optio
 	if opts.Register.Shape != annotation.VersionMaster && opts.Register.Shape != opts.Version {
 		return nil, invalid("Register.Shape %d differs from Version %d", int(opts.Register.Shape), int(opts.Version))
 	}
-	if vendor.ToAllocateKey == "" {
-		return nil, invalid("vendor %q has no pod annotation to allocate from", vendor.Name)
-	}
 	if opts.Period < 0 {
 		return nil, invalid("negative Period %v", opts.Period)
 	}
 	if opts.Kubelet.Allocate != nil || opts.Kubelet.GetPreferredAllocation != nil || opts.Kubelet.PreStartContainer != nil {
-		return nil, invalid("the Kubelet callbacks are the agent's: leave Allocate, GetPreferredAllocation and PreStartContainer unset")
+		return nil, invalid("the Kubelet callbacks are the agent's: leave Kubelet.Allocate, GetPreferredAllocation and PreStartContainer unset and give the container's answer as Options.Allocator (the agent runs HAMi's protocol around it)")
 	}
 	a := &Agent{
 		client:  client,
@@ -206,8 +203,7 @@ func New(client kubernetes.Interface, nodeName string, source Source, opts Optio
 		vendor:  vendor,
 		version: opts.Version,
 		period:  cmp.Or(opts.Period, DefaultPeriod),
-		env:     opts.Env,
-		prepare: opts.PrepareStateDir,
+		alloc:   opts.Allocator,
 		clock:   opts.Clock,
 		events:  &forwardRecorder{},
 		backoff: apiBackoff,
@@ -216,6 +212,13 @@ func New(client kubernetes.Interface, nodeName string, source Source, opts Optio
 	}
 	if a.clock == nil {
 		a.clock = clock.RealClock{}
+	}
+	if a.alloc == nil {
+		if sa, ok := source.(Allocator); ok {
+			a.alloc = sa
+		} else {
+			a.alloc = HAMiCore{}
+		}
 	}
 	if opts.EventRecorder != nil {
 		a.events.set(opts.EventRecorder)
@@ -231,7 +234,10 @@ func New(client kubernetes.Interface, nodeName string, source Source, opts Optio
 
 	ko := opts.Kubelet
 	ko.Vendor, ko.Clock = vendor, a.clock
-	ko.Allocate, ko.GetPreferredAllocation = a.allocate, a.preferredAllocation
+	ko.Allocate = a.allocate
+	if vendor.ToAllocateKey != "" { // without the scheduler's choice there is nothing to prefer
+		ko.GetPreferredAllocation = a.preferredAllocation
+	}
 	p, err := kubeletplugin.New(ko)
 	if err != nil {
 		return nil, partError(err)

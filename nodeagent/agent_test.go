@@ -22,8 +22,9 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
-	"github.com/hamireg/hamireg/internal/reactors"
+	"github.com/hamireg/hamireg/clienttest"
 	"github.com/hamireg/hamireg/kubeletplugin"
 	"github.com/hamireg/hamireg/kubeletplugin/kubelettest"
 	"github.com/hamireg/hamireg/nodeagent"
@@ -120,9 +121,7 @@ func start(t *testing.T, cs *fake.Clientset, src nodeagent.Source, k *kubelettes
 // newClientset holds the agent's Node; node patches give it a new resourceVersion, as the API
 // server's do, so the writer tells a late echo of its own write from drift.
 func newClientset() *fake.Clientset {
-	cs := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, ResourceVersion: reactors.NextResourceVersion()}})
-	reactors.NodeResourceVersions(cs)
-	return cs
+	return clienttest.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
 }
 
 func registered(healthy int) func(kubelettest.State) bool {
@@ -177,7 +176,7 @@ func TestRunPublishesTheAnnotationBeforeRegistering(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	reactors.Fail(&cs.Fake, "patch", "nodes", 3, errors.New("connection refused"))
+	clienttest.Fail(&cs.Fake, "patch", "nodes", 3, errors.New("connection refused"))
 	a, stop := start(t, cs, newSource(gpus(4)), k, &record.FakeRecorder{})
 	waitKubelet(t, k, registered(40))
 	mu.Lock()
@@ -322,8 +321,13 @@ func TestNew(t *testing.T) {
 		"own Allocate": {node: node, src: src, opts: nodeagent.Options{Kubelet: kubeletplugin.Options{Allocate: func(context.Context, []annotation.Device, *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 			return nil, nil
 		}}}, wantErr: nodeagent.ErrInvalidOptions},
-		"vendors differ":    {node: node, src: src, opts: nodeagent.Options{Register: register.Options{Vendor: annotation.Ascend("Ascend910B3")}}, wantErr: nodeagent.ErrInvalidOptions},
-		"no allocation key": {node: node, src: src, opts: nodeagent.Options{Vendor: annotation.Ascend("Ascend910B3")}, wantErr: nodeagent.ErrInvalidOptions},
+		"vendors differ":   {node: node, src: src, opts: nodeagent.Options{Register: register.Options{Vendor: annotation.Ascend("Ascend910B3")}}, wantErr: nodeagent.ErrInvalidOptions},
+		"no resource name": {node: node, src: src, opts: nodeagent.Options{Vendor: annotation.Vendor{Name: "acme", RegisterKey: "hami.io/node-acme-register", ToAllocateKey: "hami.io/acme-devices-to-allocate"}}, wantErr: nodeagent.ErrInvalidOptions},
+		"no register key":  {node: node, src: src, opts: nodeagent.Options{Vendor: annotation.Vendor{Name: "acme", ResourceName: "acme.com/npu"}}, wantErr: nodeagent.ErrInvalidOptions},
+		"no to-allocate key": {node: node, src: src, opts: nodeagent.Options{Vendor: annotation.Vendor{Name: "acme", RegisterKey: "hami.io/node-acme-register", ResourceName: "acme.com/npu"},
+			Allocator: nodeagent.AllocatorFunc(func(context.Context, nodeagent.ContainerRequest) (allocation.Response, error) {
+				return allocation.Response{}, nil
+			})}},
 		"bad plugin option": {node: node, src: src, opts: nodeagent.Options{Kubelet: kubeletplugin.Options{SocketName: "x"}}, wantErr: kubeletplugin.ErrInvalidOptions},
 	}
 	for name, tc := range tests {
@@ -332,6 +336,9 @@ func TestNew(t *testing.T) {
 			_, err := nodeagent.New(cs, tc.node, tc.src, tc.opts)
 			if !errors.Is(err, tc.wantErr) {
 				t.Errorf("New = %v, want %v", err, tc.wantErr)
+			}
+			if tc.opts.Kubelet.Allocate != nil && !strings.Contains(fmt.Sprint(err), "Options.Allocator") {
+				t.Errorf("New = %v: the error does not name Options.Allocator", err)
 			}
 		})
 	}

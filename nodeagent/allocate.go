@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"time"
 
@@ -14,7 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
@@ -65,7 +63,15 @@ func (a *Agent) allocate(ctx context.Context, devices []annotation.Device, req *
 	defer a.allocMu.Unlock()
 	resp := &pluginapi.AllocateResponse{}
 	for _, cr := range req.GetContainerRequests() {
-		r, err := a.allocateContainer(ctx, devices, cr.GetDevicesIds())
+		var (
+			r   *pluginapi.ContainerAllocateResponse
+			err error
+		)
+		if a.vendor.ToAllocateKey == "" {
+			r, err = a.allocateDirect(ctx, devices, cr.GetDevicesIds())
+		} else {
+			r, err = a.allocateContainer(ctx, devices, cr.GetDevicesIds())
+		}
 		if err != nil {
 			if ae, ok := errors.AsType[*AllocateError](err); ok && (errors.Is(ae.Kind, ErrAPI) || ae.finishing && (!ae.PhaseFailed || !ae.LockReleased)) {
 				a.needCleanup(a.clock.Now(), types.NamespacedName{})
@@ -207,14 +213,10 @@ func (a *Agent) allocateContainer(ctx context.Context, devices []annotation.Devi
 	if !sameGPUs(entry, ids) {
 		logger.V(2).Info("The kubelet chose other replicas than the scheduler's GPUs; serving the scheduler's", "kubelet", ids, "scheduler", entryUUIDs(entry))
 	}
-	r, err := allocation.ContainerResponse(entry, allocation.Container{PodUID: string(pod.UID), Name: ctr.Name, Env: ctr.Env, CacheID: string(uuid.NewUUID())}, devices, a.env)
-	if err != nil {
-		return nil, failure(ErrMalformed, ctr.Name, "container response", err)
-	}
-	if a.prepare {
-		if err := prepareStateDir(r.StateDir); err != nil {
-			return nil, failure(ErrHost, ctr.Name, "state folder", err)
-		}
+	resp, aerr := a.answer(ctx, ContainerRequest{Pod: pod, Container: ctr, Devices: entry, NodeDevices: devices, DeviceIDs: ids})
+	if aerr != nil {
+		aerr.Node, aerr.Pod, aerr.Container = a.node, b.owner, ctr.Name
+		return nil, a.fail(ctx, b, aerr)
 	}
 	rest := pd.Consume(i)
 	patch := map[string]string{key: allocation.EncodePodDevices(rest)}
@@ -229,10 +231,48 @@ func (a *Agent) allocateContainer(ctx context.Context, devices []annotation.Devi
 	if !more {
 		a.complete(ctx, b)
 	}
-	resp := &pluginapi.ContainerAllocateResponse{Envs: r.Envs}
-	for _, m := range r.Mounts {
-		resp.Mounts = append(resp.Mounts, &pluginapi.Mount{ContainerPath: m.ContainerPath, HostPath: m.HostPath, ReadOnly: m.ReadOnly})
+	return resp, nil
+}
+
+// answer asks the Allocator for the container's answer and converts it; the error is the
+// AllocateError to fail with (its pod fields unset).
+func (a *Agent) answer(ctx context.Context, req ContainerRequest) (*pluginapi.ContainerAllocateResponse, *AllocateError) {
+	r, err := a.alloc.Allocate(ctx, req)
+	if err != nil {
+		kind := ErrAllocator
+		if errors.Is(err, ErrHost) {
+			kind = ErrHost
+		}
+		return nil, &AllocateError{Kind: kind, Detail: fmt.Sprintf("the vendor's Allocator (%T) failed for devices %v", a.alloc, entryUUIDs(req.Devices)), Err: err}
 	}
+	resp, err := containerResponse(r)
+	if err != nil {
+		return nil, &AllocateError{Kind: ErrAllocator, Detail: fmt.Sprintf("the vendor's Allocator (%T) answered what the kubelet cannot use", a.alloc), Err: err}
+	}
+	return resp, nil
+}
+
+// allocateDirect serves a container of a vendor without a to-allocate annotation: no pod
+// names the devices, so the kubelet's replica IDs are mapped to the node's devices and the
+// Allocator is asked for them; there is no lock, entry or bind-phase to handle.
+func (a *Agent) allocateDirect(ctx context.Context, devices []annotation.Device, ids []string) (*pluginapi.ContainerAllocateResponse, error) {
+	entry := make(allocation.ContainerDevices, 0, len(ids))
+	for _, id := range ids {
+		u, _, err := kubeletplugin.ParseVirtualDeviceID(id)
+		if err == nil && !slices.ContainsFunc(devices, func(d annotation.Device) bool { return d.ID == u }) {
+			err = fmt.Errorf("device %s is not one of the node's %d device(s)", u, len(devices))
+		}
+		if err != nil {
+			return nil, &AllocateError{Node: a.node, Kind: ErrMalformed, Detail: fmt.Sprintf("the kubelet asked for replica %q", id), Err: err}
+		}
+		entry = append(entry, allocation.ContainerDevice{UUID: u, Type: a.vendor.Name})
+	}
+	resp, aerr := a.answer(ctx, ContainerRequest{Devices: entry, NodeDevices: devices, DeviceIDs: ids})
+	if aerr != nil {
+		aerr.Node = a.node
+		return nil, aerr
+	}
+	klog.FromContext(ctx).V(2).Info("Allocated container devices", "devices", entryUUIDs(entry))
 	return resp, nil
 }
 
@@ -286,20 +326,6 @@ func (a *Agent) patchPod(ctx context.Context, pod types.NamespacedName, annotati
 		_, err := a.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: FieldManager})
 		return err
 	})
-}
-
-// prepareStateDir recreates HAMi-core's state folder of a container, empty, mode 0777.
-func prepareStateDir(dir string) error {
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("remove %s: %w", dir, err)
-	}
-	if err := os.MkdirAll(dir, 0o777); err != nil {
-		return fmt.Errorf("create %s: %w", dir, err)
-	}
-	if err := os.Chmod(dir, 0o777); err != nil { // MkdirAll's mode is masked by the umask
-		return fmt.Errorf("chmod %s: %w", dir, err)
-	}
-	return nil
 }
 
 // sameGPUs reports whether the kubelet's ids are replicas of exactly the entry's GPUs.

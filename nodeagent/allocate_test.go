@@ -1,18 +1,22 @@
 package nodeagent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
+	gocmp "github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
@@ -23,8 +27,8 @@ import (
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/allocation/allocationtest"
 	"github.com/hamireg/hamireg/annotation"
-	"github.com/hamireg/hamireg/internal/reactors"
-	"github.com/hamireg/hamireg/kubeletplugin"
+	"github.com/hamireg/hamireg/clienttest"
+	"github.com/hamireg/hamireg/kubeletplugin/kubelettest"
 	"github.com/hamireg/hamireg/nodelock"
 )
 
@@ -62,29 +66,56 @@ func dev(gpu int, mem, cores int32) allocation.ContainerDevice {
 	return allocation.ContainerDevice{UUID: fmt.Sprintf("GPU-%d", gpu), Type: "NVIDIA", Usedmem: mem, Usedcores: cores}
 }
 
+// gpuResource is the kubelet resource of the default vendor.
+const gpuResource = "nvidia.com/gpu"
+
 type fixture struct {
-	cs    *fake.Clientset
-	agent *Agent
-	rec   *record.FakeRecorder
-	ctx   context.Context
+	cs      *fake.Clientset
+	agent   *Agent
+	kubelet *kubelettest.Kubelet
+	rec     *record.FakeRecorder
+	ctx     context.Context
+	// resource is the vendor's kubelet resource.
+	resource string
 }
 
-func newFixture(t *testing.T, objs ...*corev1.Pod) *fixture {
+// newFixture runs an agent with opts (the fixture's recorder, plugin folder and an hour's
+// period filled in) against a clientset holding the node and pods and a fake kubelet, and
+// returns once the agent registered with it: the test then calls Allocate as the kubelet
+// does, over gRPC. The agent stops when the test ends.
+func newFixture(t *testing.T, opts Options, pods ...*corev1.Pod) *fixture {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
-	cs := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode}})
-	for _, p := range objs {
-		if _, err := cs.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+	objs := []runtime.Object{&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode}}}
+	for _, p := range pods {
+		objs = append(objs, p)
 	}
+	cs := clienttest.NewClientset(objs...)
+	k := kubelettest.Start(t)
 	rec := record.NewFakeRecorder(100)
-	a, err := New(cs, testNode, staticSource(testGPUs()), Options{EventRecorder: rec, Kubelet: kubeletplugin.Options{PluginDir: t.TempDir()}})
+	opts.EventRecorder, opts.Kubelet.PluginDir = rec, k.Dir()
+	opts.Period = cmp.Or(opts.Period, time.Hour)
+	a, err := New(cs, testNode, staticSource(testGPUs()), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	a.backoff = wait.Backoff{Duration: time.Millisecond, Factor: 1, Steps: 2}
-	return &fixture{cs: cs, agent: a, rec: rec, ctx: ctx}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Run(runCtx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v", err)
+		}
+	})
+	f := &fixture{cs: cs, agent: a, kubelet: k, rec: rec, ctx: ctx, resource: a.vendor.ResourceName}
+	waitCtx, stop := context.WithTimeout(ctx, 10*time.Second)
+	defer stop()
+	if _, err := k.WaitFor(waitCtx, func(s kubelettest.State) bool { _, ok := s.Resource(f.resource); return ok }); err != nil {
+		t.Fatalf("the agent did not register: %v", err)
+	}
+	return f
 }
 
 // staticSource is a Source whose devices never change.
@@ -101,13 +132,31 @@ func (f *fixture) schedule(t *testing.T, pod *corev1.Pod, pd allocation.PodDevic
 	allocationtest.Schedule(t, f.cs, pod, testNode, pd, allocationtest.Options{})
 }
 
-// call sends the kubelet's Allocate for one container with these replica ids.
+// call sends the kubelet's Allocate for one container with these replica ids, over gRPC. An
+// error is the gRPC status the kubelet gets.
 func (f *fixture) call(ids ...string) (*pluginapi.ContainerAllocateResponse, error) {
-	resp, err := f.agent.allocate(f.ctx, testGPUs(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}})
+	resp, err := f.kubelet.Allocate(f.ctx, f.resource, ids)
 	if err != nil {
 		return nil, err
 	}
 	return resp.GetContainerResponses()[0], nil
+}
+
+// message is the text of the agent's error as the kubelet receives it.
+func message(err error) string {
+	return status.Convert(errors.Unwrap(err)).Message()
+}
+
+// event returns the next Event the agent recorded, or fails the test.
+func (f *fixture) event(t *testing.T) string {
+	t.Helper()
+	select {
+	case e := <-f.rec.Events:
+		return e
+	case <-time.After(5 * time.Second):
+		t.Fatal("no Event recorded")
+		return ""
+	}
 }
 
 func (f *fixture) pod(t *testing.T, name string) *corev1.Pod {
@@ -134,7 +183,7 @@ func (f *fixture) lock(t *testing.T) (string, bool) {
 func TestAllocateServesEveryContainer(t *testing.T) {
 	t.Parallel()
 	pod := gpuPod("train", "init-warmup", "worker", "sidecar-nogpu", "eval")
-	f := newFixture(t, pod)
+	f := newFixture(t, Options{}, pod)
 	f.schedule(t, pod, allocation.PodDevices{
 		{dev(2, 1000, 10)},
 		{dev(0, 3000, 30), dev(1, 3000, 30)},
@@ -154,7 +203,7 @@ func TestAllocateServesEveryContainer(t *testing.T) {
 		"CUDA_DEVICE_MEMORY_SHARED_CACHE": r.GetEnvs()["CUDA_DEVICE_MEMORY_SHARED_CACHE"],
 		"LIBCUDA_LOG_LEVEL":               "1",
 	}
-	if d := cmp.Diff(want, r.GetEnvs()); d != "" {
+	if d := gocmp.Diff(want, r.GetEnvs()); d != "" {
 		t.Errorf("init container env (-want +got):\n%s", d)
 	}
 	if c := r.GetEnvs()["CUDA_DEVICE_MEMORY_SHARED_CACHE"]; !strings.HasPrefix(c, "/usr/local/vgpu/") || !strings.HasSuffix(c, ".cache") {
@@ -303,20 +352,22 @@ func TestAllocateFailures(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			pod := gpuPod("p", "main")
-			f := newFixture(t, pod)
+			f := newFixture(t, Options{}, pod)
 			f.schedule(t, pod, allocation.PodDevices{{dev(0, 1000, 30), dev(1, 1000, 30)}})
 			if tc.prepare != nil {
 				tc.prepare(t, f)
 			}
 			_, err := f.call(tc.ids...)
-			if !errors.Is(err, tc.wantKind) {
+			if err == nil || !strings.HasPrefix(message(err), tc.wantKind.Error()) {
 				t.Fatalf("Allocate error %v, want %v", err, tc.wantKind)
 			}
-			if _, ok := errors.AsType[*AllocateError](err); !ok {
-				t.Errorf("error %T is not an *AllocateError", err)
+			if !strings.Contains(message(err), tc.wantMsg) {
+				t.Errorf("error %q does not contain %q", message(err), tc.wantMsg)
 			}
-			if !strings.Contains(err.Error(), tc.wantMsg) {
-				t.Errorf("error %q does not contain %q", err, tc.wantMsg)
+			if tc.wantPhase == "failed" {
+				if e := f.event(t); !strings.HasPrefix(e, "Warning "+EventReasonAllocateFailed+" "+tc.wantKind.Error()) {
+					t.Errorf("Event %q", e)
+				}
 			}
 			if tc.wantPhase != "" {
 				if got := f.pod(t, "p").Annotations[allocation.KeyBindPhase]; got != tc.wantPhase {
@@ -339,7 +390,7 @@ func TestAllocateFailures(t *testing.T) {
 func TestAllocateLeavesAPodBoundElsewhereAlone(t *testing.T) {
 	t.Parallel()
 	pod := gpuPod("p", "main")
-	f := newFixture(t, pod)
+	f := newFixture(t, Options{}, pod)
 	s := allocationtest.NewScheduler(f.cs, allocationtest.Options{})
 	if _, err := s.Filter(f.ctx, pod, testNode, allocation.PodDevices{{dev(0, 1000, 30)}}); err != nil {
 		t.Fatal(err)
@@ -349,11 +400,11 @@ func TestAllocateLeavesAPodBoundElsewhereAlone(t *testing.T) {
 	}
 	before := f.pod(t, "p")
 	_, err := f.call("GPU-0-0")
-	if !errors.Is(err, ErrNoBindingPod) || !strings.Contains(err.Error(), `bound to "", not to this node`) {
+	if !strings.HasPrefix(message(err), ErrNoBindingPod.Error()) || !strings.Contains(message(err), `bound to "", not to this node`) {
 		t.Fatalf("Allocate error %v", err)
 	}
-	if after := f.pod(t, "p"); !cmp.Equal(before.Annotations, after.Annotations) {
-		t.Errorf("pod annotations changed: %s", cmp.Diff(before.Annotations, after.Annotations))
+	if after := f.pod(t, "p"); !gocmp.Equal(before.Annotations, after.Annotations) {
+		t.Errorf("pod annotations changed: %s", gocmp.Diff(before.Annotations, after.Annotations))
 	}
 	if _, locked := f.lock(t); !locked {
 		t.Error("the lock of a pod mid-bind was removed")
@@ -361,34 +412,25 @@ func TestAllocateLeavesAPodBoundElsewhereAlone(t *testing.T) {
 }
 
 // While the API server does not answer, Allocate fails after its retries; once it answers
-// again the agent finishes the protocol: bind-phase failed and the lock released.
+// again the agent's cleanup loop finishes the protocol at once: bind-phase failed and the lock
+// released. (TestCleanupLoopRetries follows the loop's retries while the outage lasts.)
 func TestAllocateCleansUpAfterAPIOutage(t *testing.T) {
 	t.Parallel()
 	pod := gpuPod("p", "main")
-	f := newFixture(t, pod)
+	f := newFixture(t, Options{}, pod)
 	f.schedule(t, pod, allocation.PodDevices{{dev(0, 1000, 30)}})
 	outage := apierrors.NewServiceUnavailable("apiserver restarting")
-	reactors.Fail(&f.cs.Fake, "get", "nodes", f.agent.backoff.Steps, outage) // every try of one Allocate
+	// Every try of one Allocate: the GET of the pod the watch's lock names, then the retried
+	// GETs of the fresh path. A failure left over delays the cleanup by its first retry.
+	clienttest.Fail(&f.cs.Fake, "get", "pods", 1+f.agent.backoff.Steps, outage)
 	_, err := f.call("GPU-0-0")
-	if !errors.Is(err, ErrAPI) || !errors.Is(err, outage) {
-		t.Fatalf("Allocate error %v, want ErrAPI wrapping the outage", err)
+	if !strings.HasPrefix(message(err), ErrAPI.Error()) || !strings.Contains(message(err), "apiserver restarting") {
+		t.Fatalf("Allocate error %v, want ErrAPI with the outage", err)
 	}
-	f.agent.cleanupMu.Lock()
-	pending := !f.agent.cleanupAt.IsZero()
-	f.agent.cleanupMu.Unlock()
-	if !pending {
-		t.Fatal("no cleanup scheduled after the failed Allocate")
-	}
-	// The API server is back.
-	if err := f.agent.cleanup(f.ctx, time.Now(), types.NamespacedName{}); err != nil {
-		t.Fatal(err)
-	}
-	if got := f.pod(t, "p").Annotations[allocation.KeyBindPhase]; got != "failed" {
-		t.Errorf("bind-phase = %q, want failed", got)
-	}
-	if _, locked := f.lock(t); locked {
-		t.Error("lock left behind")
-	}
+	waitFor(t, "bind-phase failed and the lock released", func() bool {
+		_, locked := f.lock(t)
+		return !locked && f.pod(t, "p").Annotations[allocation.KeyBindPhase] == "failed"
+	})
 }
 
 // GetPreferredAllocation steers the kubelet to replicas of the scheduler's GPUs, must-include
@@ -396,27 +438,30 @@ func TestAllocateCleansUpAfterAPIOutage(t *testing.T) {
 func TestPreferredAllocation(t *testing.T) {
 	t.Parallel()
 	pod := gpuPod("p", "main")
-	f := newFixture(t, pod)
+	f := newFixture(t, Options{}, pod)
 	f.schedule(t, pod, allocation.PodDevices{{dev(2, 1000, 30), dev(0, 1000, 30)}})
 	avail := []string{"GPU-1-0", "GPU-2-5", "GPU-0-7", "GPU-2-1", "GPU-0-2", "GPU-3-0"}
-	resp, err := f.agent.preferredAllocation(f.ctx, nil, &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{
-		{AvailableDeviceIDs: avail, AllocationSize: 2},
-		{AvailableDeviceIDs: avail, MustIncludeDeviceIDs: []string{"GPU-0-7"}, AllocationSize: 2},
-		{AvailableDeviceIDs: avail, AllocationSize: 1},
-	}})
-	if err != nil {
-		t.Fatal(err)
+	var got [][]string
+	for _, req := range []struct {
+		must []string
+		size int32
+	}{{nil, 2}, {[]string{"GPU-0-7"}, 2}, {nil, 1}} {
+		resp, err := f.kubelet.GetPreferredAllocation(f.ctx, gpuResource, avail, req.must, req.size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, resp.GetContainerResponses()[0].GetDeviceIDs())
 	}
-	got := make([][]string, len(resp.GetContainerResponses()))
-	for i, c := range resp.GetContainerResponses() {
-		got[i] = c.GetDeviceIDs()
-	}
-	// The pod has one entry: only the first request is for it.
-	want := [][]string{{"GPU-2-1", "GPU-0-2"}, nil, nil}
-	if d := cmp.Diff(want, got); d != "" {
+	// Sorted replicas of the scheduler's GPUs, must-include first; another size: no preference.
+	want := [][]string{{"GPU-2-1", "GPU-0-2"}, {"GPU-2-1", "GPU-0-7"}, nil}
+	if d := gocmp.Diff(want, got); d != "" {
 		t.Errorf("preferred (-want +got):\n%s", d)
 	}
-	if got := pick(allocation.ContainerDevices{dev(2, 1, 1), dev(0, 1, 1)}, &pluginapi.ContainerPreferredAllocationRequest{AvailableDeviceIDs: avail, MustIncludeDeviceIDs: []string{"GPU-0-7"}, AllocationSize: 2}); !cmp.Equal(got, []string{"GPU-2-1", "GPU-0-7"}) {
+	// The kubelet's pick follows the preference.
+	if ids, err := f.kubelet.PickHealthy(f.ctx, gpuResource, 2); err != nil || !slices.Equal(ids, []string{"GPU-2-0", "GPU-0-0"}) {
+		t.Errorf("PickHealthy = %v, %v", ids, err)
+	}
+	if got := pick(allocation.ContainerDevices{dev(2, 1, 1), dev(0, 1, 1)}, &pluginapi.ContainerPreferredAllocationRequest{AvailableDeviceIDs: avail, MustIncludeDeviceIDs: []string{"GPU-0-7"}, AllocationSize: 2}); !gocmp.Equal(got, []string{"GPU-2-1", "GPU-0-7"}) {
 		t.Errorf("pick with must-include = %v", got)
 	}
 	if got := pick(allocation.ContainerDevices{dev(4, 1, 1)}, &pluginapi.ContainerPreferredAllocationRequest{AvailableDeviceIDs: avail, AllocationSize: 1}); got != nil {
@@ -448,22 +493,13 @@ func (f *fixture) patchNode(t *testing.T, annotations map[string]any) {
 	}
 }
 
-// While the register writer watches the Node, Allocate reads the node lock from the watch:
+// Allocate reads the node lock from the register writer's watch of the Node:
 // a pod is served without one GET of the Node besides the lock's release.
 func TestAllocateReadsTheLockFromTheWatch(t *testing.T) {
 	t.Parallel()
 	pod := gpuPod("p", "main")
-	f := newFixture(t, pod)
+	f := newFixture(t, Options{}, pod)
 	f.schedule(t, pod, allocation.PodDevices{{dev(0, 1000, 30)}})
-	ctx, cancel := context.WithCancel(f.ctx)
-	done := make(chan error, 1)
-	go func() { done <- f.agent.writer.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("writer Run = %v", err)
-		}
-	}()
 	deadline := time.Now().Add(10 * time.Second)
 	for n := f.agent.writer.Node(); n == nil || n.Annotations[nodelock.Key] == ""; n = f.agent.writer.Node() {
 		if time.Now().After(deadline) {
@@ -481,10 +517,22 @@ func TestAllocateReadsTheLockFromTheWatch(t *testing.T) {
 	}
 	// The pod, its one patch (entry consumed and bind-phase success), and the lock's release.
 	want := []string{"get pods", "patch pods", "get nodes", "patch nodes"}
-	if d := cmp.Diff(want, verbs); d != "" {
+	if d := gocmp.Diff(want, verbs); d != "" {
 		t.Errorf("requests of one Allocate (-want +got):\n%s", d)
 	}
 	if got := f.pod(t, "p").Annotations[allocation.KeyBindPhase]; got != "success" {
 		t.Errorf("bind-phase = %q", got)
+	}
+}
+
+// waitFor polls cond until it holds, or fails the test after 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

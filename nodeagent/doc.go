@@ -11,7 +11,9 @@
 //   - Allocate: the pod the scheduler bound is found through the node lock
 //     (hami.io/mutex.lock), its next container entry of hami.io/vgpu-devices-to-allocate is
 //     served and consumed, and after the last one the pod gets hami.io/bind-phase: success and
-//     the lock is released.
+//     the lock is released. What the container receives (env, mounts, device nodes, CDI
+//     devices) is an [Allocator]'s answer: HAMi-core's for NVIDIA by default, the vendor's
+//     own otherwise.
 //
 // # Lifecycle
 //
@@ -43,10 +45,8 @@
 //  3. Decodes the pod's to-allocate list, takes the next container entry (init containers
 //     first; containers without devices keep empty entries and are skipped) and checks that
 //     it holds as many devices as the kubelet asked for ([ErrDeviceCountMismatch]).
-//  4. Answers with HAMi-core's environment and mounts (package allocation:
-//     NVIDIA_VISIBLE_DEVICES, CUDA_DEVICE_MEMORY_LIMIT_<i>, CUDA_DEVICE_SM_LIMIT, the
-//     libvgpu.so and ld.so.preload mounts, ...), and merge-patches the list back without the
-//     entry.
+//  4. Asks the [Allocator] for the container's answer (see below) and merge-patches the list
+//     back without the entry.
 //  5. After the last entry: bind-phase success (in the same patch), then the lock released.
 //
 // A pod is served with a GET of it and a patch per container (GetPreferredAllocation adds a
@@ -62,6 +62,29 @@
 // GetPreferredAllocation answers, for the container being admitted, replica ids of the GPUs
 // the scheduler chose, so the kubelet's accounting matches HAMi's; Allocate serves the
 // scheduler's GPUs either way.
+//
+// # The Allocator: what the container receives
+//
+// The protocol is the agent's; what a container receives for its devices is the vendor's: an
+// [Allocator] gets a [ContainerRequest] (the pod, the container, its devices from the
+// scheduler's entry, the node's devices as last scanned and the kubelet's replica IDs) and
+// returns an allocation.Response ("devices in, container edits out"): environment variables,
+// mounts, device nodes (DeviceSpec, permissions "rw" unless set), fully qualified CDI device
+// names and container annotations, all of which the agent hands to the kubelet. Which
+// Allocator: Options.Allocator; else the [Source], when it implements Allocator; else
+// [HAMiCore], HAMi-core's environment and mounts for NVIDIA (NVIDIA_VISIBLE_DEVICES,
+// CUDA_DEVICE_MEMORY_LIMIT_<i>, CUDA_DEVICE_SM_LIMIT, the libvgpu.so and ld.so.preload
+// mounts, ...; with HAMiCore.PrepareStateDir the container's state folder on the host). An
+// Allocator's error, or an answer the kubelet cannot use, fails the pod as every failure
+// above does, as [ErrAllocator] ([ErrHost] for HAMi-core's state folder); see
+// [ExampleAllocator] for a vendor's device nodes and env.
+//
+// A vendor whose Vendor.ToAllocateKey is "" (HAMi's scheduler writes no pod device list for
+// it: Vastai, biren, AMDGPU) is served without the pod protocol: no lock is read, no pod
+// written, GetPreferredAllocation is not advertised; the kubelet's replica IDs are mapped to
+// the node's devices (kubeletplugin.ParseVirtualDeviceID) and the Allocator is called with
+// them as Devices (Usedmem and Usedcores 0) and without a pod or container. An ID that names
+// no device of the node is [ErrMalformed].
 //
 // # Concurrency
 //
@@ -79,7 +102,7 @@
 // # Usage
 //
 // A node program is a source, a client and the agent (the snippet is [ExampleNew]; see
-// examples/deviceplugin for the whole program):
+// examples/deviceplugin for the whole program; [ExampleAllocator] for a vendor of its own):
 //
 //	scanner, err := nvmlscan.New(nvml.New(), nvmlscan.Options{SplitCount: 10})
 //	if err != nil {

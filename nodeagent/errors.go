@@ -35,8 +35,12 @@ var (
 	// ErrAPI means a request to the API server failed (after retries of transient errors).
 	ErrAPI = errors.New("api request failed")
 	// ErrHost means preparing the container's HAMi-core state folder on the host failed
-	// (Options.PrepareStateDir).
+	// ([HAMiCore].PrepareStateDir); an [Allocator] may wrap it for host failures of its own.
 	ErrHost = errors.New("host preparation failed")
+	// ErrAllocator means the vendor's [Allocator] (Options.Allocator) returned an error, or an
+	// answer the kubelet cannot use (a device node without a path, a CDI name that is not
+	// fully qualified).
+	ErrAllocator = errors.New("device allocator failed")
 )
 
 // AllocateError says why Allocate refused a container, which pod it was for (when known) and
@@ -50,7 +54,7 @@ type AllocateError struct {
 	// Container is the container whose entry was served, "" when not known.
 	Container string
 	// Kind is the class: [ErrNoBindingPod], [ErrPodGone], [ErrNoPendingEntry],
-	// [ErrDeviceCountMismatch], [ErrMalformed], [ErrAPI] or [ErrHost].
+	// [ErrDeviceCountMismatch], [ErrMalformed], [ErrAPI], [ErrHost] or [ErrAllocator].
 	Kind error
 	// Detail says what was found, in words.
 	Detail string

@@ -3,6 +3,9 @@ package nodeagent_test
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -12,7 +15,10 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/hamireg/hamireg/allocation"
+	"github.com/hamireg/hamireg/allocation/allocationtest"
 	"github.com/hamireg/hamireg/annotation"
+	"github.com/hamireg/hamireg/clienttest"
 	"github.com/hamireg/hamireg/kubeletplugin"
 	"github.com/hamireg/hamireg/kubeletplugin/kubelettest"
 	"github.com/hamireg/hamireg/nodeagent"
@@ -94,4 +100,102 @@ func ExampleNew() {
 		return agent.Run(ctx)
 	}
 	_ = run
+}
+
+// acmeNPUs is a made-up accelerator's source that is also its Allocator: each NPU becomes a
+// device node /dev/acme<index> and the container learns its NPUs from ACME_VISIBLE_DEVICES.
+type acmeNPUs []annotation.Device
+
+func (a acmeNPUs) Devices(context.Context) ([]annotation.Device, []error, error) { return a, nil, nil }
+func (acmeNPUs) Changed() <-chan struct{}                                        { return nil }
+
+func (a acmeNPUs) Allocate(_ context.Context, req nodeagent.ContainerRequest) (allocation.Response, error) {
+	var r allocation.Response
+	var visible []string
+	for _, d := range req.Devices {
+		i := slices.IndexFunc(req.NodeDevices, func(n annotation.Device) bool { return n.ID == d.UUID })
+		if i < 0 {
+			return r, fmt.Errorf("NPU %s is not on this node", d.UUID)
+		}
+		node := fmt.Sprintf("/dev/acme%d", req.NodeDevices[i].Index)
+		r.DeviceNodes = append(r.DeviceNodes, allocation.DeviceNode{ContainerPath: node, HostPath: node})
+		visible = append(visible, strconv.FormatUint(uint64(req.NodeDevices[i].Index), 10))
+	}
+	r.Envs = map[string]string{"ACME_VISIBLE_DEVICES": strings.Join(visible, ",")}
+	return r, nil
+}
+
+// A vendor's Allocator: the agent finds the pod HAMi's scheduler bound (allocationtest plays
+// the scheduler), checks its entry and asks the source, which implements nodeagent.Allocator,
+// for the container's device nodes and env; the kubelet (kubelettest) receives them.
+func ExampleAllocator() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	acme := annotation.Vendor{
+		Name: "ACME", RegisterKey: "hami.io/node-acme-register", ResourceName: "acme.com/npu",
+		ToAllocateKey: "hami.io/acme-devices-to-allocate", AllocatedKey: "hami.io/acme-devices-allocated",
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "infer", UID: "uid-1"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main"}}}}
+	client := clienttest.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "npu-1"}}, pod)
+	kubelet, err := kubelettest.NewServer(ctx) // in tests: kubelettest.Start(t)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer kubelet.Close()
+
+	source := acmeNPUs{
+		{ID: "NPU-a", Index: 0, Count: 4, Devmem: 16384, Devcore: 100, Type: "ACME-N1", Health: true},
+		{ID: "NPU-b", Index: 1, Count: 4, Devmem: 16384, Devcore: 100, Type: "ACME-N1", Health: true},
+	}
+	agent, err := nodeagent.New(client, "npu-1", source, nodeagent.Options{
+		Vendor:        acme, // Options.Allocator defaults to the source, which implements it
+		Kubelet:       kubeletplugin.Options{PluginDir: kubelet.Dir(), SocketName: "acme-npu.sock"},
+		EventRecorder: &record.FakeRecorder{},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	done := make(chan error, 1)
+	go func() { done <- agent.Run(ctx) }()
+	waitCtx, stop := context.WithTimeout(ctx, 10*time.Second)
+	defer stop()
+	if _, err := kubelet.WaitFor(waitCtx, func(s kubelettest.State) bool {
+		p, ok := s.Resource("acme.com/npu")
+		return ok && p.Healthy() == 8
+	}); err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	// HAMi's scheduler gives the pod's container NPU-b.
+	devs := allocation.PodDevices{{{UUID: "NPU-b", Type: "ACME", Usedmem: 8192, Usedcores: 50}}}
+	if _, err := allocationtest.NewScheduler(client, allocationtest.Options{Vendor: acme}).Schedule(ctx, pod, "npu-1", devs); err != nil {
+		fmt.Println(err)
+		return
+	}
+	ids, _ := kubelet.PickHealthy(ctx, "acme.com/npu", 1) // the agent's preference: a replica of NPU-b
+	resp, err := kubelet.Allocate(ctx, "acme.com/npu", ids)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	c := resp.GetContainerResponses()[0]
+	fmt.Println("kubelet asked for", ids)
+	fmt.Println("env ACME_VISIBLE_DEVICES =", c.GetEnvs()["ACME_VISIBLE_DEVICES"])
+	for _, d := range c.GetDevices() {
+		fmt.Println("device node", d.GetHostPath(), d.GetPermissions())
+	}
+	served, _ := client.CoreV1().Pods("default").Get(ctx, "infer", metav1.GetOptions{})
+	fmt.Println("bind-phase", served.Annotations[allocation.KeyBindPhase])
+	cancel()
+	fmt.Println("Run:", <-done)
+	// Output:
+	// kubelet asked for [NPU-b-0]
+	// env ACME_VISIBLE_DEVICES = 1
+	// device node /dev/acme1 rw
+	// bind-phase success
+	// Run: <nil>
 }

@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/hamireg/hamireg/internal/reactors"
+	"github.com/hamireg/hamireg/clienttest"
 	"github.com/hamireg/hamireg/nodelock"
 )
 
@@ -159,7 +159,7 @@ func (c *cluster) editBeforePatches(n int, f func(*corev1.Node)) {
 
 // fail makes the next n requests verb resource fail with err (n < 0: all).
 func (c *cluster) fail(verb, resource string, n int, err error) {
-	reactors.Fail(&c.Fake, verb, resource, n, err)
+	clienttest.Fail(&c.Fake, verb, resource, n, err)
 }
 
 // count returns how many requests verb resource the clientset got.

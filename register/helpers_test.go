@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/hamireg/hamireg/annotation"
-	"github.com/hamireg/hamireg/internal/reactors"
+	"github.com/hamireg/hamireg/clienttest"
 	"github.com/hamireg/hamireg/register"
 )
 
@@ -68,13 +68,13 @@ func newNode(annotations map[string]string) *corev1.Node {
 	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, Annotations: annotations, ResourceVersion: nextRV()}}
 }
 
-func nextRV() string { return reactors.NextResourceVersion() }
+func nextRV() string { return clienttest.NextResourceVersion() }
 
 // newClientset returns a fake clientset holding objs whose node patches, like the API
 // server's, give the Node a new resourceVersion (the fake's own leave it unchanged).
 func newClientset(objs ...runtime.Object) *fake.Clientset {
 	cs := fake.NewClientset(objs...)
-	reactors.NodeResourceVersions(cs)
+	clienttest.ResourceVersions(cs)
 	return cs
 }
 
@@ -119,7 +119,7 @@ func setAnnotations(t *testing.T, cs *fake.Clientset, annotations map[string]str
 
 // failPatches makes the next n patches of nodes fail with err (n < 0: all).
 func failPatches(cs *fake.Clientset, n int, err error) {
-	reactors.Fail(&cs.Fake, "patch", "nodes", n, err)
+	clienttest.Fail(&cs.Fake, "patch", "nodes", n, err)
 }
 
 // settled waits until every other goroutine of the test's synctest bubble is blocked, so that

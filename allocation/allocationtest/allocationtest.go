@@ -1,7 +1,10 @@
-// Package allocationtest plays HAMi's scheduler for the tests of a device plugin: given a
-// clientset, a pod, a node and the devices chosen for the pod, it writes exactly what HAMi's
-// scheduler writes at filter and at bind, so that a vendor can test the plugin's Allocate
-// against HAMi's protocol without running HAMi.
+// Package allocationtest plays HAMi's scheduler for the tests of a device plugin, and HAMi's
+// device plugin for the tests of a scheduler. Given a clientset, a pod, a node and the devices
+// chosen for the pod, [Scheduler] writes exactly what HAMi's scheduler writes at filter and at
+// bind, so that a vendor can test the plugin's Allocate against HAMi's protocol without running
+// HAMi; [Plugin] does what HAMi's device plugin does when the kubelet calls Allocate, so that a
+// scheduler or extender can be tested to the end of the protocol (entries consumed, bind-phase
+// success, lock released) without a kubelet.
 //
 // At filter ([Scheduler.Filter]) one JSON merge patch of the pod sets hami.io/vgpu-node,
 // hami.io/vgpu-time and the vendor's two device lists, and the label hami.io/vgpu-node. At
@@ -41,6 +44,9 @@ type Options struct {
 	// Clock gives hami.io/vgpu-time, hami.io/bind-time and the lock time. Default the real
 	// clock.
 	Clock clock.WithTicker
+	// Version is the HAMi release whose device plugin [Plugin] plays: it reads the device
+	// list as that release does and answers in its words. Default annotation.VersionMaster.
+	Version annotation.Version
 }
 
 func (o Options) withDefaults() Options {

@@ -151,9 +151,11 @@ func run(ctx context.Context, args []string, stderr io.Writer, h host) int {
 		return 1
 	}
 	agent, err := nodeagent.New(client, nodeName, scanner, nodeagent.Options{
-		Kubelet:         kubeletplugin.Options{PluginDir: kubeletplugin.PluginDirFromRootDir(*rootDir)},
-		Env:             allocation.EnvOptions{HookPath: *hookPath, DeviceMemoryScaling: *memScaling},
-		PrepareStateDir: *prepare,
+		Kubelet: kubeletplugin.Options{PluginDir: kubeletplugin.PluginDirFromRootDir(*rootDir)},
+		Allocator: nodeagent.HAMiCore{
+			Env:             allocation.EnvOptions{HookPath: *hookPath, DeviceMemoryScaling: *memScaling},
+			PrepareStateDir: *prepare,
+		},
 	})
 	if err != nil {
 		return usage("%v", err)

@@ -9,6 +9,13 @@
 // [Kubelet.Reject] makes Register fail, [Kubelet.Restart] does what a kubelet restart does to
 // plugins (streams closed, every socket in the folder deleted, kubelet.sock re-created).
 //
+// A test then calls the plugin as the kubelet's device manager does, over the connection the
+// fake dialed: [Kubelet.Allocate] (one ContainerAllocateRequest per container, with replica
+// IDs), [Kubelet.GetPreferredAllocation] and [Kubelet.PreStartContainer]. [Kubelet.PickHealthy]
+// chooses a container's replica IDs the way the kubelet does: healthy devices of the last
+// ListAndWatch list that no earlier Allocate handed out ([State.Allocated]), the plugin's
+// preference when it advertises GetPreferredAllocation (see [ExampleKubelet_Allocate]).
+//
 // The real kubelet rejects a Register for an endpoint whose ListAndWatch stream is still open
 // ("device plugin already connected") and, as a side effect, forgets the open stream, so the
 // plugin's devices stay allocatable after it dies. The fake rejects the same way, counts the

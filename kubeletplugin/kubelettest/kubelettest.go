@@ -54,6 +54,10 @@ type State struct {
 	Restarts int
 	// Plugins are the plugins that registered, by socket path.
 	Plugins map[string]Plugin
+	// Allocated are the replica IDs that successful [Kubelet.Allocate] calls handed out, by
+	// resource name, in order: [Kubelet.PickHealthy] leaves them out, as the kubelet leaves
+	// out the devices of running containers. A plugin's re-registration keeps them.
+	Allocated map[string][]string
 }
 
 // Plugin is one registered endpoint as the fake kubelet sees it.
@@ -111,6 +115,7 @@ func NewServer(ctx context.Context) (*Kubelet, error) {
 	}
 	k := &Kubelet{base: ctx, dir: dir, conns: map[string]*grpc.ClientConn{}, changed: make(chan struct{})}
 	k.state.Plugins = map[string]Plugin{}
+	k.state.Allocated = map[string][]string{}
 	if err := k.serve(); err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
@@ -160,6 +165,10 @@ func (k *Kubelet) copyState() State {
 			p.Devices[i] = proto.CloneOf(d)
 		}
 		s.Plugins[path] = p
+	}
+	s.Allocated = make(map[string][]string, len(k.state.Allocated))
+	for r, ids := range k.state.Allocated {
+		s.Allocated[r] = slices.Clone(ids)
 	}
 	return s
 }
