@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +13,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/hamireg/hamireg/envtest"
 )
 
 // TestLabel is the label key by which a test marks the cluster-wide objects it creates
@@ -89,7 +90,7 @@ func Context(tb testing.TB) context.Context {
 // starts with a listen address of its own.
 func FreePort(tb testing.TB) int {
 	tb.Helper()
-	ports, err := FreePorts(1)
+	ports, err := envtest.FreePorts(1)
 	if err != nil {
 		tb.Fatal(err)
 	}
