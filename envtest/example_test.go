@@ -104,7 +104,12 @@ func Example() {
 	agentCtx, stopAgent := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- agent.Run(agentCtx) }()
-	defer func() { stopAgent(); <-done }()
+	defer func() {
+		stopAgent()
+		if err := <-done; err != nil {
+			fmt.Println("Run:", err)
+		}
+	}()
 
 	res, err := dm.WaitForResources(ctx, "nvidia.com/gpu", 10, 10)
 	if err != nil {
@@ -180,7 +185,12 @@ func Example_kubelettest() {
 	agentCtx, stopAgent := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- agent.Run(agentCtx) }()
-	defer func() { stopAgent(); <-done }()
+	defer func() {
+		stopAgent()
+		if err := <-done; err != nil {
+			fmt.Println("Run:", err)
+		}
+	}()
 
 	if _, err := kubelet.WaitFor(ctx, func(s kubelettest.State) bool {
 		p, ok := s.Resource("nvidia.com/gpu")
