@@ -5,7 +5,9 @@ GO ?= go
 LINT := $(GO) tool -modfile=$(CURDIR)/hack/tools/go.mod golangci-lint
 # Nested modules that are linted and unit-tested on their own. hack/k8sbins is left out:
 # it has no Go packages (only tool directives for the binaries hack/e2e.sh builds).
-MODULES := . $(wildcard test/e2e) examples/quickstart
+# envtest's tests that need the peer binaries carry the build tag e2e: `make unit` leaves
+# them out, hack/e2e.sh (`make e2e`) runs them; lint and vet see them.
+MODULES := . envtest envtest/cmd/replaces $(wildcard test/e2e) examples/quickstart
 # Flags for the quickstart, e.g. QUICKSTART_FLAGS=--keep.
 QUICKSTART_FLAGS ?=
 E2E_FLAGS ?=
@@ -24,20 +26,23 @@ quickstart:
 ## test: everything CI runs: lint, unit tests (race), e2e against real peers.
 test: lint unit e2e
 
-## unit: unit, conformance and example tests of the root module and the quickstart's, with
-## the race detector.
+## unit: unit, conformance and example tests of the root module, envtest's (those without
+## peers), its replaces command's and the quickstart's, with the race detector.
 unit: cgo0
 	$(GO) test -race -count=1 ./...
+	cd envtest && $(GO) test -race -count=1 ./...
+	cd envtest/cmd/replaces && $(GO) test -race -count=1 ./...
 	cd examples/quickstart && $(GO) test -race -count=1 ./...
 
 ## cgo0: everything but nvmlscan (the only cgo package) and the device plugin on it must build without cgo.
 cgo0:
 	CGO_ENABLED=0 $(GO) build $$($(GO) list ./... | grep -v -e /nvmlscan -e /examples/deviceplugin)
 
-## lint: gofmt, go vet and golangci-lint (config .golangci.yml) over every module.
+## lint: gofmt, go vet and golangci-lint (config .golangci.yml) over every module, files
+## with the build tag e2e included.
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	@for m in $(MODULES); do echo "== lint $$m"; (cd $$m && $(GO) vet ./... && $(LINT) run --allow-parallel-runners --config $(CURDIR)/.golangci.yml ./...) || exit 1; done
+	@for m in $(MODULES); do echo "== lint $$m"; (cd $$m && $(GO) vet -tags e2e ./... && $(LINT) run --allow-parallel-runners --config $(CURDIR)/.golangci.yml ./...) || exit 1; done
 
 ## bench: benchmarks with their baselines in the same run (ratios readable from one output).
 bench:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# e2e.sh runs the tests against real peers (module test/e2e); `make e2e` calls it, and
-# `make test` (CI) includes it. Arguments are passed to `go test`, e.g.
+# e2e.sh runs the tests against real peers (modules envtest and test/e2e); `make e2e` calls
+# it, and `make test` (CI) includes it. Arguments are passed to `go test`, e.g.
 #
 #   make e2e E2E_FLAGS="-run TestScheduler -v"     or     hack/e2e.sh -run TestScheduler
 #
@@ -8,9 +8,11 @@
 #  1. build kube-apiserver, etcd and kube-scheduler with hack/k8sbins/build.sh into
 #     ~/.cache/hamireg/k8sbins/<version>-<hash> (reused when present) and export the folder
 #     as HAMIREG_K8S_BIN;
-#  2. go test -race -count=1 -v ./... in test/e2e; every test binary starts its own
+#  2. go test -race -count=1 -tags e2e -v ./... in envtest: the library's own tests and its
+#     Example that need the peers (build tag e2e; they fail, never skip, without them);
+#  3. go test -race -count=1 -v ./... in test/e2e; every test binary starts its own
 #     control plane (-v so that the log shows the versions the peers reported);
-#  3. check that no peer process and no temporary folder was left behind.
+#  4. check that no peer process and no temporary folder was left behind.
 # E2E_RACE=0 turns off the race detector (default on).
 set -euo pipefail
 
@@ -27,11 +29,14 @@ echo "e2e: peer binaries ready in $((t1 - t0))s ($bin)"
 race=(-race)
 [[ ${E2E_RACE:-1} == 0 ]] && race=()
 
-cd "$root/test/e2e"
 status=0
+(cd "$root/envtest" && go test "${race[@]}" -count=1 -tags e2e -v ./... "$@") || status=$?
+te=$(now)
+echo "e2e: go test in envtest (compile and run) took $((te - t1))s (exit $status)"
+cd "$root/test/e2e"
 go test "${race[@]}" -count=1 -v ./... "$@" || status=$?
 t2=$(now)
-echo "e2e: go test (compile and run) took $((t2 - t1))s (exit $status)"
+echo "e2e: go test in test/e2e (compile and run) took $((t2 - te))s (exit $status)"
 
 # Nothing may outlive the run: peers orphaned by a dead test binary (re-parented to init or
 # a subreaper, so not children of a live test binary), or temporary folders whose owner is

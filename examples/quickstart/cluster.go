@@ -19,10 +19,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/hamireg/hamireg/envtest"
+	"github.com/hamireg/hamireg/envtest/kubeletpeer"
+	"github.com/hamireg/hamireg/envtest/proc"
 	"github.com/hamireg/hamireg/internal/manifests"
-	"github.com/hamireg/hamireg/test/e2e/harness"
-	"github.com/hamireg/hamireg/test/e2e/harness/proc"
-	"github.com/hamireg/hamireg/test/e2e/kubeletpeer"
 )
 
 // What the examples' manifests name (kube-system, HAMi's chart names).
@@ -33,7 +33,7 @@ const (
 	extenderContainer  = "vgpu-scheduler-extender"
 	pluginContainer    = "device-plugin"
 	leaseRole          = "hami-scheduler-lease"
-	kubeSchedulerUser  = "system:kube-scheduler" // the harness's kube-scheduler authenticates as it
+	kubeSchedulerUser  = "system:kube-scheduler" // envtest's kube-scheduler authenticates as it
 	workPrefix         = "hamireg-qs-"
 	schedulerPodSuffix = "-7c9d5f6b8-qs4xp" // as a ReplicaSet names its Pods
 	pluginPodSuffix    = "-qs7kz"           // as a DaemonSet names its Pods
@@ -48,8 +48,8 @@ type quickstart struct {
 
 	spawner *proc.Spawner
 	dm      *kubeletpeer.DeviceManager
-	cp      *harness.ControlPlane
-	sched   *harness.Scheduler
+	cp      *envtest.ControlPlane
+	sched   *envtest.Scheduler
 	procs   []*proc.Process
 	kubelet *kubelet
 	stops   []func() error
@@ -115,8 +115,8 @@ func failed(err error, name string, p interface{ LogTail(int) string }) error {
 // can host it), the peer binaries and the programs, the control plane, the manifests, the
 // node with its kubelet, the extender and kube-scheduler.
 func (q *quickstart) up(ctx context.Context) error {
-	harness.RemoveStaleDirs(workPrefix)
-	work, err := harness.MakeTempDir(workPrefix)
+	envtest.RemoveStaleDirs(workPrefix)
+	work, err := envtest.MakeTempDir(workPrefix)
 	if err != nil {
 		return err
 	}
@@ -142,7 +142,7 @@ func (q *quickstart) up(ctx context.Context) error {
 	}
 
 	t = time.Now()
-	cp, err := harness.Start(ctx, harness.Options{BinDir: bins, QPS: 200, Burst: 400, Logf: func(string, ...any) {}})
+	cp, err := envtest.Start(ctx, envtest.Options{BinDir: bins, QPS: 200, Burst: 400, Logf: func(string, ...any) {}})
 	if err != nil {
 		return fmt.Errorf("start etcd and kube-apiserver: %w", err)
 	}
@@ -268,7 +268,7 @@ func (q *quickstart) startExtender(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ports, err := harness.FreePorts(1)
+	ports, err := envtest.FreePorts(1)
 	if err != nil {
 		return err
 	}
@@ -285,7 +285,7 @@ func (q *quickstart) startExtender(ctx context.Context) error {
 		args = append(args, a)
 	}
 	args = append(args, "--http_bind="+addr, "--kubeconfig="+kubeconfig, fmt.Sprintf("-v=%d", q.opts.verbosity))
-	po, err := harness.WithHostname(proc.Options{Name: "extender", Path: filepath.Join(q.bin, "extender"), Args: args}, q.schedulerPod())
+	po, err := envtest.WithHostname(proc.Options{Name: "extender", Path: filepath.Join(q.bin, "extender"), Args: args}, q.schedulerPod())
 	if err != nil {
 		return err
 	}
@@ -298,7 +298,7 @@ func (q *quickstart) startExtender(ctx context.Context) error {
 	defer cancel()
 	hc := &http.Client{Timeout: 2 * time.Second}
 	defer hc.CloseIdleConnections()
-	if err := p.WaitUntil(wctx, 50*time.Millisecond, harness.Readyz(hc, q.extenderURL+"/readyz", "")); err != nil {
+	if err := p.WaitUntil(wctx, 50*time.Millisecond, envtest.Readyz(hc, q.extenderURL+"/readyz", "")); err != nil {
 		return failed(fmt.Errorf("examples/extender not ready: %w", err), "extender", p)
 	}
 	q.out.item("extender", "examples/extender ready in %v at %s, with the Deployment's arguments:", round(time.Since(t)), q.extenderURL)
@@ -325,7 +325,7 @@ func (q *quickstart) startScheduler(ctx context.Context) error {
 	if err := manifests.ExtenderOverHTTP(cfg, q.extenderURL); err != nil {
 		return fmt.Errorf("scheduler-config.yaml: %w", err)
 	}
-	sched, err := q.cp.StartScheduler(ctx, harness.SchedulerOptions{Config: cfg, Hostname: q.schedulerPod()})
+	sched, err := q.cp.StartScheduler(ctx, envtest.SchedulerOptions{Config: cfg, Hostname: q.schedulerPod()})
 	if err != nil {
 		return fmt.Errorf("start kube-scheduler: %w", err)
 	}

@@ -1,20 +1,20 @@
 // Module quickstart is examples/quickstart: a local HAMi-compatible GPU cluster in one command.
 // It has a module of its own because it hosts the kubelet's device manager
-// (k8s.io/kubernetes, through test/e2e/kubeletpeer), which the SDK's root module must never
+// (k8s.io/kubernetes, through envtest/kubeletpeer), which the SDK's root module must never
 // require; the replace block below is written by hack/k8sbins/regen.sh.
 module github.com/hamireg/hamireg/examples/quickstart
 
 go 1.26.0
 
-// The SDK and its real-peer test bed, from this checkout.
+// The SDK and its real-peer library, from this checkout.
 replace (
 	github.com/hamireg/hamireg => ../..
-	github.com/hamireg/hamireg/test/e2e => ../../test/e2e
+	github.com/hamireg/hamireg/envtest => ../../envtest
 )
 
 require (
 	github.com/hamireg/hamireg v0.0.0-00010101000000-000000000000
-	github.com/hamireg/hamireg/test/e2e v0.0.0-00010101000000-000000000000
+	github.com/hamireg/hamireg/envtest v0.0.0-00010101000000-000000000000
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
 	k8s.io/client-go v0.37.2

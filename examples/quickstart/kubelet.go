@@ -23,8 +23,8 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/hamireg/hamireg/annotation"
-	"github.com/hamireg/hamireg/test/e2e/harness/proc"
-	"github.com/hamireg/hamireg/test/e2e/kubeletpeer"
+	"github.com/hamireg/hamireg/envtest/kubeletpeer"
+	"github.com/hamireg/hamireg/envtest/proc"
 )
 
 // statusPeriod is how often the kubelet here copies the device manager's counts into the

@@ -41,13 +41,13 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/hamireg/hamireg/test/e2e/harness"
-	"github.com/hamireg/hamireg/test/e2e/kubeletpeer"
+	"github.com/hamireg/hamireg/envtest"
+	"github.com/hamireg/hamireg/envtest/kubeletpeer"
 )
 
 func main() {
 	kubeletpeer.ReexecIfChild()   // the kubelet device manager's child runs here and exits
-	harness.ExecIfHostnameChild() // a program run with the scheduler Pod's host name execs here
+	envtest.ExecIfHostnameChild() // a program run with the scheduler Pod's host name execs here
 	// A closed stdout (quickstart | head) must not kill it before it has stopped what it started.
 	signal.Ignore(syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -15,9 +15,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/hamireg/hamireg/annotation"
+	"github.com/hamireg/hamireg/envtest"
+	"github.com/hamireg/hamireg/envtest/kubeletpeer"
 	"github.com/hamireg/hamireg/handshake"
-	"github.com/hamireg/hamireg/test/e2e/harness"
-	"github.com/hamireg/hamireg/test/e2e/kubeletpeer"
 )
 
 func TestRunUsage(t *testing.T) {
@@ -74,7 +74,7 @@ func TestExplain(t *testing.T) {
 			t.Errorf("explain(namespace) has no %q:\n%s", want, got)
 		}
 	}
-	if got := explain(harness.ErrBinariesMissing); !strings.Contains(got, "make quickstart") {
+	if got := explain(envtest.ErrBinariesMissing); !strings.Contains(got, "make quickstart") {
 		t.Errorf("explain(binaries) = %q, want the command", got)
 	}
 	if got := explain(fmt.Errorf("other")); got != "other" {

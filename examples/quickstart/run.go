@@ -9,8 +9,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/hamireg/hamireg/test/e2e/harness"
-	"github.com/hamireg/hamireg/test/e2e/kubeletpeer"
+	"github.com/hamireg/hamireg/envtest"
+	"github.com/hamireg/hamireg/envtest/kubeletpeer"
 )
 
 // options are the command's flags.
@@ -38,7 +38,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var o options
 	fs.BoolVar(&o.keep, "keep", false, "leave the cluster running after the steps, until Ctrl-C")
-	fs.StringVar(&o.k8sBin, "k8s-bin", os.Getenv(harness.EnvBinDir), "folder with kube-apiserver, kube-scheduler and etcd (default $"+harness.EnvBinDir+"; empty: build them with hack/k8sbins/build.sh)")
+	fs.StringVar(&o.k8sBin, "k8s-bin", os.Getenv(envtest.EnvBinDir), "folder with kube-apiserver, kube-scheduler and etcd (default $"+envtest.EnvBinDir+"; empty: build them with hack/k8sbins/build.sh)")
 	fs.StringVar(&o.repo, "repo", "", "the hamireg checkout whose examples run (default: the folder above the working directory that holds its go.mod)")
 	fs.StringVar(&o.programs, "programs", "", "folder to build examples/extender, deviceplugin and doctor into (default: <user cache>/hamireg/quickstart/bin)")
 	fs.StringVar(&o.node, "node", "gpu-node-1", "name of the simulated GPU node")
@@ -92,7 +92,7 @@ func explain(err error) string {
 	switch {
 	case errors.Is(err, kubeletpeer.ErrNamespace):
 		return err.Error() + "\n\n" + namespaceHelp
-	case errors.Is(err, harness.ErrBinariesMissing):
+	case errors.Is(err, envtest.ErrBinariesMissing):
 		return err.Error() + "\n\nRun `make quickstart` from the repository root, which builds them, or give --k8s-bin DIR."
 	}
 	return err.Error()

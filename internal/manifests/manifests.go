@@ -11,7 +11,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -65,9 +64,17 @@ func Read(files ...string) ([]runtime.Object, error) {
 	return objs, nil
 }
 
-// Glob is Read of the files that pattern matches; it fails tb when there are none or one does
-// not decode.
-func Glob(tb testing.TB, pattern string) []runtime.Object {
+// TB is the part of testing.TB that [Glob] uses. The package does not import testing, so that
+// programs (examples/quickstart) link it without the testing package.
+type TB interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+}
+
+// Glob is Read of the files that pattern matches; it fails tb (a testing.TB) when there are
+// none or one does not decode.
+func Glob(tb TB, pattern string) []runtime.Object {
 	tb.Helper()
 	files, err := filepath.Glob(pattern)
 	if err != nil || len(files) == 0 {

@@ -1,11 +1,12 @@
 // Package e2e holds the hamireg tests against real peers, in a module of its own so that
 // k8s.io/kubernetes (and its 31 staging replace directives) never reaches the SDK's
-// go.mod.
+// go.mod. The peers are run by the library module envtest (../../envtest): the control
+// plane (etcd, kube-apiserver, kube-scheduler), envtest/proc, which starts the processes so
+// that none outlives its starter, and envtest/kubeletpeer, the kubelet's device-plugin
+// registration server and device manager; examples/quickstart runs them too.
 //
-//   - harness: etcd, kube-apiserver and kube-scheduler processes, one control plane per
-//     test binary; harness/proc starts the processes so that none outlives its starter.
-//   - kubeletpeer: the kubelet's device-plugin registration server and device manager.
-//     examples/quickstart (a module of its own) runs both for a newcomer's local cluster.
+//   - harness: the testing.TB layer over envtest, one control plane per test binary
+//     (harness.Main), Eventually, CreateNode, StartDeviceManagerForTest, ShortTempDir, ...
 //   - controlplane, kubelet, scheduler: tests proving the peers behave like a cluster's.
 //   - register, kubeletplugin, schedcache, nodelock, diagnose: the SDK's components against
 //     those peers.

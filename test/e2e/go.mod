@@ -1,18 +1,23 @@
 // Module e2e holds the tests against real peers (kube-apiserver, etcd, kube-scheduler, the
-// kubelet's device manager). It is the only module that requires k8s.io/kubernetes; the
-// replace block below is written by hack/k8sbins/regen.sh.
+// kubelet's device manager), which the library module envtest runs. It requires
+// k8s.io/kubernetes through envtest; the replace block below is written by
+// hack/k8sbins/regen.sh.
 module github.com/hamireg/hamireg/test/e2e
 
 go 1.26.0
 
-// The SDK under test, from this checkout.
-replace github.com/hamireg/hamireg => ../..
+// The SDK under test and its real-peer library, from this checkout.
+replace (
+	github.com/hamireg/hamireg => ../..
+	github.com/hamireg/hamireg/envtest => ../../envtest
+)
 
 require (
 	github.com/fsnotify/fsnotify v1.9.0
 	github.com/go-logr/logr v1.4.3
 	github.com/google/go-cmp v0.7.0
 	github.com/hamireg/hamireg v0.0.0-00010101000000-000000000000
+	github.com/hamireg/hamireg/envtest v0.0.0-00010101000000-000000000000
 	golang.org/x/sync v0.22.0
 	google.golang.org/grpc v1.82.1
 	k8s.io/api v0.37.2
@@ -21,7 +26,6 @@ require (
 	k8s.io/klog/v2 v2.140.0
 	k8s.io/kube-scheduler v0.37.2
 	k8s.io/kubelet v0.37.2
-	k8s.io/kubernetes v1.37.2
 	k8s.io/utils v0.0.0-20260626114624-be93311217bd
 	sigs.k8s.io/yaml v1.6.0
 )
@@ -107,6 +111,7 @@ require (
 	k8s.io/csi-translation-lib v0.0.0 // indirect
 	k8s.io/dynamic-resource-allocation v0.37.2 // indirect
 	k8s.io/kube-openapi v0.0.0-20260721132016-d427ff9ee9ad // indirect
+	k8s.io/kubernetes v1.37.2 // indirect
 	k8s.io/mount-utils v0.0.0 // indirect
 	k8s.io/streaming v0.37.2 // indirect
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730 // indirect

@@ -5,6 +5,7 @@ package controlplane_test
 import (
 	"testing"
 
+	"github.com/hamireg/hamireg/envtest"
 	"github.com/hamireg/hamireg/test/e2e/harness"
 )
 
@@ -12,5 +13,5 @@ import (
 var cp *harness.ControlPlane
 
 func TestMain(m *testing.M) {
-	harness.Main(m, harness.Options{}, func(c *harness.ControlPlane) { cp = c })
+	harness.Main(m, envtest.Options{}, func(c *harness.ControlPlane) { cp = c })
 }

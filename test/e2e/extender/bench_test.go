@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 
+	"github.com/hamireg/hamireg/envtest"
 	"github.com/hamireg/hamireg/test/e2e/harness"
 )
 
@@ -93,7 +94,7 @@ func benchmarkExtender(b *testing.B, opts stackOptions) {
 // benchmarkDefault is /default: count-only pods through kube-scheduler alone.
 func benchmarkDefault(b *testing.B) {
 	const widget = "example.com/widget"
-	sched, err := cp.StartScheduler(b.Context(), harness.SchedulerOptions{})
+	sched, err := cp.StartScheduler(b.Context(), envtest.SchedulerOptions{})
 	if err != nil {
 		b.Fatal(err)
 	}

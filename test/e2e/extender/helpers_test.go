@@ -35,10 +35,11 @@ import (
 
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
+	"github.com/hamireg/hamireg/envtest"
+	"github.com/hamireg/hamireg/envtest/proc"
 	"github.com/hamireg/hamireg/nodelock"
 	"github.com/hamireg/hamireg/register"
 	"github.com/hamireg/hamireg/test/e2e/harness"
-	"github.com/hamireg/hamireg/test/e2e/harness/proc"
 )
 
 const (
@@ -153,7 +154,7 @@ type stack struct {
 	args     []string
 	ext      *extenderProc
 	restarts int
-	sched    *harness.Scheduler
+	sched    *envtest.Scheduler
 	pods     corev1listers.PodLister
 	events   corev1listers.EventLister
 	plugin   *pluginEmulator
@@ -204,7 +205,7 @@ func newStack(tb testing.TB, opts stackOptions) *stack {
 		}
 	}
 
-	sched, err := cp.StartScheduler(tb.Context(), harness.SchedulerOptions{Config: exampleSchedulerConfig(tb, s.url, s.name)})
+	sched, err := cp.StartScheduler(tb.Context(), envtest.SchedulerOptions{Config: exampleSchedulerConfig(tb, s.url, s.name)})
 	if err != nil {
 		tb.Fatalf("start kube-scheduler: %v", err)
 	}
@@ -248,7 +249,7 @@ func (s *stack) startExtender(tb testing.TB) {
 	defer hc.CloseIdleConnections()
 	ctx, cancel := context.WithTimeout(tb.Context(), 60*time.Second)
 	defer cancel()
-	err = p.WaitUntil(ctx, 20*time.Millisecond, harness.Readyz(hc, s.url+"/readyz", ""))
+	err = p.WaitUntil(ctx, 20*time.Millisecond, envtest.Readyz(hc, s.url+"/readyz", ""))
 	if err != nil {
 		tb.Fatalf("extender not ready: %v", err)
 	}

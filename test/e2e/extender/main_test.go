@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/hamireg/hamireg/envtest"
 	"github.com/hamireg/hamireg/test/e2e/harness"
 )
 
@@ -28,7 +29,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	harness.Main(m, harness.Options{APIServerFlags: []string{"--request-timeout=5s"}}, func(c *harness.ControlPlane) {
+	harness.Main(m, envtest.Options{APIServerFlags: []string{"--request-timeout=5s"}}, func(c *harness.ControlPlane) {
 		cp = c
 		extenderBin, errBuild = harness.BuildProgram(filepath.Join(c.Dir(), "extender"), "./examples/extender", race)
 	})

@@ -16,6 +16,7 @@ import (
 
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
+	"github.com/hamireg/hamireg/envtest"
 	"github.com/hamireg/hamireg/extender"
 	"github.com/hamireg/hamireg/internal/manifests"
 	"github.com/hamireg/hamireg/test/e2e/harness"
@@ -69,7 +70,7 @@ type pair struct {
 	host  string
 	port  int
 	ext   *extenderProc
-	sched *harness.Scheduler
+	sched *envtest.Scheduler
 }
 
 // HAMi's Deployment with 2 replicas: two kube-scheduler and extender pairs, each pair with a
@@ -121,7 +122,7 @@ func TestTwoReplicasOnlyLeaderWritesFailover(t *testing.T) {
 	}
 
 	startScheduler := func(p *pair) {
-		s, err := cp.StartScheduler(ctx, harness.SchedulerOptions{Config: schedulerConfig(t, ns, p.port), Hostname: p.host})
+		s, err := cp.StartScheduler(ctx, envtest.SchedulerOptions{Config: schedulerConfig(t, ns, p.port), Hostname: p.host})
 		if err != nil {
 			t.Fatalf("start kube-scheduler %s: %v", p.host, err)
 		}

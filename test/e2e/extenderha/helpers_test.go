@@ -35,10 +35,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/hamireg/hamireg/annotation"
+	"github.com/hamireg/hamireg/envtest"
+	"github.com/hamireg/hamireg/envtest/proc"
 	"github.com/hamireg/hamireg/extender"
 	"github.com/hamireg/hamireg/register"
 	"github.com/hamireg/hamireg/test/e2e/harness"
-	"github.com/hamireg/hamireg/test/e2e/harness/proc"
 )
 
 const (
@@ -219,7 +220,7 @@ func startExtender(tb testing.TB, name, host string, port int, cert servingCert,
 	opts := proc.Options{Name: name, Path: extenderBin, Args: args, LogPath: filepath.Join(tb.TempDir(), name+".log")}
 	if host != "" {
 		var err error
-		if opts, err = harness.WithHostname(opts, host); err != nil {
+		if opts, err = envtest.WithHostname(opts, host); err != nil {
 			e.spawner.Close()
 			tb.Fatal(err)
 		}
@@ -245,7 +246,7 @@ func startExtender(tb testing.TB, name, host string, port int, cert servingCert,
 	defer hc.CloseIdleConnections()
 	ctx, cancel := context.WithTimeout(tb.Context(), 60*time.Second)
 	defer cancel()
-	if err := p.WaitUntil(ctx, 20*time.Millisecond, harness.Readyz(hc, e.url+extender.PathReadyz, "")); err != nil {
+	if err := p.WaitUntil(ctx, 20*time.Millisecond, envtest.Readyz(hc, e.url+extender.PathReadyz, "")); err != nil {
 		tb.Fatalf("%s not ready: %v", name, err)
 	}
 	return e

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/hamireg/hamireg/envtest"
 	"github.com/hamireg/hamireg/test/e2e/harness"
 )
 
@@ -29,7 +30,7 @@ var (
 // TestMain starts the control plane and builds the extender once. --request-timeout bounds
 // kube-apiserver's graceful shutdown, which waits for the extenders' open watches.
 func TestMain(m *testing.M) {
-	harness.Main(m, harness.Options{APIServerFlags: []string{"--request-timeout=5s"}}, func(c *harness.ControlPlane) {
+	harness.Main(m, envtest.Options{APIServerFlags: []string{"--request-timeout=5s"}}, func(c *harness.ControlPlane) {
 		cp = c
 		extenderBin, errExtenderBuild = harness.BuildProgram(filepath.Join(c.Dir(), "extender"), "./examples/extender", race)
 	})

@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +13,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/hamireg/hamireg/envtest"
 )
 
 // TestLabel is the label key by which a test marks the cluster-wide objects it creates
@@ -61,7 +60,7 @@ func Eventually(tb testing.TB, what string, timeout time.Duration, cond func() b
 // returned Node is what the server stored.
 func (cp *ControlPlane) CreateNode(tb testing.TB, n *corev1.Node) *corev1.Node {
 	tb.Helper()
-	nodes := cp.admin.CoreV1().Nodes()
+	nodes := cp.AdminClient().CoreV1().Nodes()
 	created, err := nodes.Create(tb.Context(), n, metav1.CreateOptions{})
 	if err != nil {
 		tb.Fatalf("create node %s: %v", n.Name, err)
@@ -73,25 +72,11 @@ func (cp *ControlPlane) CreateNode(tb testing.TB, n *corev1.Node) *corev1.Node {
 // GetNode reads the Node with the admin client and fails tb on error.
 func (cp *ControlPlane) GetNode(tb testing.TB, name string) *corev1.Node {
 	tb.Helper()
-	n, err := cp.admin.CoreV1().Nodes().Get(tb.Context(), name, metav1.GetOptions{})
+	n, err := cp.AdminClient().CoreV1().Nodes().Get(tb.Context(), name, metav1.GetOptions{})
 	if err != nil {
 		tb.Fatalf("get node %s: %v", name, err)
 	}
 	return n
-}
-
-// PatchNodeAnnotations sets annotations on the Node with a JSON merge patch (a nil value
-// removes the key), as HAMi's device plugin and `kubectl annotate` do, as fieldManager
-// (empty: the client's default).
-func (cp *ControlPlane) PatchNodeAnnotations(ctx context.Context, name, fieldManager string, annotations map[string]*string) error {
-	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
-	if err != nil {
-		return fmt.Errorf("encode annotation patch: %w", err)
-	}
-	if _, err := cp.admin.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: fieldManager}); err != nil {
-		return fmt.Errorf("patch node %s: %w", name, err)
-	}
-	return nil
 }
 
 // Context returns tb's context with a logger that writes to tb at V(2), so that what a
@@ -105,7 +90,7 @@ func Context(tb testing.TB) context.Context {
 // starts with a listen address of its own.
 func FreePort(tb testing.TB) int {
 	tb.Helper()
-	ports, err := FreePorts(1)
+	ports, err := envtest.FreePorts(1)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -5,8 +5,9 @@ import (
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/hamireg/hamireg/envtest/kubeletpeer"
+	"github.com/hamireg/hamireg/test/e2e/harness"
 	"github.com/hamireg/hamireg/test/e2e/internal/testplugin"
-	"github.com/hamireg/hamireg/test/e2e/kubeletpeer"
 )
 
 const resource = "vendor.example.com/gpu"
@@ -23,11 +24,11 @@ func startPlugin(t *testing.T, dir string, devices []*pluginapi.Device) *testplu
 
 func startDeviceManager(t *testing.T) *kubeletpeer.DeviceManager {
 	t.Helper()
-	return kubeletpeer.StartDeviceManagerForTest(t, kubeletpeer.DeviceManagerOptions{})
+	return harness.StartDeviceManagerForTest(t, kubeletpeer.DeviceManagerOptions{})
 }
 
 // waitForResources polls the device manager until resource reads capacity/allocatable.
 func waitForResources(t *testing.T, dm *kubeletpeer.DeviceManager, capacity, allocatable int64) {
 	t.Helper()
-	dm.WaitForResources(t, resource, capacity, allocatable)
+	harness.WaitForResources(t, dm, resource, capacity, allocatable)
 }

@@ -9,13 +9,14 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/hamireg/hamireg/envtest/kubeletpeer"
+	"github.com/hamireg/hamireg/test/e2e/harness"
 	"github.com/hamireg/hamireg/test/e2e/internal/testplugin"
-	"github.com/hamireg/hamireg/test/e2e/kubeletpeer"
 )
 
 func startRegistrationServer(t *testing.T) *kubeletpeer.RegistrationServer {
 	t.Helper()
-	srv, err := kubeletpeer.StartRegistrationServer(t.Context(), kubeletpeer.ShortTempDir(t))
+	srv, err := kubeletpeer.StartRegistrationServer(t.Context(), harness.ShortTempDir(t))
 	if err != nil {
 		t.Fatalf("start registration server: %v", err)
 	}
@@ -25,7 +26,7 @@ func startRegistrationServer(t *testing.T) *kubeletpeer.RegistrationServer {
 
 func waitForEvent(t *testing.T, srv *kubeletpeer.RegistrationServer, kind kubeletpeer.EventKind) kubeletpeer.Event {
 	t.Helper()
-	return srv.WaitForEvent(t, string(kind), func(e kubeletpeer.Event) bool { return e.Kind == kind && e.Resource == resource })
+	return harness.WaitForEvent(t, srv, string(kind), func(e kubeletpeer.Event) bool { return e.Kind == kind && e.Resource == resource })
 }
 
 // A minimal plugin registers; the kubelet dials back to <dir>/<Endpoint>, asks for the

@@ -8,8 +8,8 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 
+	"github.com/hamireg/hamireg/envtest/kubeletpeer"
 	"github.com/hamireg/hamireg/kubeletplugin"
-	"github.com/hamireg/hamireg/test/e2e/kubeletpeer"
 )
 
 // BenchmarkKubeletRestart restarts the kubelet's device manager (max(b.N, 20) times) and

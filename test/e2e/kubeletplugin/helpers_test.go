@@ -9,8 +9,9 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/hamireg/hamireg/annotation"
+	"github.com/hamireg/hamireg/envtest/kubeletpeer"
 	"github.com/hamireg/hamireg/kubeletplugin"
-	"github.com/hamireg/hamireg/test/e2e/kubeletpeer"
+	"github.com/hamireg/hamireg/test/e2e/harness"
 )
 
 const (
@@ -31,7 +32,7 @@ func gpus(healthy ...bool) []annotation.Device {
 
 func startDeviceManager(tb testing.TB) *kubeletpeer.DeviceManager {
 	tb.Helper()
-	return kubeletpeer.StartDeviceManagerForTest(tb, kubeletpeer.DeviceManagerOptions{})
+	return harness.StartDeviceManagerForTest(tb, kubeletpeer.DeviceManagerOptions{})
 }
 
 // running is a Plugin whose Run goroutine the test controls.
@@ -91,5 +92,5 @@ func startPlugin(tb testing.TB, opts kubeletplugin.Options, devices []annotation
 // waitForResources polls the device manager until the resource reads capacity/allocatable.
 func waitForResources(tb testing.TB, dm *kubeletpeer.DeviceManager, capacity, allocatable int64) {
 	tb.Helper()
-	dm.WaitForResources(tb, resource, capacity, allocatable)
+	harness.WaitForResources(tb, dm, resource, capacity, allocatable)
 }

@@ -15,27 +15,27 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/hamireg/hamireg/annotation"
+	"github.com/hamireg/hamireg/envtest/kubeletpeer"
 	"github.com/hamireg/hamireg/kubeletplugin"
 	"github.com/hamireg/hamireg/test/e2e/harness"
-	"github.com/hamireg/hamireg/test/e2e/kubeletpeer"
 )
 
 // The kubelet's registration server accepts the plugin: it dials back at <dir>/<Endpoint>,
 // reads the options and streams GPUs x split virtual devices with HAMi's ids and NUMA.
 func TestKubeletRegistration(t *testing.T) {
 	t.Parallel()
-	srv, err := kubeletpeer.StartRegistrationServer(t.Context(), kubeletpeer.ShortTempDir(t))
+	srv, err := kubeletpeer.StartRegistrationServer(t.Context(), harness.ShortTempDir(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = srv.Stop() })
 	p := startPlugin(t, kubeletplugin.Options{PluginDir: srv.Dir(), SocketName: "hami.sock"}, gpus(true, false))
 
-	ev := srv.WaitForEvent(t, "connect", func(e kubeletpeer.Event) bool { return e.Kind == kubeletpeer.EventConnected })
+	ev := harness.WaitForEvent(t, srv, "connect", func(e kubeletpeer.Event) bool { return e.Kind == kubeletpeer.EventConnected })
 	if ev.Resource != resource || ev.SocketPath != filepath.Join(srv.Dir(), "hami.sock") || ev.Options.GetPreStartRequired() || ev.Options.GetGetPreferredAllocationAvailable() {
 		t.Errorf("connected %+v", ev)
 	}
-	ev = srv.WaitForEvent(t, "device list", func(e kubeletpeer.Event) bool { return e.Kind == kubeletpeer.EventListAndWatch })
+	ev = harness.WaitForEvent(t, srv, "device list", func(e kubeletpeer.Event) bool { return e.Kind == kubeletpeer.EventListAndWatch })
 	if len(ev.Devices) != 2*split || ev.Healthy() != split {
 		t.Fatalf("devices %d healthy %d, want %d and %d", len(ev.Devices), ev.Healthy(), 2*split, split)
 	}
@@ -51,13 +51,13 @@ func TestKubeletRegistration(t *testing.T) {
 	if err := p.stop(); err != nil {
 		t.Fatal(err)
 	}
-	srv.WaitForEvent(t, "disconnect", func(e kubeletpeer.Event) bool { return e.Kind == kubeletpeer.EventDisconnected })
+	harness.WaitForEvent(t, srv, "disconnect", func(e kubeletpeer.Event) bool { return e.Kind == kubeletpeer.EventDisconnected })
 }
 
 // The kubelet's verdict on a bad resource name reaches the caller, with its own words.
 func TestKubeletInvalidResourceName(t *testing.T) {
 	t.Parallel()
-	srv, err := kubeletpeer.StartRegistrationServer(t.Context(), kubeletpeer.ShortTempDir(t))
+	srv, err := kubeletpeer.StartRegistrationServer(t.Context(), harness.ShortTempDir(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,14 +80,14 @@ func TestKubeletInvalidResourceName(t *testing.T) {
 // a plugin looking at the default folder gets an error naming where it looked.
 func TestKubeletRelocatedPluginDir(t *testing.T) {
 	t.Parallel()
-	root := filepath.Join(kubeletpeer.ShortTempDir(t), "k0s", "kubelet")
+	root := filepath.Join(harness.ShortTempDir(t), "k0s", "kubelet")
 	srv, err := kubeletpeer.StartRegistrationServer(t.Context(), kubeletplugin.PluginDirFromRootDir(root))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = srv.Stop() })
 	startPlugin(t, kubeletplugin.Options{PluginDir: kubeletplugin.PluginDirFromRootDir(root)}, gpus(true))
-	ev := srv.WaitForEvent(t, "device list", func(e kubeletpeer.Event) bool { return e.Kind == kubeletpeer.EventListAndWatch })
+	ev := harness.WaitForEvent(t, srv, "device list", func(e kubeletpeer.Event) bool { return e.Kind == kubeletpeer.EventListAndWatch })
 	if len(ev.Devices) != split {
 		t.Errorf("devices = %d, want %d", len(ev.Devices), split)
 	}

@@ -8,7 +8,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/hamireg/hamireg/test/e2e/kubeletpeer"
+	"github.com/hamireg/hamireg/envtest/kubeletpeer"
 )
 
 func TestMain(m *testing.M) {

@@ -48,7 +48,7 @@ func TestRegistersAndTracksHealth(t *testing.T) {
 		h, ok := healthOf(gpu0)
 		return ok && !h
 	})
-	f.dm.WaitForResources(t, resourceName, gpus*split, (gpus-1)*split)
+	harness.WaitForResources(t, f.dm, resourceName, gpus*split, (gpus-1)*split)
 	t.Logf("XID seen in the annotation after %v", took)
 	for _, d := range f.registered(t) {
 		if d.ID != gpu0 && !d.Health {
@@ -60,7 +60,7 @@ func TestRegistersAndTracksHealth(t *testing.T) {
 		h, ok := healthOf(gpu0)
 		return ok && h
 	})
-	f.dm.WaitForResources(t, resourceName, gpus*split, gpus*split)
+	harness.WaitForResources(t, f.dm, resourceName, gpus*split, gpus*split)
 	if n := strings.Count(f.agent.log(t), updateLine); n != 3 {
 		t.Errorf("%d annotation writes logged, want 3 (registration, unhealthy, healthy again)", n)
 	}
@@ -76,5 +76,5 @@ func TestRegistersAndTracksHealth(t *testing.T) {
 		t.Errorf("no clean stop in the log:\n%s", log)
 	}
 	// The plugin ended its ListAndWatch stream: the kubelet marks the devices unhealthy.
-	f.dm.WaitForResources(t, resourceName, gpus*split, 0)
+	harness.WaitForResources(t, f.dm, resourceName, gpus*split, 0)
 }

@@ -13,8 +13,8 @@ import (
 
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
+	"github.com/hamireg/hamireg/envtest/kubeletpeer"
 	"github.com/hamireg/hamireg/kubeletplugin"
-	"github.com/hamireg/hamireg/test/e2e/kubeletpeer"
 )
 
 // cacheFile is HAMi-core's shared cache under the chart's HOOK_PATH, a random UUID per

@@ -17,9 +17,10 @@ import (
 
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
+	"github.com/hamireg/hamireg/envtest"
+	"github.com/hamireg/hamireg/envtest/proc"
 	"github.com/hamireg/hamireg/internal/manifests"
 	"github.com/hamireg/hamireg/test/e2e/harness"
-	"github.com/hamireg/hamireg/test/e2e/harness/proc"
 )
 
 // schedulerConfig reads the KubeSchedulerConfiguration of examples/extender/deploy (the
@@ -104,7 +105,7 @@ func TestFullLoop(t *testing.T) {
 		}
 	}
 	url := startExtender(t, "--node-scheduler-policy", "spread")
-	sched, err := cp.StartScheduler(ctx, harness.SchedulerOptions{Config: schedulerConfig(t, url)})
+	sched, err := cp.StartScheduler(ctx, envtest.SchedulerOptions{Config: schedulerConfig(t, url)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,11 +24,11 @@ import (
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/allocation/allocationtest"
 	"github.com/hamireg/hamireg/annotation"
+	"github.com/hamireg/hamireg/envtest/kubeletpeer"
+	"github.com/hamireg/hamireg/envtest/proc"
 	"github.com/hamireg/hamireg/nodeagent"
 	"github.com/hamireg/hamireg/nodelock"
 	"github.com/hamireg/hamireg/test/e2e/harness"
-	"github.com/hamireg/hamireg/test/e2e/harness/proc"
-	"github.com/hamireg/hamireg/test/e2e/kubeletpeer"
 )
 
 const (
@@ -184,10 +184,10 @@ func newFixture(tb testing.TB, extra ...string) *fixture {
 	tb.Cleanup(func() {
 		_ = cp.AdminClient().CoreV1().Namespaces().Delete(context.WithoutCancel(tb.Context()), f.ns, metav1.DeleteOptions{})
 	})
-	root := kubeletpeer.ShortTempDir(tb)
-	f.dm = kubeletpeer.StartDeviceManagerForTest(tb, kubeletpeer.DeviceManagerOptions{Dir: filepath.Join(root, "device-plugins")})
+	root := harness.ShortTempDir(tb)
+	f.dm = harness.StartDeviceManagerForTest(tb, kubeletpeer.DeviceManagerOptions{Dir: filepath.Join(root, "device-plugins")})
 	f.agent = startAgent(tb, f.node, root, agentKubeconfig(tb, f.ns), extra...)
-	f.dm.WaitForResources(tb, resourceName, gpus*split, gpus*split)
+	harness.WaitForResources(tb, f.dm, resourceName, gpus*split, gpus*split)
 	f.gpus = f.registered(tb)
 	if len(f.gpus) != gpus {
 		tb.Fatalf("annotation has %d GPUs, want %d", len(f.gpus), gpus)

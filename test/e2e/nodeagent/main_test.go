@@ -12,8 +12,9 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/hamireg/hamireg/envtest"
+	"github.com/hamireg/hamireg/envtest/kubeletpeer"
 	"github.com/hamireg/hamireg/test/e2e/harness"
-	"github.com/hamireg/hamireg/test/e2e/kubeletpeer"
 )
 
 var (
@@ -32,7 +33,7 @@ var (
 // kube-apiserver's graceful shutdown, which waits for the agent's open watches.
 func TestMain(m *testing.M) {
 	kubeletpeer.ReexecIfChild() // the device-manager child runs here and exits
-	harness.Main(m, harness.Options{APIServerFlags: []string{"--request-timeout=5s"}}, func(c *harness.ControlPlane) {
+	harness.Main(m, envtest.Options{APIServerFlags: []string{"--request-timeout=5s"}}, func(c *harness.ControlPlane) {
 		cp = c
 		agentBin, errAgentBuild = harness.BuildProgram(filepath.Join(c.Dir(), "deviceplugin"), "./examples/deviceplugin", race)
 		extenderBin, errExtenderBuild = harness.BuildProgram(filepath.Join(c.Dir(), "extender"), "./examples/extender", race)

@@ -23,7 +23,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hamireg/hamireg/test/e2e/harness"
+	"github.com/hamireg/hamireg/envtest"
 )
 
 // envMarker is set in the quickstart's environment; every process it starts inherits it, so a
@@ -83,13 +83,13 @@ type run struct {
 // start runs the quickstart with args; the node is named after the test.
 func start(t *testing.T, args ...string) *run {
 	t.Helper()
-	if os.Getenv(harness.EnvBinDir) == "" {
-		t.Fatal(harness.ErrBinariesMissing)
+	if os.Getenv(envtest.EnvBinDir) == "" {
+		t.Fatal(envtest.ErrBinariesMissing)
 	}
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
 	r := &run{marker: hex.EncodeToString(b), lines: make(chan string, 1024), done: make(chan struct{})}
-	args = append([]string{"--k8s-bin", os.Getenv(harness.EnvBinDir), "--programs", t.TempDir(), "--repo", filepath.Join("..", "..", "..")}, args...)
+	args = append([]string{"--k8s-bin", os.Getenv(envtest.EnvBinDir), "--programs", t.TempDir(), "--repo", filepath.Join("..", "..", "..")}, args...)
 	r.cmd = exec.Command(quickstartBin(t), args...)
 	r.cmd.Env = append(os.Environ(), envMarker+"="+r.marker)
 	r.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -308,7 +308,7 @@ func TestQuickstartNoNamespace(t *testing.T) {
 	_, _ = rand.Read(b)
 	r := &run{marker: hex.EncodeToString(b)}
 	script := `echo 0 > /proc/sys/user/max_user_namespaces && exec setpriv --reuid 1000 --regid 1000 --clear-groups "$@"`
-	r.cmd = exec.Command("sh", "-c", script, "sh", qs, "--k8s-bin", os.Getenv(harness.EnvBinDir), "--repo", repo, "--node", "qs-nons")
+	r.cmd = exec.Command("sh", "-c", script, "sh", qs, "--k8s-bin", os.Getenv(envtest.EnvBinDir), "--repo", repo, "--node", "qs-nons")
 	r.cmd.Env = append(os.Environ(), envMarker+"="+r.marker)
 	r.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Cloneflags: syscall.CLONE_NEWUSER,
 		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 65536}},

@@ -6,6 +6,7 @@ package register_test
 import (
 	"testing"
 
+	"github.com/hamireg/hamireg/envtest"
 	"github.com/hamireg/hamireg/test/e2e/harness"
 )
 
@@ -16,5 +17,5 @@ var cp *harness.ControlPlane
 // graceful shutdown waits for open watch streams (the Writer always has one) before it
 // exits; the default 60 s would make TestRegisterRecoversFromAPIServerRestart slow.
 func TestMain(m *testing.M) {
-	harness.Main(m, harness.Options{APIServerFlags: []string{"--request-timeout=5s"}}, func(c *harness.ControlPlane) { cp = c })
+	harness.Main(m, envtest.Options{APIServerFlags: []string{"--request-timeout=5s"}}, func(c *harness.ControlPlane) { cp = c })
 }

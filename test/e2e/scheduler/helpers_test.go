@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/hamireg/hamireg/envtest"
 	"github.com/hamireg/hamireg/test/e2e/harness"
 )
 
@@ -27,7 +28,7 @@ func defaultScheduler(t *testing.T) {
 	t.Helper()
 	defaultSched.once.Do(func() {
 		// t.Context only bounds the wait for readiness; the scheduler outlives the test.
-		_, defaultSched.err = cp.StartScheduler(t.Context(), harness.SchedulerOptions{})
+		_, defaultSched.err = cp.StartScheduler(t.Context(), envtest.SchedulerOptions{})
 	})
 	if defaultSched.err != nil {
 		t.Fatalf("start kube-scheduler: %v", defaultSched.err)

@@ -8,13 +8,14 @@ package scheduler_test
 import (
 	"testing"
 
+	"github.com/hamireg/hamireg/envtest"
+	"github.com/hamireg/hamireg/envtest/kubeletpeer"
 	"github.com/hamireg/hamireg/test/e2e/harness"
-	"github.com/hamireg/hamireg/test/e2e/kubeletpeer"
 )
 
 var cp *harness.ControlPlane
 
 func TestMain(m *testing.M) {
 	kubeletpeer.ReexecIfChild() // the device-manager child runs here and exits
-	harness.Main(m, harness.Options{}, func(c *harness.ControlPlane) { cp = c })
+	harness.Main(m, envtest.Options{}, func(c *harness.ControlPlane) { cp = c })
 }

@@ -18,9 +18,10 @@ import (
 	kubeschedulerconfigv1 "k8s.io/kube-scheduler/config/v1"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
+	"github.com/hamireg/hamireg/envtest"
+	"github.com/hamireg/hamireg/envtest/kubeletpeer"
 	"github.com/hamireg/hamireg/test/e2e/harness"
 	"github.com/hamireg/hamireg/test/e2e/internal/testplugin"
-	"github.com/hamireg/hamireg/test/e2e/kubeletpeer"
 )
 
 // A plain Pod is bound to the only Node whose status has room for it; no kubelet is needed
@@ -174,7 +175,7 @@ func TestSchedulerCallsConfiguredExtender(t *testing.T) {
 	t.Cleanup(ext.Close)
 
 	schedulerName := "hamireg-e2e-extender"
-	s, err := cp.StartScheduler(t.Context(), harness.SchedulerOptions{Config: &kubeschedulerconfigv1.KubeSchedulerConfiguration{
+	s, err := cp.StartScheduler(t.Context(), envtest.SchedulerOptions{Config: &kubeschedulerconfigv1.KubeSchedulerConfiguration{
 		Profiles:  []kubeschedulerconfigv1.KubeSchedulerProfile{{SchedulerName: &schedulerName}},
 		Extenders: []kubeschedulerconfigv1.Extender{{URLPrefix: ext.URL, FilterVerb: "filter", Weight: 1, HTTPTimeout: metav1.Duration{Duration: 5 * time.Second}}},
 	}})

@@ -1,4 +1,4 @@
-package harness
+package envtest
 
 import (
 	"context"
@@ -24,17 +24,20 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/hamireg/hamireg/test/e2e/harness/proc"
+	"github.com/hamireg/hamireg/envtest/proc"
 )
 
 // EnvBinDir names the environment variable that holds the folder with the kube-apiserver,
-// etcd and kube-scheduler binaries. hack/e2e.sh (run by `make e2e`) builds them and sets it.
+// etcd and kube-scheduler binaries, the default of [Options.BinDir]. In the hamireg
+// repository hack/e2e.sh (run by `make e2e`) builds them with hack/k8sbins/build.sh and sets
+// it; see the package documentation for how a consumer gets them.
 const EnvBinDir = "HAMIREG_K8S_BIN"
 
 // EnvKeep names the environment variable that, set to 1, keeps the control plane's
@@ -42,12 +45,16 @@ const EnvBinDir = "HAMIREG_K8S_BIN"
 const EnvKeep = "HAMIREG_E2E_KEEP"
 
 // ErrBinariesMissing is returned by [Start] when the peer binaries cannot be found.
-var ErrBinariesMissing = errors.New("kube-apiserver, etcd and kube-scheduler binaries not found: run `make e2e`, which builds them (hack/k8sbins/build.sh) and sets " + EnvBinDir)
+// Its message says how to get them: set Options.BinDir or $HAMIREG_K8S_BIN to a folder
+// holding them; in the hamireg repository `make e2e` builds them (hack/k8sbins/build.sh) and
+// sets the variable.
+var ErrBinariesMissing = errors.New("kube-apiserver, etcd and kube-scheduler binaries not found: set Options.BinDir or $" + EnvBinDir +
+	" to a folder holding them (in the hamireg repository `make e2e` builds them with hack/k8sbins/build.sh and sets " + EnvBinDir + ")")
 
 // ErrStopped is returned by methods of a [ControlPlane] after [ControlPlane.Stop].
 var ErrStopped = errors.New("control plane stopped")
 
-// Binaries the harness runs, as named in the bin folder.
+// Binaries the control plane runs, as named in the bin folder.
 const (
 	binAPIServer = "kube-apiserver"
 	binEtcd      = "etcd"
@@ -63,17 +70,18 @@ type Options struct {
 	// BinDir is the folder with kube-apiserver, etcd and kube-scheduler.
 	// Default: the value of $HAMIREG_K8S_BIN.
 	BinDir string
-	// APIServerFlags are appended to the harness's kube-apiserver flags; for a flag given
+	// APIServerFlags are appended to the control plane's kube-apiserver flags; for a flag given
 	// twice the later one wins. Default: none.
 	APIServerFlags []string
-	// QPS and Burst of the clients the harness returns. Default: 1000 and 2000 (client-go's
+	// QPS and Burst of the clients the control plane returns. Default: 1000 and 2000 (client-go's
 	// 5 QPS would make creating 2,000 Nodes take minutes).
 	QPS   float32
 	Burst int
 	// StartTimeout bounds Start and each StartAPIServer. Default: 90 s.
 	StartTimeout time.Duration
-	// Logf receives one line per lifecycle step, e.g. "kube-apiserver v1.37.2 ready in 2.3s".
-	// Default: standard error.
+	// Logf receives one line per lifecycle step, e.g. "etcd 3.7.0 ready in 120ms;
+	// kube-apiserver v1.37.2 ready in 2.3s at https://127.0.0.1:40123".
+	// Default: standard error, each line prefixed "envtest: ".
 	Logf func(format string, args ...any)
 	// KeepDir keeps the temporary folder (logs, etcd data, certificates) after Stop.
 	// Default: false, or true when $HAMIREG_E2E_KEEP is 1.
@@ -95,7 +103,7 @@ func (o *Options) defaults() {
 	}
 	if o.Logf == nil {
 		o.Logf = func(format string, args ...any) {
-			fmt.Fprintf(os.Stderr, "harness: "+format+"\n", args...)
+			fmt.Fprintf(os.Stderr, "envtest: "+format+"\n", args...)
 		}
 	}
 	if os.Getenv(EnvKeep) == "1" {
@@ -608,6 +616,20 @@ func (cp *ControlPlane) EnsureNamespace(ctx context.Context, ns string) error {
 	return nil
 }
 
+// PatchNodeAnnotations sets annotations on the Node with a JSON merge patch (a nil value
+// removes the key), as HAMi's device plugin and `kubectl annotate` do, as fieldManager
+// (empty: the client's default).
+func (cp *ControlPlane) PatchNodeAnnotations(ctx context.Context, name, fieldManager string, annotations map[string]*string) error {
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
+	if err != nil {
+		return fmt.Errorf("encode annotation patch: %w", err)
+	}
+	if _, err := cp.admin.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: fieldManager}); err != nil {
+		return fmt.Errorf("patch node %s: %w", name, err)
+	}
+	return nil
+}
+
 // FreePorts returns n distinct free TCP ports on 127.0.0.1 (listen on port 0, close).
 func FreePorts(n int) ([]int, error) {
 	ports := make([]int, 0, n)
@@ -628,8 +650,8 @@ func FreePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
-// MakeTempDir creates a folder under os.TempDir() named prefix+random and records the test
-// binary's pid in it, so that RemoveStaleDirs can tell when its owner is gone.
+// MakeTempDir creates a folder under os.TempDir() named prefix+random and records the calling
+// process's pid in it, so that RemoveStaleDirs can tell when its owner is gone.
 func MakeTempDir(prefix string) (string, error) {
 	dir, err := os.MkdirTemp("", prefix)
 	if err != nil {

@@ -1,4 +1,4 @@
-package harness
+package envtest
 
 import (
 	"fmt"
@@ -7,20 +7,21 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/hamireg/hamireg/test/e2e/harness/proc"
+	"github.com/hamireg/hamireg/envtest/proc"
 )
 
-// envHostname carries the host name to the test binary re-executed by [WithHostname]; [Main]
-// sets it and executes the real program before anything else.
+// envHostname carries the host name to the binary re-executed by [WithHostname];
+// [ExecIfHostnameChild] sets it and executes the real program before anything else.
 const envHostname = "HAMIREG_E2E_HOSTNAME"
 
 // WithHostname returns opts changed so that the process runs in a UTS namespace of its own
 // whose host name is host, as each pod of a Deployment has its own: kube-scheduler's
 // leader-election identity is "<host name>_<uuid>" and HAMi's extender matches it by host
-// name, so two replicas on one machine need two names. The test binary is started in the new
-// namespace (CLONE_NEWUTS; as non-root also CLONE_NEWUSER, mapping the caller to root), sets
-// the name and executes opts.Path with the same process id, so signals, Pid and the log work
-// as without it. The test binary's TestMain must call [Main] (a program: [ExecIfHostnameChild]).
+// name, so two replicas on one machine need two names. The calling binary (os.Executable) is
+// started in the new namespace (CLONE_NEWUTS; as non-root also CLONE_NEWUSER, mapping the
+// caller to root), sets the name and executes opts.Path with the same process id, so signals, Pid and the log work
+// as without it. That binary must call [ExecIfHostnameChild] first: in a test binary's
+// TestMain, or at the top of a program's main.
 func WithHostname(opts proc.Options, host string) (proc.Options, error) {
 	if host == "" {
 		return opts, fmt.Errorf("with hostname: empty host name")
@@ -53,8 +54,9 @@ func WithHostname(opts proc.Options, host string) (proc.Options, error) {
 
 // ExecIfHostnameChild is the child side of [WithHostname]: in a process started by it, it sets
 // the host name and executes the program in os.Args[1:] (it never returns there). Everywhere
-// else it returns at once. [Main] calls it; a program (not a test binary) that uses
-// WithHostname, directly or through [SchedulerOptions.Hostname], must call it first in main.
+// else it returns at once. A test binary (first thing in TestMain) or a program (first thing
+// in main) that uses WithHostname, directly or through [SchedulerOptions.Hostname], must call
+// it.
 func ExecIfHostnameChild() {
 	host, ok := os.LookupEnv(envHostname)
 	if !ok {
@@ -70,6 +72,6 @@ func ExecIfHostnameChild() {
 	if err == nil && len(os.Args) > 1 {
 		err = syscall.Exec(os.Args[1], os.Args[1:], env)
 	}
-	fmt.Fprintf(os.Stderr, "harness: run %q with host name %q: %v\n", os.Args[1:], host, err)
+	fmt.Fprintf(os.Stderr, "envtest: run %q with host name %q: %v\n", os.Args[1:], host, err)
 	os.Exit(127)
 }

@@ -1,4 +1,6 @@
-package harness_test
+//go:build e2e
+
+package envtest_test
 
 import (
 	"context"
@@ -8,7 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hamireg/hamireg/test/e2e/harness"
+	"github.com/hamireg/hamireg/envtest"
+	"github.com/hamireg/hamireg/envtest/kubeletpeer"
 )
 
 // envOrphanChild makes the test binary act as a doomed test binary: it starts a control
@@ -21,7 +24,10 @@ type started struct {
 	Dir  string `json:"dir"`
 }
 
+// The tests and the Example of this file's build tag (e2e, run by hack/e2e.sh) need the peer
+// binaries: they fail, never skip, without them.
 func TestMain(m *testing.M) {
+	kubeletpeer.ReexecIfChild() // the Example's device-manager child runs here and exits
 	if os.Getenv(envOrphanChild) == "1" {
 		os.Exit(runDoomedChild())
 	}
@@ -29,12 +35,12 @@ func TestMain(m *testing.M) {
 }
 
 func runDoomedChild() int {
-	cp, err := harness.Start(context.Background(), harness.Options{Logf: func(string, ...any) {}})
+	cp, err := envtest.Start(context.Background(), envtest.Options{Logf: func(string, ...any) {}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	s, err := cp.StartScheduler(context.Background(), harness.SchedulerOptions{})
+	s, err := cp.StartScheduler(context.Background(), envtest.SchedulerOptions{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

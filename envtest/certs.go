@@ -1,4 +1,4 @@
-package harness
+package envtest
 
 import (
 	"crypto/ecdsa"

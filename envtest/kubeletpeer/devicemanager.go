@@ -16,10 +16,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 
-	"github.com/hamireg/hamireg/test/e2e/harness"
-	"github.com/hamireg/hamireg/test/e2e/harness/proc"
+	"github.com/hamireg/hamireg/envtest"
+	"github.com/hamireg/hamireg/envtest/proc"
 )
 
 // Environment of the device-manager child process (see ReexecIfChild).
@@ -82,8 +83,8 @@ func StartDeviceManager(ctx context.Context, opts DeviceManagerOptions) (_ *Devi
 	if opts.StartTimeout == 0 {
 		opts.StartTimeout = 30 * time.Second
 	}
-	harness.RemoveStaleDirs(tempPrefix)
-	base, err := harness.MakeTempDir(tempPrefix)
+	envtest.RemoveStaleDirs(tempPrefix)
+	base, err := envtest.MakeTempDir(tempPrefix)
 	if err != nil {
 		return nil, err
 	}
@@ -303,6 +304,25 @@ func (m *DeviceManager) Capacity(ctx context.Context) (Resources, error) {
 		return Resources{}, errors.New("capacity: empty reply")
 	}
 	return *r.Resources, nil
+}
+
+// WaitForResources polls Capacity every 10 ms until resource reads capacity and
+// allocatable, and returns the last value read. When ctx ends first it returns an error that
+// names the wanted and the last read values (bound the wait with a deadline on ctx).
+func (m *DeviceManager) WaitForResources(ctx context.Context, resource string, capacity, allocatable int64) (Resources, error) {
+	var last Resources
+	err := wait.PollUntilContextCancel(ctx, 10*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		r, err := m.Capacity(ctx)
+		if err != nil {
+			return false, err
+		}
+		last = r
+		return r.Capacity[resource] == capacity && r.Allocatable[resource] == allocatable, nil
+	})
+	if err != nil {
+		return last, fmt.Errorf("wait for %s capacity %d allocatable %d, last read %+v: %w", resource, capacity, allocatable, last, err)
+	}
+	return last, nil
 }
 
 // Restart simulates a kubelet restart: ManagerImpl.Stop (every plugin is disconnected),

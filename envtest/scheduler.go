@@ -1,4 +1,4 @@
-package harness
+package envtest
 
 import (
 	"context"
@@ -15,19 +15,19 @@ import (
 	kubeschedulerconfigv1 "k8s.io/kube-scheduler/config/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/hamireg/hamireg/test/e2e/harness/proc"
+	"github.com/hamireg/hamireg/envtest/proc"
 )
 
 // SchedulerOptions configures [ControlPlane.StartScheduler]. The zero value runs
 // kube-scheduler with its default profile.
 type SchedulerOptions struct {
 	// Config is the KubeSchedulerConfiguration to run, e.g. with Extenders or extra
-	// Profiles. The harness copies it and sets apiVersion/kind, the client connection (a
+	// Profiles. StartScheduler copies it and sets apiVersion/kind, the client connection (a
 	// kubeconfig for the user system:kube-scheduler, whose permissions come from the
 	// apiserver's bootstrap RBAC policy) and, unless set, LeaderElection.LeaderElect=false.
 	// Default: nil, an empty configuration (upstream defaults).
 	Config *kubeschedulerconfigv1.KubeSchedulerConfiguration
-	// Flags are appended to the harness's kube-scheduler flags. Default: none.
+	// Flags are appended to the control plane's kube-scheduler flags. Default: none.
 	Flags []string
 	// Hostname, when set, runs kube-scheduler with this host name (see [WithHostname]), which
 	// is the first part of its leader-election identity "<Hostname>_<uuid>", as the pod name

@@ -1,5 +1,7 @@
 // Package kubeletpeer runs the kubelet's own device-plugin code as a peer for tests of
-// device plugins: the registration server alone, or the complete device manager.
+// device plugins: the registration server alone, or the complete device manager. It is
+// part of the envtest module (see package envtest for the go.mod it needs) and imports no
+// testing package, so a program (examples/quickstart) can use it too.
 //
 // # Registration server
 //
@@ -39,9 +41,10 @@
 //	err = dm.Restart(ctx)        // kubelet restart: plugin sockets deleted, kubelet.sock re-created
 //	a, err := dm.Allocate(ctx, pod, "cuda") // the kubelet admitting one container: a.DeviceIDs, a.Envs, a.Mounts
 //
-// In a test, [StartDeviceManagerForTest] does the start, stop and failure log for tb, and
-// [DeviceManager.WaitForResources] waits for a capacity and allocatable; [ShortTempDir] is a
-// folder for sockets whose paths stay under the 108-byte limit.
+// [DeviceManager.WaitForResources] waits until the manager reports a capacity and
+// allocatable (bound it with a deadline on ctx). Socket paths must stay under the 108-byte
+// limit of unix sockets: put Dir in a short folder (os.MkdirTemp("", "kp-")), not under
+// t.TempDir(), which embeds the test's name.
 //
 // # Lifecycle and concurrency
 //

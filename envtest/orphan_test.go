@@ -1,4 +1,6 @@
-package harness_test
+//go:build e2e
+
+package envtest_test
 
 import (
 	"bufio"
@@ -12,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hamireg/hamireg/test/e2e/harness"
+	"github.com/hamireg/hamireg/envtest"
 )
 
 // A test binary killed with SIGKILL (as a test timeout or an OOM kill would) takes its
@@ -66,7 +68,7 @@ func TestChildrenDieWithTestBinary(t *testing.T) {
 	if _, err := os.Stat(s.Dir); err != nil {
 		t.Fatalf("the killed binary's folder %s: %v (expected it left behind)", s.Dir, err)
 	}
-	harness.RemoveStaleDirs("hamireg-e2e-")
+	envtest.RemoveStaleDirs("hamireg-e2e-")
 	if _, err := os.Stat(s.Dir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("RemoveStaleDirs left %s behind (stat: %v)", s.Dir, err)
 		_ = os.RemoveAll(s.Dir)

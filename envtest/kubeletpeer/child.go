@@ -21,14 +21,14 @@ import (
 	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
 )
 
-// ReexecIfChild must be the first statement of TestMain in every test binary that uses
-// [StartDeviceManager]: StartDeviceManager re-executes the test binary as its child, and in
-// that child ReexecIfChild runs the device manager and exits instead of returning. In the
-// test binary itself it returns at once.
+// ReexecIfChild must be the first statement of TestMain in every test binary (or of main in
+// every program) that uses [StartDeviceManager]: StartDeviceManager re-executes the binary
+// as its child, and in that child ReexecIfChild runs the device manager and exits instead of
+// returning. In the binary itself it returns at once.
 //
 //	func TestMain(m *testing.M) {
 //		kubeletpeer.ReexecIfChild()
-//		os.Exit(m.Run()) // or harness.Main(m, …)
+//		os.Exit(m.Run())
 //	}
 func ReexecIfChild() {
 	if os.Getenv(envChild) != "1" {

@@ -1,11 +1,11 @@
-package harness_test
+package envtest_test
 
 import (
 	"errors"
 	"strings"
 	"testing"
 
-	"github.com/hamireg/hamireg/test/e2e/harness"
+	"github.com/hamireg/hamireg/envtest"
 )
 
 // Without the binaries Start fails (the suite must not skip) and says how to get them.
@@ -18,12 +18,12 @@ func TestStartWithoutBinariesFailsNamingMakeE2E(t *testing.T) {
 	for name, dir := range tests {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			cp, err := harness.Start(t.Context(), harness.Options{BinDir: dir})
+			cp, err := envtest.Start(t.Context(), envtest.Options{BinDir: dir})
 			if err == nil {
 				_ = cp.Stop()
 				t.Fatal("Start succeeded without binaries")
 			}
-			if !errors.Is(err, harness.ErrBinariesMissing) {
+			if !errors.Is(err, envtest.ErrBinariesMissing) {
 				t.Errorf("err = %v, want ErrBinariesMissing", err)
 			}
 			if !strings.Contains(err.Error(), "make e2e") {
