@@ -12,7 +12,10 @@
 // connect, ListAndWatch message and disconnect as an [Event]. [RegistrationServer.Restart]
 // is a kubelet restart as plugins see it.
 //
-//	srv, err := kubeletpeer.StartRegistrationServer(ctx, t.TempDir())
+//	srv, err := kubeletpeer.StartRegistrationServer(ctx, dir)
+//	if err != nil {
+//		return err
+//	}
 //	defer srv.Stop()
 //	// the plugin serves on srv.Dir()/vendor.sock and registers at srv.SocketPath()
 //	ev, err := srv.WaitFor(ctx, func(e kubeletpeer.Event) bool { return e.Kind == kubeletpeer.EventListAndWatch })
@@ -34,12 +37,22 @@
 //		os.Exit(m.Run())
 //	}
 //
+// and in a test:
+//
 //	dm, err := kubeletpeer.StartDeviceManager(ctx, kubeletpeer.DeviceManagerOptions{})
+//	if err != nil {
+//		return err
+//	}
 //	defer dm.Stop()
 //	// the plugin serves on dm.Dir()/vendor.sock and registers at dm.SocketPath()
 //	res, err := dm.Capacity(ctx) // res.Capacity["vendor.com/gpu"], res.Allocatable[…]
-//	err = dm.Restart(ctx)        // kubelet restart: plugin sockets deleted, kubelet.sock re-created
-//	a, err := dm.Allocate(ctx, pod, "cuda") // the kubelet admitting one container: a.DeviceIDs, a.Envs, a.Mounts
+//	if err != nil {
+//		return err
+//	}
+//	if err := dm.Restart(ctx); err != nil { // kubelet restart: plugin sockets deleted, kubelet.sock re-created
+//		return err
+//	}
+//	a, err := dm.Allocate(ctx, pod, "cuda") // the kubelet admitting one container: a.DeviceIDs, a.Envs, a.Mounts, a.Devices
 //
 // [DeviceManager.WaitForResources] waits until the manager reports a capacity and
 // allocatable (bound it with a deadline on ctx). Socket paths must stay under the 108-byte

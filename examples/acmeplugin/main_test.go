@@ -16,13 +16,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/fake"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/allocation/allocationtest"
 	"github.com/hamireg/hamireg/annotation"
-	"github.com/hamireg/hamireg/internal/reactors"
+	"github.com/hamireg/hamireg/clienttest"
 	"github.com/hamireg/hamireg/kubeletplugin/kubelettest"
 	"github.com/hamireg/hamireg/nodeagent"
 )
@@ -199,8 +198,7 @@ func TestRunSimulated(t *testing.T) {
 	if err := os.Symlink(k.Dir(), filepath.Join(root, "device-plugins")); err != nil {
 		t.Fatal(err)
 	}
-	cs := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "npu-1", ResourceVersion: reactors.NextResourceVersion()}})
-	reactors.NodeResourceVersions(cs)
+	cs := clienttest.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "npu-1"}})
 	dev := filepath.Join(t.TempDir(), "dev")
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()

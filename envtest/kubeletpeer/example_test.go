@@ -1,0 +1,65 @@
+package kubeletpeer_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/hamireg/hamireg/envtest/kubeletpeer"
+)
+
+// The package doc's snippets, compiled (the root module's TestSnippetsAreCompiled compares
+// them with these regions). They need the kubelet's device manager in a mount namespace and
+// a device plugin, so they only compile here; envtest's Examples (tag e2e) run them.
+
+// snippet: doc
+func TestMain(m *testing.M) {
+	kubeletpeer.ReexecIfChild() // first: the child runs the manager here and exits
+	os.Exit(m.Run())
+}
+
+// end snippet
+
+func Example_registrationServer() {
+	run := func(ctx context.Context, dir string) error {
+		// snippet: doc
+		srv, err := kubeletpeer.StartRegistrationServer(ctx, dir)
+		if err != nil {
+			return err
+		}
+		defer srv.Stop() //nolint:errcheck // the doc's snippet
+		// the plugin serves on srv.Dir()/vendor.sock and registers at srv.SocketPath()
+		ev, err := srv.WaitFor(ctx, func(e kubeletpeer.Event) bool { return e.Kind == kubeletpeer.EventListAndWatch })
+		// end snippet
+		fmt.Println(ev.Kind)
+		return err
+	}
+	_ = run
+}
+
+func Example_deviceManager() {
+	run := func(ctx context.Context, pod *corev1.Pod) error {
+		// snippet: doc
+		dm, err := kubeletpeer.StartDeviceManager(ctx, kubeletpeer.DeviceManagerOptions{})
+		if err != nil {
+			return err
+		}
+		defer dm.Stop() //nolint:errcheck // the doc's snippet
+		// the plugin serves on dm.Dir()/vendor.sock and registers at dm.SocketPath()
+		res, err := dm.Capacity(ctx) // res.Capacity["vendor.com/gpu"], res.Allocatable[…]
+		if err != nil {
+			return err
+		}
+		if err := dm.Restart(ctx); err != nil { // kubelet restart: plugin sockets deleted, kubelet.sock re-created
+			return err
+		}
+		a, err := dm.Allocate(ctx, pod, "cuda") // the kubelet admitting one container: a.DeviceIDs, a.Envs, a.Mounts, a.Devices
+		// end snippet
+		fmt.Println(res.Capacity, a.DeviceIDs)
+		return err
+	}
+	_ = run
+}
