@@ -63,7 +63,7 @@ func bindPod(ctx context.Context, cp *envtest.ControlPlane) (*corev1.Pod, error)
 // kubelet's own device manager (devicemanager.ManagerImpl). A node agent registers two GPUs;
 // a pod is bound as HAMi's scheduler binds it (allocationtest), and the device manager admits
 // its container as the kubelet does, calling the agent's GetPreferredAllocation and Allocate
-// over gRPC. The test binary's TestMain calls kubeletpeer.ReexecIfChild first; the binaries
+// over gRPC. The test binary's TestMain calls kubeletpeer.RunIfChild first; the binaries
 // come from $HAMIREG_K8S_BIN.
 func Example() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

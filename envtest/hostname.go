@@ -1,6 +1,7 @@
 package envtest
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -53,14 +54,20 @@ func WithHostname(opts proc.Options, host string) (proc.Options, error) {
 }
 
 // ExecIfHostnameChild is the child side of [WithHostname]: in a process started by it, it sets
-// the host name and executes the program in os.Args[1:] (it never returns there). Everywhere
-// else it returns at once. A test binary (first thing in TestMain) or a program (first thing
-// in main) that uses WithHostname, directly or through [SchedulerOptions.Hostname], must call
-// it.
-func ExecIfHostnameChild() {
+// the host name and executes the program in os.Args[1:], and so never returns unless that
+// fails; it then returns the error, and the caller exits at once (127, as a shell does for a
+// command it cannot run). Everywhere else it returns nil at once. A test binary (first thing
+// in TestMain) or a program (first thing in main) that uses WithHostname, directly or through
+// [SchedulerOptions.Hostname], must call it:
+//
+//	if err := envtest.ExecIfHostnameChild(); err != nil {
+//		fmt.Fprintln(os.Stderr, err)
+//		os.Exit(127)
+//	}
+func ExecIfHostnameChild() error {
 	host, ok := os.LookupEnv(envHostname)
 	if !ok {
-		return
+		return nil
 	}
 	env := make([]string, 0, len(os.Environ()))
 	for _, e := range os.Environ() {
@@ -69,9 +76,11 @@ func ExecIfHostnameChild() {
 		}
 	}
 	err := syscall.Sethostname([]byte(host))
-	if err == nil && len(os.Args) > 1 {
+	if err == nil && len(os.Args) < 2 {
+		err = errors.New("no program to run")
+	}
+	if err == nil {
 		err = syscall.Exec(os.Args[1], os.Args[1:], env)
 	}
-	fmt.Fprintf(os.Stderr, "envtest: run %q with host name %q: %v\n", os.Args[1:], host, err)
-	os.Exit(127)
+	return fmt.Errorf("envtest: run %q with host name %q: %w", os.Args[1:], host, err)
 }

@@ -27,7 +27,9 @@ type started struct {
 // The tests and the Example of this file's build tag (e2e, run by hack/e2e.sh) need the peer
 // binaries: they fail, never skip, without them.
 func TestMain(m *testing.M) {
-	kubeletpeer.ReexecIfChild() // the Example's device-manager child runs here and exits
+	if code, child := kubeletpeer.RunIfChild(context.Background()); child {
+		os.Exit(code) // the kubelet device manager's child ends here
+	}
 	if os.Getenv(envOrphanChild) == "1" {
 		os.Exit(runDoomedChild())
 	}

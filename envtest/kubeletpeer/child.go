@@ -21,27 +21,31 @@ import (
 	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
 )
 
-// ReexecIfChild must be the first statement of TestMain in every test binary (or of main in
-// every program) that uses [StartDeviceManager]: StartDeviceManager re-executes the binary
-// as its child, and in that child ReexecIfChild runs the device manager and exits instead of
-// returning. In the binary itself it returns at once.
+// RunIfChild must come first in TestMain of every test binary (or in main of every program)
+// that uses [StartDeviceManager]: StartDeviceManager re-executes the binary as its child, and
+// in that child RunIfChild runs the device manager until the parent closes its stdin, and
+// returns the child's exit code and true; the caller then exits with that code at once. In
+// the binary itself it returns 0 and false at once. ctx is the child's root context (its
+// logger is the device manager's).
 //
 //	func TestMain(m *testing.M) {
-//		kubeletpeer.ReexecIfChild()
+//		if code, child := kubeletpeer.RunIfChild(context.Background()); child {
+//			os.Exit(code) // the device manager's child ends here
+//		}
 //		os.Exit(m.Run())
 //	}
-func ReexecIfChild() {
+func RunIfChild(ctx context.Context) (code int, child bool) {
 	if os.Getenv(envChild) != "1" {
-		return
+		return 0, false
 	}
-	os.Exit(childMain())
+	return childMain(ctx), true
 }
 
 // childMain runs in a new mount namespace (CLONE_NEWNS, plus CLONE_NEWUSER when not root).
 // stdin carries one JSON request per line, stdout one JSON reply per line, stderr is the log.
-func childMain() int {
+func childMain(ctx context.Context) int {
 	out := json.NewEncoder(os.Stdout)
-	logger := klog.Background()
+	logger := klog.FromContext(ctx)
 
 	if err := setupMounts(os.Getenv(envDir)); err != nil {
 		_ = out.Encode(reply{Error: err.Error(), Namespace: true})
@@ -84,7 +88,7 @@ func childMain() int {
 				break
 			}
 			active = append(active, req.Pod)
-			r.Allocation, err = allocate(logger, m, req.Pod, req.Container)
+			r.Allocation, err = allocate(ctx, m, req.Pod, req.Container)
 			if err != nil {
 				r.Error = err.Error()
 			}
@@ -161,7 +165,7 @@ func counts(l corev1.ResourceList) map[string]int64 {
 // allocate does what the kubelet does for one container of an admitted pod: ManagerImpl's
 // Allocate (GetPreferredAllocation and Allocate on the plugin), then, as the container is
 // created, GetDeviceRunContainerOptions; it returns the container's devices and options.
-func allocate(logger klog.Logger, m *devicemanager.ManagerImpl, pod *corev1.Pod, name string) (*Allocation, error) {
+func allocate(ctx context.Context, m *devicemanager.ManagerImpl, pod *corev1.Pod, name string) (*Allocation, error) {
 	var ctr *corev1.Container
 	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
 		for i := range list {
@@ -173,7 +177,6 @@ func allocate(logger klog.Logger, m *devicemanager.ManagerImpl, pod *corev1.Pod,
 	if ctr == nil {
 		return nil, fmt.Errorf("allocate: pod %s/%s has no container %q", pod.Namespace, pod.Name, name)
 	}
-	ctx := klog.NewContext(context.Background(), logger)
 	if err := m.Allocate(ctx, pod, ctr, lifecycle.AddOperation); err != nil {
 		return nil, err
 	}

@@ -23,7 +23,7 @@ import (
 	"github.com/hamireg/hamireg/envtest/proc"
 )
 
-// Environment of the device-manager child process (see ReexecIfChild).
+// Environment of the device-manager child process (see RunIfChild).
 const (
 	envChild = "HAMIREG_KUBELETPEER_CHILD"
 	envDir   = "HAMIREG_KUBELETPEER_DIR"
@@ -76,7 +76,7 @@ type DeviceManager struct {
 }
 
 // StartDeviceManager starts the child and returns when ManagerImpl.Start has returned
-// (kubelet.sock is being served). The test binary's TestMain must call [ReexecIfChild]
+// (kubelet.sock is being served). The test binary's TestMain must call [RunIfChild]
 // first. A machine that forbids the namespace makes it return an error wrapping
 // ErrNamespace.
 func StartDeviceManager(ctx context.Context, opts DeviceManagerOptions) (_ *DeviceManager, err error) {
@@ -142,7 +142,7 @@ func (m *DeviceManager) start(ctx context.Context) error {
 	p, err := m.spawner.Start(proc.Options{
 		Name:        "kubelet device manager",
 		Path:        self,
-		Args:        []string{"-test.run=^$"}, // never reached when ReexecIfChild is called
+		Args:        []string{"-test.run=^$"}, // never reached when RunIfChild is called
 		Env:         append(os.Environ(), envChild+"=1", envDir+"="+m.opts.Dir),
 		LogPath:     m.LogPath(),
 		Stdin:       cmdR,
@@ -233,7 +233,7 @@ func (m *DeviceManager) readReply(ctx context.Context) (*reply, error) {
 	}
 	var r reply
 	if err := json.Unmarshal(res.line, &r); err != nil {
-		return nil, fmt.Errorf("kubelet device manager: unexpected output %q: the test binary must call kubeletpeer.ReexecIfChild() first in TestMain", truncate(res.line, 200))
+		return nil, fmt.Errorf("kubelet device manager: unexpected output %q: the test binary must call kubeletpeer.RunIfChild first in TestMain and exit when it reports the child", truncate(res.line, 200))
 	}
 	if r.Error != "" {
 		if r.Namespace {

@@ -33,7 +33,9 @@
 // namespace, StartDeviceManager fails with [ErrNamespace]; tests must not skip on it.
 //
 //	func TestMain(m *testing.M) {
-//		kubeletpeer.ReexecIfChild() // first: the child runs the manager here and exits
+//		if code, child := kubeletpeer.RunIfChild(context.Background()); child {
+//			os.Exit(code) // the kubelet device manager's child ends here
+//		}
 //		os.Exit(m.Run())
 //	}
 //

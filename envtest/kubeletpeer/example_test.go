@@ -17,7 +17,9 @@ import (
 
 // snippet: doc
 func TestMain(m *testing.M) {
-	kubeletpeer.ReexecIfChild() // first: the child runs the manager here and exits
+	if code, child := kubeletpeer.RunIfChild(context.Background()); child {
+		os.Exit(code) // the kubelet device manager's child ends here
+	}
 	os.Exit(m.Run())
 }
 

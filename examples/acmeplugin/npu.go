@@ -108,4 +108,5 @@ func (n *npus) Allocate(_ context.Context, req nodeagent.ContainerRequest) (allo
 	resp.Envs["ACME_VISIBLE_DEVICES"] = strings.Join(ids, ",")
 	return resp, nil
 }
+
 // end snippet

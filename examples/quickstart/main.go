@@ -37,6 +37,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -46,8 +47,13 @@ import (
 )
 
 func main() {
-	kubeletpeer.ReexecIfChild()   // the kubelet device manager's child runs here and exits
-	envtest.ExecIfHostnameChild() // a program run with the scheduler Pod's host name execs here
+	if code, child := kubeletpeer.RunIfChild(context.Background()); child {
+		os.Exit(code) // the kubelet device manager's child ends here
+	}
+	if err := envtest.ExecIfHostnameChild(); err != nil { // a process run with a host name of its own execs here
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(127)
+	}
 	// A closed stdout (quickstart | head) must not kill it before it has stopped what it started.
 	signal.Ignore(syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -21,12 +21,12 @@ import (
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/allocation/allocationtest"
 	"github.com/hamireg/hamireg/annotation"
+	"github.com/hamireg/hamireg/envtest/kubeletpeer"
+	"github.com/hamireg/hamireg/envtest/proc"
 	"github.com/hamireg/hamireg/internal/manifests"
 	"github.com/hamireg/hamireg/kubeletplugin"
 	"github.com/hamireg/hamireg/nodelock"
 	"github.com/hamireg/hamireg/test/e2e/harness"
-	"github.com/hamireg/hamireg/test/e2e/harness/proc"
-	"github.com/hamireg/hamireg/test/e2e/kubeletpeer"
 )
 
 const (
@@ -79,8 +79,8 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 
-	root := kubeletpeer.ShortTempDir(t)
-	f.dm = kubeletpeer.StartDeviceManagerForTest(t, kubeletpeer.DeviceManagerOptions{Dir: filepath.Join(root, "device-plugins")})
+	root := harness.ShortTempDir(t)
+	f.dm = harness.StartDeviceManagerForTest(t, kubeletpeer.DeviceManagerOptions{Dir: filepath.Join(root, "device-plugins")})
 	startPlugin(t, f.node, "--simulate", fmt.Sprint(npus), "--dev-root", f.devRoot, "--device-split-count", fmt.Sprint(split),
 		"--kubeconfig", kubeconfig, "--kubelet-root-dir", root, "-v", "2")
 
@@ -89,7 +89,7 @@ func newFixture(t *testing.T) *fixture {
 		f.registered = devs
 		return err == nil && len(devs) == npus
 	})
-	f.dm.WaitForResources(t, resourceName, npus*split, npus*split)
+	harness.WaitForResources(t, f.dm, resourceName, npus*split, npus*split)
 	for i, d := range f.registered {
 		want := annotation.Device{ID: d.ID, Index: uint(i), Count: split, Devmem: 16384, Devcore: 100, Type: "ACME-NPU", Health: true}
 		if diff := cmp.Diff(want, d); diff != "" || !strings.HasPrefix(d.ID, fmt.Sprintf("ACME-%d-", i)) {

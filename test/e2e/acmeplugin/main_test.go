@@ -8,11 +8,14 @@
 package acmeplugin_test
 
 import (
+	"context"
+	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/hamireg/hamireg/envtest"
+	"github.com/hamireg/hamireg/envtest/kubeletpeer"
 	"github.com/hamireg/hamireg/test/e2e/harness"
-	"github.com/hamireg/hamireg/test/e2e/kubeletpeer"
 )
 
 var (
@@ -27,8 +30,10 @@ var (
 // TestMain starts the control plane and builds the plugin once. --request-timeout bounds
 // kube-apiserver's graceful shutdown, which waits for the plugin's open watches.
 func TestMain(m *testing.M) {
-	kubeletpeer.ReexecIfChild() // the device-manager child runs here and exits
-	harness.Main(m, harness.Options{APIServerFlags: []string{"--request-timeout=5s"}}, func(c *harness.ControlPlane) {
+	if code, child := kubeletpeer.RunIfChild(context.Background()); child {
+		os.Exit(code) // the kubelet device manager's child ends here
+	}
+	harness.Main(m, envtest.Options{APIServerFlags: []string{"--request-timeout=5s"}}, func(c *harness.ControlPlane) {
 		cp = c
 		pluginBin, errBuild = harness.BuildProgram(filepath.Join(c.Dir(), "acmeplugin"), "./examples/acmeplugin", race)
 	})

@@ -12,7 +12,7 @@ import (
 // StartDeviceManagerForTest starts the kubelet's device manager (kubeletpeer) for one test
 // or benchmark: it fails tb when the manager cannot start, stops it when tb ends, and logs
 // the tail of its log when tb failed. The test binary's TestMain must call
-// kubeletpeer.ReexecIfChild first.
+// kubeletpeer.RunIfChild first.
 func StartDeviceManagerForTest(tb testing.TB, opts kubeletpeer.DeviceManagerOptions) *kubeletpeer.DeviceManager {
 	tb.Helper()
 	dm, err := kubeletpeer.StartDeviceManager(tb.Context(), opts)

@@ -30,7 +30,10 @@ type ControlPlane struct {
 // A test binary started by a process of envtest.WithHostname only sets its host name and
 // executes the real program.
 func Main(m *testing.M, opts envtest.Options, use func(*ControlPlane)) {
-	envtest.ExecIfHostnameChild()
+	if err := envtest.ExecIfHostnameChild(); err != nil { // a process run with a host name of its own execs here
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(127)
+	}
 	os.Exit(run(m, opts, use))
 }
 

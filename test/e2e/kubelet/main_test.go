@@ -4,6 +4,7 @@
 package kubelet_test
 
 import (
+	"context"
 	"os"
 	"testing"
 
@@ -11,6 +12,8 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	kubeletpeer.ReexecIfChild() // the device-manager child runs here and exits
+	if code, child := kubeletpeer.RunIfChild(context.Background()); child {
+		os.Exit(code) // the kubelet device manager's child ends here
+	}
 	os.Exit(m.Run())
 }

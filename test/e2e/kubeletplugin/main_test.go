@@ -5,6 +5,7 @@
 package kubeletplugin_test
 
 import (
+	"context"
 	"os"
 	"testing"
 
@@ -12,7 +13,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	kubeletpeer.ReexecIfChild() // the device-manager child runs here and exits
-	runPluginChildIfAsked()     // so does a plugin process of TestKubeletPluginProcessKilled
+	if code, child := kubeletpeer.RunIfChild(context.Background()); child {
+		os.Exit(code) // the kubelet device manager's child ends here
+	}
+	runPluginChildIfAsked() // so does a plugin process of TestKubeletPluginProcessKilled
 	os.Exit(m.Run())
 }

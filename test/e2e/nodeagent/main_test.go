@@ -9,6 +9,8 @@
 package nodeagent_test
 
 import (
+	"context"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -32,7 +34,9 @@ var (
 // TestMain starts the control plane and builds the plugin once. --request-timeout bounds
 // kube-apiserver's graceful shutdown, which waits for the agent's open watches.
 func TestMain(m *testing.M) {
-	kubeletpeer.ReexecIfChild() // the device-manager child runs here and exits
+	if code, child := kubeletpeer.RunIfChild(context.Background()); child {
+		os.Exit(code) // the kubelet device manager's child ends here
+	}
 	harness.Main(m, envtest.Options{APIServerFlags: []string{"--request-timeout=5s"}}, func(c *harness.ControlPlane) {
 		cp = c
 		agentBin, errAgentBuild = harness.BuildProgram(filepath.Join(c.Dir(), "deviceplugin"), "./examples/deviceplugin", race)

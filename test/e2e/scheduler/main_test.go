@@ -6,6 +6,8 @@
 package scheduler_test
 
 import (
+	"context"
+	"os"
 	"testing"
 
 	"github.com/hamireg/hamireg/envtest"
@@ -16,6 +18,8 @@ import (
 var cp *harness.ControlPlane
 
 func TestMain(m *testing.M) {
-	kubeletpeer.ReexecIfChild() // the device-manager child runs here and exits
+	if code, child := kubeletpeer.RunIfChild(context.Background()); child {
+		os.Exit(code) // the kubelet device manager's child ends here
+	}
 	harness.Main(m, envtest.Options{}, func(c *harness.ControlPlane) { cp = c })
 }
