@@ -168,7 +168,7 @@ func New(client kubernetes.Interface, nodeName string, opts Options) (*Writer, e
 	}
 	vendor := cmp.Or(opts.Vendor, annotation.NVIDIA())
 	if err := vendor.Validate(annotation.PartRegister); err != nil {
-		return nil, fmt.Errorf("new register writer: %w", invalidVendor{err})
+		return nil, fmt.Errorf("new register writer: %w", invalidVendorError{err})
 	}
 	if opts.Shape != annotation.ShapeMaster && opts.Shape != annotation.ShapeV290 {
 		return nil, invalid("unknown shape %d", int(opts.Shape))
@@ -634,9 +634,9 @@ func (w *Writer) handler(logger klog.Logger) cache.TypedResourceEventHandler[*co
 	}
 }
 
-// invalidVendor is a vendor that lacks what the writer needs: its text is the vendor's, and
+// invalidVendorError is a vendor that lacks what the writer needs: its text is the vendor's, and
 // it is both annotation.ErrIncompleteVendor and the writer's [ErrInvalidOptions].
-type invalidVendor struct{ err error }
+type invalidVendorError struct{ err error }
 
-func (e invalidVendor) Error() string   { return e.err.Error() }
-func (e invalidVendor) Unwrap() []error { return []error{e.err, ErrInvalidOptions} }
+func (e invalidVendorError) Error() string   { return e.err.Error() }
+func (e invalidVendorError) Unwrap() []error { return []error{e.err, ErrInvalidOptions} }
