@@ -54,7 +54,10 @@ func TestKubeletRegistration(t *testing.T) {
 	harness.WaitForEvent(t, srv, "disconnect", func(e kubeletpeer.Event) bool { return e.Kind == kubeletpeer.EventDisconnected })
 }
 
-// The kubelet's verdict on a bad resource name reaches the caller, with its own words.
+// A resource name without a domain is refused by New, before anything reaches the kubelet,
+// with the form it needs (annotation.Vendor.Validate); the kubelet's own verdict on a name
+// that has the form but not its syntax (a name part starting with '-') reaches the caller with
+// the kubelet's words.
 func TestKubeletInvalidResourceName(t *testing.T) {
 	t.Parallel()
 	srv, err := kubeletpeer.StartRegistrationServer(t.Context(), harness.ShortTempDir(t))
@@ -62,13 +65,19 @@ func TestKubeletInvalidResourceName(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = srv.Stop() })
-	p := startPlugin(t, kubeletplugin.Options{PluginDir: srv.Dir(), Vendor: annotation.Vendor{Name: "NVIDIA", ResourceName: "gpu"}}, gpus(true))
+	_, err = kubeletplugin.New(kubeletplugin.Options{PluginDir: srv.Dir(), Vendor: annotation.Vendor{Name: "NVIDIA", ResourceName: "gpu"}})
+	if !errors.Is(err, annotation.ErrIncompleteVendor) || !strings.Contains(err.Error(), "<domain>/<name>") {
+		t.Errorf("New with resource gpu: %v, want annotation.ErrIncompleteVendor naming the form", err)
+	}
+
+	const bad = "example.com/-gpu"
+	p := startPlugin(t, kubeletplugin.Options{PluginDir: srv.Dir(), Vendor: annotation.Vendor{Name: "NVIDIA", ResourceName: bad}}, gpus(true))
 	err = p.wait(t, 30*time.Second)
 	var rerr *kubeletplugin.RegistrationError
 	if !errors.Is(err, kubeletplugin.ErrRegistrationRejected) || !errors.As(err, &rerr) {
 		t.Fatalf("Run: %v, want a RegistrationError", err)
 	}
-	if !strings.Contains(err.Error(), `the ResourceName "gpu" is invalid`) {
+	if !strings.Contains(err.Error(), `the ResourceName "`+bad+`" is invalid`) {
 		t.Errorf("error %q lacks the kubelet's message", err)
 	}
 	if _, err := os.Stat(p.SocketPath()); !errors.Is(err, os.ErrNotExist) {
