@@ -266,6 +266,11 @@ func TestTwoReplicasOnlyLeaderWritesFailover(t *testing.T) {
 	if at, ok := logTime(lines[lead], killed); ok {
 		t.Logf("%s's extender leading %v after the kill", b.host, at.Sub(killed).Round(time.Millisecond))
 	}
+	// The extender logs the bind after the Binding's answer, which the test's watch can see
+	// first: wait for the line, then count.
+	harness.Eventually(t, b.host+"'s bind log line", 10*time.Second, func() bool {
+		return len(b.ext.logLines(t, lineBoundPod, ns+"/"+pod.Name)) > 0
+	})
 	if got := b.ext.logLines(t, lineBoundPod, ns+"/"+pod.Name); len(got) != 1 {
 		t.Errorf("%s logged %d binds of %s/%s, want 1", b.host, len(got), ns, pod.Name)
 	}
