@@ -115,3 +115,31 @@ func modulePath(gomod []byte) string {
 	}
 	return ""
 }
+
+// OneEntryPerContainer rewrites a pod device list as HAMi wrote it by the SDK's rule that
+// every container keeps its entry: gpu[i] says whether container i (init containers first)
+// asks for devices; the non-empty entries of value go, in order, to those containers, and
+// every other container gets an empty entry. HAMi v2.9.0 writes that already; HAMi master
+// drops the entry of a GPU-less container in some pods (and its plugin then serves the
+// containers shifted). It reports false when value's non-empty entries are not one per
+// container asking for devices.
+func OneEntryPerContainer(value string, gpu []bool) (string, bool) {
+	var full []string
+	for e := range strings.SplitSeq(value, ";") {
+		if e != "" {
+			full = append(full, e)
+		}
+	}
+	var b strings.Builder
+	for _, asks := range gpu {
+		if asks {
+			if len(full) == 0 {
+				return "", false
+			}
+			b.WriteString(full[0])
+			full = full[1:]
+		}
+		b.WriteByte(';')
+	}
+	return b.String(), len(full) == 0
+}
