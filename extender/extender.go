@@ -30,6 +30,8 @@ type Extender struct {
 	opts   Options
 	locker *nodelock.Locker
 	usage  *usageIndex
+	// metrics are the Prometheus collectors (Options.Registerer); nil records nothing.
+	metrics *metrics
 
 	pods      cache.SharedIndexInformer
 	podLister corev1listers.PodLister
@@ -82,6 +84,9 @@ func New(client kubernetes.Interface, c *schedcache.Cache, opts Options) (*Exten
 		}
 	}
 	e.pods, e.podLister = pods.Informer(), pods.Lister()
+	if e.metrics, err = newMetrics(opts.Registerer, e); err != nil {
+		return nil, fmt.Errorf("new extender: %w", err)
+	}
 	// The informers' copies spare the lock's reads: a free node costs the lock one patch.
 	e.locker, err = nodelock.New(client.CoreV1(), nodelock.Options{Timeout: opts.NodeLockTimeout, Clock: opts.Clock,
 		Nodes: opts.Nodes, Pods: e.podLister})

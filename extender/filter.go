@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -110,9 +111,10 @@ func (e *Extender) serveFilter(w http.ResponseWriter, r *http.Request) {
 // fits, FailedNodes gives every candidate a reason that starts with HAMi's words
 // ("node unregistered", the fit reason words) and says why. A failed patch is the result's
 // Error. Filter does not wait for readiness; the /filter route does.
-func (e *Extender) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *extenderv1.ExtenderFilterResult {
+func (e *Extender) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) (res *extenderv1.ExtenderFilterResult) {
 	logger := klog.FromContext(ctx)
 	pod := args.Pod
+	defer func(start time.Time) { e.metrics.filtered(start, pod, e.opts.Config, res) }(time.Now())
 	if pod == nil {
 		return &extenderv1.ExtenderFilterResult{Error: "filter: no pod in the extender arguments"}
 	}
@@ -141,7 +143,7 @@ func (e *Extender) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *e
 		e.opts.EventRecorder.Eventf(pod, corev1.EventTypeNormal, EventFilteringSucceed, "find fit node(%s), %d nodes not fit, %d nodes fit(%s)",
 			d.node, d.notFit, len(d.scores), formatScores(d.scores))
 	}
-	res := &extenderv1.ExtenderFilterResult{}
+	res = &extenderv1.ExtenderFilterResult{}
 	if args.NodeNames != nil {
 		res.NodeNames = &[]string{d.node}
 	}
@@ -195,8 +197,10 @@ func (e *Extender) decide(pod *corev1.Pod, req allocation.PodRequest, names []st
 	withScores := e.opts.EventRecorder != nil
 	snap := e.cache.Snapshot()
 
+	waitStart := time.Now()
 	e.filterMu.Lock()
 	defer e.filterMu.Unlock()
+	e.metrics.filterLockWaited(waitStart)
 	u := e.usage
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -262,7 +266,7 @@ func (e *Extender) decide(pod *corev1.Pod, req allocation.PodRequest, names []st
 		return d
 	}
 	d.notFit, d.failed = len(d.failed), nil // HAMi answers the chosen node only
-	d.undo = u.assumeLocked(key, &placement{node: d.node, used: d.devices.Usage()})
+	d.undo = u.assumeLocked(key, &placement{node: d.node, used: d.devices.Usage(), devices: d.devices})
 	return d
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	corev1listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/record"
@@ -71,6 +72,19 @@ type Options struct {
 	// (nodelock.Options.Nodes) and a bind waiting for another pod's lock watches it there.
 	// Nil means no node annotations (no GPU is cordoned) and a GET of the Node per lock try.
 	Nodes corev1listers.NodeLister
+	// Registerer, when set, receives HAMi's scheduler metric families (the gauges HAMi's
+	// --metrics-bind-address serves, with HAMi's names, help, labels and values, computed at
+	// each scrape from the node cache and the pod usage), hami_build_info, and the extender's
+	// own operational metrics, named hamireg_extender_* ([MetricsPrefix]). HAMi's families
+	// label series with node names and GPU UUIDs: they are HAMi's wire. Nil means no metrics.
+	// Serve it with promhttp.HandlerFor(registry, promhttp.HandlerOpts{}), as HAMi does.
+	Registerer prometheus.Registerer
+	// LegacyMetrics adds HAMi's legacy names (GPUDeviceMemoryLimit, nodeGPUOverview,
+	// vGPUMemoryAllocated, QuotaUsed, …) beside the current ones: HAMi's --legacy-metrics.
+	LegacyMetrics bool
+	// BuildInfo labels hami_build_info. The zero value means [DefaultBuildInfo]: the SDK's
+	// build.
+	BuildInfo BuildInfo
 }
 
 func (o Options) withDefaults() (Options, error) {

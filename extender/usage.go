@@ -14,6 +14,8 @@ import (
 type placement struct {
 	node string
 	used map[string]allocation.Usage
+	// devices are the pod's device entries the usage was summed from (the container gauges).
+	devices allocation.PodDevices
 }
 
 // podUsage is one pod's contribution: what the informer last showed (the pod's
@@ -80,6 +82,9 @@ type usageIndex struct {
 	vendor  annotation.Vendor
 	version allocation.Version
 
+	// decodeFailed, when set, is called for a pod whose device annotation does not decode.
+	decodeFailed func()
+
 	mu    sync.Mutex
 	pods  map[string]*podUsage // by namespace/name
 	nodes map[string]*nodeUsage
@@ -99,6 +104,9 @@ func (u *usageIndex) placementOf(pod *corev1.Pod) *placement {
 		return nil
 	}
 	pd, ok, err := allocation.Allocated(pod, u.vendor, u.version)
+	if err != nil && u.decodeFailed != nil {
+		u.decodeFailed()
+	}
 	if err != nil || !ok {
 		return nil
 	}
@@ -106,7 +114,7 @@ func (u *usageIndex) placementOf(pod *corev1.Pod) *placement {
 	if len(used) == 0 {
 		return nil
 	}
-	return &placement{node: node, used: used}
+	return &placement{node: node, used: used, devices: pd}
 }
 
 // changed reports whether an update touches what usage reads: the phase, hami.io/vgpu-node
