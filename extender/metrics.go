@@ -104,7 +104,7 @@ type hamiCollector struct {
 	quotas func() []QuotaUsage
 
 	memLimit, coreLimit, memAlloc, shared, coreAlloc, overview, memRatio, vgpuMem, vgpuCore, quotaUsed family
-	quotaLimit                                                                                      *prometheus.Desc
+	quotaLimit                                                                                         *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*hamiCollector)(nil)

@@ -281,7 +281,7 @@ func trueNodeGauges(t *testing.T, text string, version allocation.Version, usage
 	}
 	rules := map[string][]rewrite{
 		"hami_gpu_memory_allocated_bytes": {mem, cores}, "GPUDeviceMemoryAllocated": {mem, cores},
-		"hami_gpu_shared_count": {func(s *series, u allocation.Usage, _ int32) { s.value = formatValue(float64(u.Used)) }},
+		"hami_gpu_shared_count":         {func(s *series, u allocation.Usage, _ int32) { s.value = formatValue(float64(u.Used)) }},
 		"hami_gpu_core_allocated_ratio": {func(s *series, u allocation.Usage, _ int32) { s.value = formatValue(float64(u.Usedcores)) }},
 		"hami_node_gpu_overview":        {mem, cores, shared}, "nodeGPUOverview": {mem, cores, shared},
 		"hami_node_gpu_memory_allocated_ratio": {func(s *series, u allocation.Usage, m int32) {
