@@ -52,6 +52,35 @@
 // are the same, so a filter refits only the nodes that changed: BenchmarkFilter compares it
 // with HAMi's way (deep copy of every Node and a recount of every pod per call).
 //
+// # Metrics
+//
+// With Options.Registerer the extender registers HAMi's scheduler metric families, computed at
+// each scrape from the node cache (registered nodes and their GPUs) and the usage index (what
+// each pod holds, per container and GPU): hami_gpu_memory_limit_bytes,
+// hami_gpu_core_limit_ratio, hami_gpu_memory_allocated_bytes, hami_gpu_shared_count,
+// hami_gpu_core_allocated_ratio, hami_node_gpu_overview, hami_node_gpu_memory_allocated_ratio,
+// hami_vgpu_memory_allocated_bytes, hami_vgpu_core_allocated_ratio, the quota families
+// hami_resource_quota_used and (master) hami_resource_quota_limit, and hami_build_info, with
+// HAMi's help, labels (zone="vGPU" on every family but the build info) and values, by the rules
+// of Options.Config.Version: v2.9.0's device_cores label is the used cores and its overview has
+// shared_containers; master's device_cores is the GPU's cores, its container gauges are one
+// series per pod and GPU under container_index "0", and it leaves out the memory ratio of a GPU
+// without memory (v2.9.0 serves NaN). Options.LegacyMetrics adds HAMi's legacy names
+// (--legacy-metrics) beside them. Served with promhttp.HandlerFor(registry,
+// promhttp.HandlerOpts{}), the exposition is HAMi's byte for byte (metrics.json), except where
+// HAMi is wrong: the node gauges show what the counted pods hold, so a pod a filter placed shows
+// on its chosen node at once and on no other candidate (HAMi v2.9.0 shows its trial allocation
+// on every candidate; master shows the node gauges up to 15 s late, behind its container
+// gauges). The quota families come from the ResourceQuota state ([QuotaUsage]).
+//
+// The extender's own metrics, on the same Registerer and named hamireg_extender_*
+// ([MetricsPrefix]), are separate families: filter_duration_seconds by result (placed,
+// unschedulable, no_gpu, error), bind_duration_seconds by result (ok, error),
+// filter_lock_wait_seconds (filters waiting for each other), node_lock_wait_seconds (binds
+// waiting for the node lock), annotation_decode_failures_total (pod device lists that do not
+// decode and so do not count) and pods (pods counted). Gathering without the hamireg_ families
+// gives HAMi's exposition alone.
+//
 // # Differences from HAMi, deliberate
 //
 //   - FailedNodes gives the fit reason for a registered node with either HAMi version (v2.9.0
