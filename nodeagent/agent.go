@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -109,6 +111,12 @@ type Options struct {
 	// broadcaster of its own sends them to the client's Events API (source component
 	// [EventComponent]). Pass &record.FakeRecorder{} to record none.
 	EventRecorder record.EventRecorder
+	// Registerer, when set, receives the agent's metrics: hamireg_nodeagent_allocations_total,
+	// hamireg_nodeagent_allocate_errors_total by kind (the Allocate class), scans_total by
+	// result, device_failures_total and annotation_decode_failures_total, labelled with the
+	// vendor; and, unless Register.Registerer is set, the register writer's
+	// (hamireg_register_*: writes, heals, no-ops, failures). Nil means no metrics.
+	Registerer prometheus.Registerer
 }
 
 // Stats are an Agent's counters since New, for tests and readiness checks.
@@ -161,6 +169,8 @@ type Agent struct {
 	// lastFailed is the text of the last scan's device failures, to record an Event only
 	// when they change. Only the scan loop uses it.
 	lastFailed string
+
+	metrics *metrics
 
 	stats struct {
 		scans, scanFailures, deviceFailures, allocations, allocateFailures, podsCompleted atomic.Uint64
@@ -225,7 +235,15 @@ func New(client kubernetes.Interface, nodeName string, source Source, opts Optio
 		a.events.set(opts.EventRecorder)
 	}
 
+	m, err := newMetrics(opts.Registerer, vendor.Name)
+	if err != nil {
+		return nil, fmt.Errorf("new node agent: %w", err)
+	}
+	a.metrics = m
 	ro := opts.Register
+	if ro.Registerer == nil {
+		ro.Registerer = opts.Registerer
+	}
 	ro.Vendor, ro.Shape, ro.Clock, ro.EventRecorder = vendor, opts.Version, a.clock, a.events
 	w, err := register.New(client, nodeName, ro)
 	if err != nil {
@@ -405,6 +423,7 @@ func (a *Agent) scan(ctx context.Context) error {
 	devs, failed, err := a.source.Devices(ctx)
 	if err != nil {
 		a.stats.scanFailures.Add(1)
+		a.metrics.scanned(err, 0)
 		if ctx.Err() == nil {
 			a.events.Event(a.nodeRef(), corev1.EventTypeWarning, EventReasonScanFailed, truncate(err.Error()))
 		}
@@ -412,6 +431,7 @@ func (a *Agent) scan(ctx context.Context) error {
 	}
 	a.stats.scans.Add(1)
 	a.stats.deviceFailures.Add(uint64(len(failed)))
+	a.metrics.scanned(nil, len(failed))
 	msgs := make([]string, 0, len(failed))
 	for _, f := range failed {
 		logger.Error(f, "Device left out: it could not be read; the other devices register")

@@ -77,10 +77,12 @@ func (a *Agent) allocate(ctx context.Context, devices []annotation.Device, req *
 				a.needCleanup(a.clock.Now(), types.NamespacedName{})
 			}
 			a.stats.allocateFailures.Add(1)
+			a.metrics.allocateFailed(err)
 			klog.FromContext(ctx).Error(err, "Allocate failed")
 			return nil, err
 		}
 		a.stats.allocations.Add(1)
+		a.metrics.allocated()
 		resp.ContainerResponses = append(resp.ContainerResponses, r)
 	}
 	return resp, nil
@@ -196,6 +198,7 @@ func (a *Agent) allocateContainer(ctx context.Context, devices []annotation.Devi
 	}
 	pd, err := allocation.DecodePodDevices(pod.Annotations[key], a.version)
 	if err != nil {
+		a.metrics.decodeFailed()
 		return nil, failure(ErrMalformed, "", "annotation "+key, err)
 	}
 	i, ok := pd.Next()

@@ -95,6 +95,16 @@
 // One Run at a time per Agent ([ErrAlreadyRunning]). Allocate calls are serialised. Stats and
 // the accessors are safe at any time.
 //
+// # Metrics
+//
+// With Options.Registerer the agent registers, labelled with the vendor:
+// hamireg_nodeagent_allocations_total (containers served), allocate_errors_total by kind
+// (no_binding_pod, pod_gone, no_pending_entry, device_count_mismatch, malformed, api, host,
+// allocator: the Allocate classes), scans_total by result, device_failures_total and
+// annotation_decode_failures_total; and, unless Options.Register.Registerer is set, the register
+// writer's hamireg_register_* (writes, heals, no-ops, failures). Labels are bounded: no pod,
+// node or device.
+//
 // # Logs, Events, RBAC
 //
 // Logging is contextual (klog.FromContext); the parts keep HAMi's log lines ("Updating node
