@@ -18,6 +18,8 @@ import (
 // flags are HAMi's scheduler flags that this program reads, with HAMi's names and defaults.
 type flags struct {
 	httpBind, certFile, keyFile, kubeconfig     string
+	metricsBind                                 string
+	legacyMetrics                               bool
 	schedulerName, leaseName, leaseNamespace    string
 	nodePolicy, gpuPolicy                       string
 	leaderElect, forceOverwriteDefaultScheduler bool
@@ -31,6 +33,8 @@ type flags struct {
 func newFlags(fs *pflag.FlagSet) *flags {
 	f := &flags{}
 	fs.StringVar(&f.httpBind, "http_bind", "127.0.0.1:8080", "address the extender and the webhook listen on")
+	fs.StringVar(&f.metricsBind, "metrics-bind-address", extender.DefaultMetricsBindAddress, "address /metrics (HAMi's scheduler metrics and the SDK's own) listens on; empty serves none")
+	fs.BoolVar(&f.legacyMetrics, "legacy-metrics", false, "also serve HAMi's legacy metric names (GPUDeviceMemoryLimit, nodeGPUOverview, vGPUMemoryAllocated, QuotaUsed, …) beside the current ones")
 	fs.StringVar(&f.certFile, "cert_file", "", "TLS certificate (HTTPS, as the webhook needs); empty serves plain HTTP")
 	fs.StringVar(&f.keyFile, "key_file", "", "TLS private key")
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file; empty means in-cluster")

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -13,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/informers"
@@ -35,9 +38,12 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	client, eventClient, err := f.clients()
 	if err == nil {
-		var ln net.Listener
-		if ln, err = net.Listen("tcp", f.httpBind); err == nil {
-			err = run(klog.NewContext(ctx, klog.Background()), client, eventClient, f, ln)
+		var ln, metricsLn net.Listener
+		if ln, err = net.Listen("tcp", f.httpBind); err == nil && f.metricsBind != "" {
+			metricsLn, err = net.Listen("tcp", f.metricsBind)
+		}
+		if err == nil {
+			err = run(klog.NewContext(ctx, klog.Background()), client, eventClient, f, ln, metricsLn)
 		}
 	}
 	stop()
@@ -47,9 +53,10 @@ func main() {
 	}
 }
 
-// run serves the extender on ln until ctx ends: the node cache and the extender on every
-// replica, the handshakes only while leading. Events go through eventClient.
-func run(ctx context.Context, client, eventClient kubernetes.Interface, f *flags, ln net.Listener) error {
+// run serves the extender on ln and, when metricsLn is not nil, /metrics on metricsLn until ctx
+// ends: the node cache and the extender on every replica, the handshakes only while leading.
+// Events go through eventClient.
+func run(ctx context.Context, client, eventClient kubernetes.Interface, f *flags, ln, metricsLn net.Listener) error {
 	events := record.NewBroadcaster(record.WithContext(ctx))
 	defer events.Shutdown()
 	events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: eventClient.CoreV1().Events("")})
@@ -69,7 +76,11 @@ func run(ctx context.Context, client, eventClient kubernetes.Interface, f *flags
 	if err != nil {
 		return err
 	}
+	// HAMi's /metrics: a registry of its own (no Go or process collectors, as HAMi), HAMi's
+	// families beside the SDK's hamireg_* ones.
+	reg := prometheus.NewRegistry()
 	ext, err := extender.New(client, cache, extender.Options{Config: f.config(), SchedulerName: f.schedulerName,
+		Registerer: reg, LegacyMetrics: f.legacyMetrics,
 		KeepDefaultScheduler: !f.forceOverwriteDefaultScheduler, NodeLockTimeout: f.nodeLockTimeout, NodeLockWait: f.nodeLockWait, EventRecorder: recorder,
 		Pods: factory.Core().V1().Pods(), Nodes: factory.Core().V1().Nodes().Lister()})
 	if err != nil {
@@ -86,6 +97,18 @@ func run(ctx context.Context, client, eventClient kubernetes.Interface, f *flags
 		wg.Go(func() { cancel(r.Run(ctx)) })
 	}
 	wg.Go(func() { <-ctx.Done(); _ = srv.Shutdown(context.WithoutCancel(ctx)) })
+	if metricsLn != nil {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		msrv := &http.Server{Handler: mux, BaseContext: func(net.Listener) context.Context { return ctx }}
+		wg.Go(func() {
+			if err := msrv.Serve(metricsLn); !errors.Is(err, http.ErrServerClosed) {
+				cancel(fmt.Errorf("serve metrics: %w", err))
+			}
+		})
+		wg.Go(func() { <-ctx.Done(); _ = msrv.Shutdown(context.WithoutCancel(ctx)) })
+		klog.FromContext(ctx).Info("Metrics listening", "address", metricsLn.Addr().String())
+	}
 	klog.FromContext(ctx).Info("Scheduler extender listening", "address", ln.Addr().String(), "tls", f.certFile != "")
 	if f.certFile != "" {
 		err = srv.ServeTLS(ln, f.certFile, f.keyFile)

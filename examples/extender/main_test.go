@@ -158,13 +158,21 @@ func TestRun(t *testing.T) {
 	if got := f.selector().String(); got != "gpu=on,zone=a" {
 		t.Errorf("selector %q", got)
 	}
+	if f.metricsBind != extender.DefaultMetricsBindAddress || f.legacyMetrics {
+		t.Errorf("metrics flags default to %q, legacy %v; HAMi's are %q, false", f.metricsBind, f.legacyMetrics, extender.DefaultMetricsBindAddress)
+	}
+	f.legacyMetrics = true
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metricsLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
 	client := fake.NewClientset()
-	go func() { done <- run(ctx, client, client, f, ln) }()
+	go func() { done <- run(ctx, client, client, f, ln, metricsLn) }()
 	base := "http://" + ln.Addr().String()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -188,6 +196,16 @@ func TestRun(t *testing.T) {
 	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"NodeNames":["a"]`) {
 		t.Errorf("filter = %d %s", resp.StatusCode, body)
+	}
+	if resp, err = http.Get("http://" + metricsLn.Addr().String() + "/metrics"); err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	for _, want := range []string{"# TYPE hami_build_info gauge", `hamireg_extender_filter_duration_seconds_count{result="no_gpu"} 1`} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics without %q:\n%s", want, body)
+		}
 	}
 	cancel()
 	if err := <-done; err != nil {
