@@ -64,7 +64,7 @@ func (e *Extender) serveBind(w http.ResponseWriter, r *http.Request) {
 // was taken, Bind releases the lock and sets bind-phase "failed" (HAMi leaves "allocating"),
 // records BindingFailed and returns the error.
 func (e *Extender) Bind(ctx context.Context, args *extenderv1.ExtenderBindingArgs) (err error) {
-	defer func(start time.Time) { e.metrics.bound(start, err) }(time.Now())
+	defer func(start time.Time) { e.metrics.bound(start, err) }(e.opts.Clock.Now())
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pod", klog.KRef(args.PodNamespace, args.PodName), "node", args.Node)
 	pod, err := e.pod(ctx, args)
 	if err != nil {
@@ -114,7 +114,7 @@ func (e *Extender) bind(ctx context.Context, pod *corev1.Pod, node string) error
 		}
 	}
 	if locked {
-		waitStart := time.Now()
+		waitStart := e.opts.Clock.Now()
 		done, err := e.acquire(ctx, node, name)
 		e.metrics.nodeLockWaited(waitStart)
 		if err != nil {

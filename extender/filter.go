@@ -114,7 +114,7 @@ func (e *Extender) serveFilter(w http.ResponseWriter, r *http.Request) {
 func (e *Extender) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) (res *extenderv1.ExtenderFilterResult) {
 	logger := klog.FromContext(ctx)
 	pod := args.Pod
-	defer func(start time.Time) { e.metrics.filtered(start, pod, e.opts.Config, res) }(time.Now())
+	defer func(start time.Time) { e.metrics.filtered(start, pod, e.opts.Config, res) }(e.opts.Clock.Now())
 	if pod == nil {
 		return &extenderv1.ExtenderFilterResult{Error: "filter: no pod in the extender arguments"}
 	}
@@ -197,7 +197,7 @@ func (e *Extender) decide(pod *corev1.Pod, req allocation.PodRequest, names []st
 	withScores := e.opts.EventRecorder != nil
 	snap := e.cache.Snapshot()
 
-	waitStart := time.Now()
+	waitStart := e.opts.Clock.Now()
 	e.filterMu.Lock()
 	defer e.filterMu.Unlock()
 	e.metrics.filterLockWaited(waitStart)

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+	"k8s.io/utils/clock"
 
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/schedcache"
@@ -324,6 +325,7 @@ const (
 // metrics are the extender's collectors: HAMi's families and its own operational ones. A nil
 // *metrics records nothing.
 type metrics struct {
+	clock          clock.PassiveClock // measures the durations
 	hami           *hamiCollector
 	filterDuration *prometheus.HistogramVec
 	bindDuration   *prometheus.HistogramVec
@@ -340,7 +342,8 @@ func newMetrics(reg prometheus.Registerer, e *Extender) (*metrics, error) {
 	}
 	o := e.opts
 	m := &metrics{
-		hami: newHAMiCollector(e.cache, e.usage, o.Vendor.Name, o.Config.Version, o.LegacyMetrics),
+		clock: o.Clock,
+		hami:  newHAMiCollector(e.cache, e.usage, o.Vendor.Name, o.Config.Version, o.LegacyMetrics),
 		filterDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "hamireg", Subsystem: "extender", Name: "filter_duration_seconds",
 			Help:    "Time a filter call took, by result: placed, unschedulable (no candidate fits), no_gpu (the pod asks for none), error (the pod patch failed).",
@@ -411,7 +414,7 @@ func (m *metrics) filtered(start time.Time, pod *corev1.Pod, cfg allocation.Conf
 	case res.NodeNames == nil && res.Nodes == nil:
 		result = filterUnschedulable
 	}
-	m.filterDuration.WithLabelValues(result).Observe(time.Since(start).Seconds())
+	m.filterDuration.WithLabelValues(result).Observe(m.clock.Since(start).Seconds())
 }
 
 func (m *metrics) bound(start time.Time, err error) {
@@ -422,17 +425,17 @@ func (m *metrics) bound(start time.Time, err error) {
 	if err != nil {
 		result = "error"
 	}
-	m.bindDuration.WithLabelValues(result).Observe(time.Since(start).Seconds())
+	m.bindDuration.WithLabelValues(result).Observe(m.clock.Since(start).Seconds())
 }
 
 func (m *metrics) filterLockWaited(start time.Time) {
 	if m != nil {
-		m.filterLockWait.Observe(time.Since(start).Seconds())
+		m.filterLockWait.Observe(m.clock.Since(start).Seconds())
 	}
 }
 
 func (m *metrics) nodeLockWaited(start time.Time) {
 	if m != nil {
-		m.nodeLockWait.Observe(time.Since(start).Seconds())
+		m.nodeLockWait.Observe(m.clock.Since(start).Seconds())
 	}
 }

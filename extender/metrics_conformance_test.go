@@ -114,6 +114,7 @@ func TestConformanceMetrics(t *testing.T) {
 }
 
 func checkMetricsVector(t *testing.T, v metricsVector, version allocation.Version, legacy bool, want string) {
+	t.Helper()
 	in := v.Input
 	var objs []runtime.Object
 	devmem := map[string]int32{} // GPU → Devmem
