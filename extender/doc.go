@@ -31,7 +31,9 @@
 //     owner from the pod informer, so waiting costs no request, and a free node costs the lock
 //     one conditional patch (nodelock.Options.Nodes): a bind is two requests.
 //   - POST /webhook: [Extender.Admit] in an AdmissionReview (admission.k8s.io/v1 or v1beta1).
-//   - GET /healthz and /readyz: 200 once the pod usage and the node cache synced, 503 before.
+//   - GET /healthz (liveness): 200 whenever the handler serves, before the sync too, so that a
+//     liveness probe does not restart an extender that is still listing a large cluster.
+//   - GET /readyz (readiness): 200 once the pod usage and the node cache synced, 503 before.
 //
 // Every request gets an answer: a body that does not decode, lacks the pod (filter) or the
 // pod, namespace and node (bind), or exceeds Options.MaxBodyBytes (default 1 MiB, HAMi's

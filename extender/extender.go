@@ -162,14 +162,20 @@ const (
 )
 
 // Handler returns the extender's HTTP routes: POST /filter and /bind (kube-scheduler's
-// extender API, verbs filter and bind), POST /webhook (the mutating admission webhook), and GET
-// /healthz and /readyz, which answer 200 once [Extender.Ready] is closed and 503 before.
+// extender API, verbs filter and bind), POST /webhook (the mutating admission webhook), GET
+// /healthz, the liveness probe, which answers 200 whenever the handler serves (a slow first
+// sync is not a reason to restart the process), and GET /readyz, the readiness probe, which
+// answers 200 once [Extender.Ready] is closed and 503 before.
 func (e *Extender) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc(PathFilter, e.serveFilter)
 	mux.HandleFunc(PathBind, e.serveBind)
 	mux.HandleFunc(PathWebhook, e.serveWebhook)
-	health := func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc(PathHealthz, func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write([]byte("ok"))
+	})
+	mux.HandleFunc(PathReadyz, func(w http.ResponseWriter, _ *http.Request) {
 		select {
 		case <-e.ready:
 			w.WriteHeader(http.StatusOK)
@@ -177,9 +183,7 @@ func (e *Extender) Handler() http.Handler {
 		default:
 			http.Error(w, "node cache or pod usage not synced", http.StatusServiceUnavailable)
 		}
-	}
-	mux.HandleFunc(PathHealthz, health)
-	mux.HandleFunc(PathReadyz, health)
+	})
 	return mux
 }
 
