@@ -29,7 +29,9 @@
 //     instead of failing the bind into kube-scheduler's back-off of 1 to 10 s. The binds of
 //     one node run one at a time; the next one reads the lock from Options.Nodes and the
 //     owner from the pod informer, so waiting costs no request, and a free node costs the lock
-//     one conditional patch (nodelock.Options.Nodes): a bind is two requests.
+//     one conditional patch (nodelock.Options.Nodes): a bind is two requests. A waiting bind
+//     is woken by the node cache's Node informer when the node's lock annotation changes (and
+//     by the pod informer when a pod of the node is deleted), never by a timer.
 //   - POST /webhook: [Extender.Admit] in an AdmissionReview (admission.k8s.io/v1 or v1beta1).
 //   - GET /healthz (liveness): 200 whenever the handler serves, before the sync too, so that a
 //     liveness probe does not restart an extender that is still listing a large cluster.

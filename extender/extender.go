@@ -47,6 +47,8 @@ type Extender struct {
 	// with one request instead of a request from every waiting bind.
 	gatesMu sync.Mutex
 	gates   map[string]chan struct{}
+	// locks wakes the binds waiting for a node lock, from the Node and pod informers.
+	locks lockSignals
 	stats   struct{ filters, binds, bindErrors, admissions atomic.Uint64 }
 }
 
@@ -99,9 +101,10 @@ func trimPod(obj any) (any, error) {
 	return obj, nil
 }
 
-// Run counts usage from the pod informer until ctx is done: it registers its handlers, starts
-// the informer when the extender owns it, and closes readiness once the pods and the node cache
-// synced. It returns nil on cancellation, after every goroutine it started ended, and
+// Run counts usage from the pod informer until ctx is done: it registers its handlers (on the
+// pod informer, and on the node cache's Node informer to wake binds waiting for a node lock),
+// starts the pod informer when the extender owns it, and closes readiness once the pods and the
+// node cache synced. It returns nil on cancellation, after every goroutine it started ended, and
 // [ErrAlreadyRunning] when called twice.
 func (e *Extender) Run(ctx context.Context) error {
 	if !e.running.CompareAndSwap(false, true) {
@@ -120,12 +123,18 @@ func (e *Extender) Run(ctx context.Context) error {
 			if key := obj.GetKey(); key != "" {
 				e.usage.forget(key)
 			}
+			e.podGone(obj.OptionalObj)
 		},
 	}, cache.HandlerOptions{Logger: &logger})
 	if err != nil {
 		return fmt.Errorf("run extender: add pod event handler: %w", err)
 	}
 	defer func() { _ = e.pods.RemoveEventHandler(reg) }()
+	nodeReg, err := e.watchNodeLocks(logger)
+	if err != nil {
+		return fmt.Errorf("run extender: add node event handler: %w", err)
+	}
+	defer func() { _ = e.cache.Informer().RemoveEventHandler(nodeReg) }()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	if e.ownPods {
