@@ -23,6 +23,8 @@ require (
 	sigs.k8s.io/yaml v1.6.0
 )
 
+require gomodules.xyz/jsonpatch/v2 v2.5.0 // indirect
+
 require (
 	github.com/spf13/pflag v1.0.10
 	k8s.io/component-base v0.37.2 // indirect

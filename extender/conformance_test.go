@@ -95,9 +95,9 @@ type fitFile struct {
 				DefaultCores  int32             `json:"default_cores"`
 			} `json:"config"`
 			Nodes        []vectorNode `json:"nodes"`
-			ExistingPods []vectorPod `json:"existing_pods"`
-			Pod          vectorPod   `json:"pod"`
-			NodeNames    []string    `json:"node_names"`
+			ExistingPods []vectorPod  `json:"existing_pods"`
+			Pod          vectorPod    `json:"pod"`
+			NodeNames    []string     `json:"node_names"`
 		} `json:"input"`
 		WantFitReason   map[string]string `json:"want_fit_reason"`
 		WantNodeNames   []string          `json:"want_node_names"`

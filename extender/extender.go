@@ -47,9 +47,10 @@ type Extender struct {
 	// with one request instead of a request from every waiting bind.
 	gatesMu sync.Mutex
 	gates   map[string]chan struct{}
+	stats   struct{ filters, binds, bindErrors, admissions atomic.Uint64 }
+
 	// locks wakes the binds waiting for a node lock, from the Node and pod informers.
 	locks lockSignals
-	stats   struct{ filters, binds, bindErrors, admissions atomic.Uint64 }
 }
 
 var _ schedcache.Runnable = (*Extender)(nil)
