@@ -221,6 +221,7 @@ func TestConformanceFilter(t *testing.T) {
 				})
 			})
 		}
+		t.Logf("checked %d vectors from %s (fit.json)", len(f.Vectors), folder.Dir)
 	}
 }
 
@@ -341,6 +342,7 @@ func TestConformanceBind(t *testing.T) {
 				})
 			})
 		}
+		t.Logf("checked %d vectors from %s (allocate.json scheduler_bind_sequence)", len(f.Sequences), folder.Dir)
 	}
 }
 
