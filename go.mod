@@ -10,6 +10,7 @@ require (
 	github.com/prometheus/client_golang v1.24.0
 	go.uber.org/goleak v1.3.0
 	golang.org/x/time v0.15.0
+	gomodules.xyz/jsonpatch/v2 v2.5.0
 	google.golang.org/grpc v1.82.1
 	google.golang.org/protobuf v1.36.12-0.20260120151049-f2248ac996af
 	k8s.io/api v0.37.2

@@ -68,9 +68,16 @@
 //   - A GPU count or memory beyond int32 saturates (HAMi wraps it around, so 2^32+1 GPUs ask
 //     for one); usage sums are 64-bit.
 //
+// [Unresolvable] says which fit reasons removing pods cannot cure (the extender answers those
+// nodes in FailedAndUnresolvableNodes, where kube-scheduler does not preempt); the rule goes by
+// the reason's words and errs only towards resolvable. For GPUs in [ModeMIG],
+// [ContainerResponse] answers the device list alone, as HAMi's plugin does in mig mode
+// (mig-allocate.json, both versions, by that rule).
+//
 // Not implemented: MIG placement (a GPU in "mig" mode is skipped with
-// CardNotFoundCustomFilterRule), topology-aware pair scores (ordered as spread), ResourceQuota
-// checks, and CDI device list strategies.
+// CardNotFoundCustomFilterRule) and MIG instance identity (which MIG UUID a device names),
+// topology-aware pair scores (ordered as spread), ResourceQuota checks, and CDI device list
+// strategies.
 //
 // Everything here is a pure function of its arguments, safe for concurrent use.
 package allocation

@@ -87,9 +87,16 @@ type Mount struct {
 // CUDA_DEVICE_MEMORY_LIMIT_<i>=<MiB>m per device, CUDA_DEVICE_SM_LIMIT from the first device,
 // CUDA_DEVICE_MEMORY_SHARED_CACHE, the optional variables of opts, and HAMi-core's mounts:
 // libvgpu.so, the container's state folder, /tmp/vgpulock, /etc/ld.so.preload (unless the
-// container sets CUDA_DISABLE_CONTROL) and the license files. gpus are the node's GPUs, needed
-// only for the index strategy. It fails for an empty entry and for a device the index strategy
-// cannot find.
+// container sets CUDA_DISABLE_CONTROL) and the license files. gpus are the node's GPUs, for
+// the index strategy and the GPUs' modes.
+//
+// For devices on GPUs in [ModeMIG] the answer is the device list alone (NVIDIA_VISIBLE_DEVICES,
+// or the volume-mounts entries), with no HAMi-core limit, mount or preload and no StateDir, as
+// HAMi's plugin answers in mig mode (both versions): HAMi-core does not run on MIG instances,
+// which isolate by themselves. Which MIG instance a device names (HAMi resolves it to a MIG
+// UUID) is not decided here: the entry's IDs are listed as for any GPU. It fails for an empty
+// entry, for a device the index strategy cannot find, and for an entry whose devices are on
+// GPUs of both modes ([ErrMixedModes]).
 func ContainerResponse(devs ContainerDevices, c Container, gpus []annotation.Device, opts EnvOptions) (Response, error) {
 	if len(devs) == 0 {
 		return Response{}, fmt.Errorf("container response for %s: no devices in its entry", c.Name)
@@ -110,7 +117,11 @@ func ContainerResponse(devs ContainerDevices, c Container, gpus []annotation.Dev
 			ids = append(ids, id)
 		}
 	}
-	r := Response{Envs: map[string]string{}, StateDir: path.Join(vgpu, "containers", c.PodUID+"_"+c.Name)}
+	mig, err := migEntry(devs, gpus)
+	if err != nil {
+		return Response{}, fmt.Errorf("container response for %s: %w", c.Name, err)
+	}
+	r := Response{Envs: map[string]string{}}
 	if opts.DeviceListStrategy == DeviceListVolumeMounts {
 		r.Envs["NVIDIA_VISIBLE_DEVICES"] = ContainerDevicesDir
 		for _, id := range ids {
@@ -119,6 +130,10 @@ func ContainerResponse(devs ContainerDevices, c Container, gpus []annotation.Dev
 	} else {
 		r.Envs["NVIDIA_VISIBLE_DEVICES"] = strings.Join(ids, ",")
 	}
+	if mig {
+		return r, nil // HAMi-core does not run on MIG: the device list is the whole answer
+	}
+	r.StateDir = path.Join(vgpu, "containers", c.PodUID+"_"+c.Name)
 	for name, on := range map[string]bool{"NVIDIA_GDRCOPY": opts.GDRCopy, "NVIDIA_GDS": opts.GDS, "NVIDIA_MOFED": opts.MOFED} {
 		if on {
 			r.Envs[name] = "enabled"
@@ -157,6 +172,26 @@ func ContainerResponse(devs ContainerDevices, c Container, gpus []annotation.Dev
 		)
 	}
 	return r, nil
+}
+
+// ModeMIG is the [annotation.Device] Mode of an NVIDIA GPU split into MIG instances.
+const ModeMIG = "mig"
+
+// migEntry reports whether the devices of an entry are on GPUs of gpus in [ModeMIG]; a GPU
+// not in gpus counts as not MIG. An entry with both kinds is an error: one container cannot
+// get HAMi-core's limits on some of its GPUs and MIG instances on others.
+func migEntry(devs ContainerDevices, gpus []annotation.Device) (bool, error) {
+	n := 0
+	for _, d := range devs {
+		i := slices.IndexFunc(gpus, func(g annotation.Device) bool { return g.ID == d.GPU() })
+		if i >= 0 && gpus[i].Mode == ModeMIG {
+			n++
+		}
+	}
+	if n > 0 && n < len(devs) {
+		return false, fmt.Errorf("%d of its %d devices are on GPUs in MIG mode: %w", n, len(devs), ErrMixedModes)
+	}
+	return n > 0, nil
 }
 
 // controlDisabled reports whether the container sets CUDA_DISABLE_CONTROL to a true value.

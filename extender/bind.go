@@ -149,8 +149,10 @@ func (e *Extender) bind(ctx context.Context, pod *corev1.Pod, node string) error
 // within a second. The binds of one node queue for its gate, and the one that has it keeps it
 // until done is called at the end of its bind: the lock admits one pod per node until that
 // pod's Allocate anyway, and the next bind then finds the lock in the informer's copy of the
-// Node and waits without a request. While it waits, it looks at the Node in Options.Nodes
-// every pollLock (no request) and tries again when the lock is gone there.
+// Node and waits without a request. It waits for a change, not on a timer: the Node informer's
+// handler wakes it when the node's lock annotation changes (or the Node goes), the pod
+// informer's when a pod on the node is deleted (a lock whose owner is gone may be taken over);
+// then it tries again. [Extender.Run] registers those handlers.
 func (e *Extender) acquire(ctx context.Context, node string, pod types.NamespacedName) (done func(), err error) {
 	clk := e.opts.Clock
 	deadline := clk.Now().Add(e.opts.NodeLockWait)
@@ -169,6 +171,7 @@ func (e *Extender) acquire(ctx context.Context, node string, pod types.Namespace
 		}
 	}
 	for {
+		changed := e.locks.changed(node) // before the try: a change during it wakes the wait
 		err := e.locker.Acquire(ctx, node, pod)
 		if err == nil {
 			return done, nil
@@ -178,25 +181,18 @@ func (e *Extender) acquire(ctx context.Context, node string, pod types.Namespace
 			return nil, err
 		}
 		klog.FromContext(ctx).V(4).Info("Node locked by another pod, waiting", "node", node, "err", err.Error())
-		for {
-			t := clk.NewTimer(min(pollLock, deadline.Sub(clk.Now())))
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				done()
-				return nil, err
-			case <-t.C():
-			}
-			if e.opts.Nodes == nil || !clk.Now().Before(deadline) || !e.lockedByOther(node, pod) {
-				break
-			}
+		t := clk.NewTimer(deadline.Sub(clk.Now()))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			done()
+			return nil, err
+		case <-changed:
+			t.Stop()
+		case <-t.C(): // one last try at the deadline
 		}
 	}
 }
-
-// pollLock is how often a bind waiting for a node lock reads the informer's copy of the Node:
-// a map lookup, no request; short, since a handoff takes a few API round trips.
-const pollLock = 5 * time.Millisecond
 
 // gate returns the bind token of node.
 func (e *Extender) gate(node string) chan struct{} {
@@ -211,20 +207,6 @@ func (e *Extender) gate(node string) chan struct{} {
 		e.gates[node] = g
 	}
 	return g
-}
-
-// lockedByOther reports whether the cached Node carries a node lock that is not pod's.
-func (e *Extender) lockedByOther(node string, pod types.NamespacedName) bool {
-	n, err := e.opts.Nodes.Get(node)
-	if err != nil {
-		return false
-	}
-	l, present, err := nodelock.FromAnnotations(n.Annotations)
-	if !present || err != nil {
-		return present
-	}
-	owner, ok := l.Owner()
-	return !ok || owner != pod
 }
 
 // rollback releases the pod's lock and marks the bind failed (bind-phase "failed" with the

@@ -1,6 +1,7 @@
 package extender
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	k8stesting "k8s.io/client-go/testing"
@@ -155,14 +157,16 @@ func TestBindWaitsForTheNodeLock(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				for range 40 { // the waits, up to 200 ms each, until the 2 s are over
-					synctest.Wait()
-					if len(done) != 0 {
-						break
-					}
-					e.clock.Step(100 * time.Millisecond)
-				}
 				synctest.Wait()
+				if release != (len(done) != 0) {
+					// Woken by the Node informer: no time passes between the release and the
+					// bind; a held lock keeps it waiting.
+					t.Fatalf("after the release (%v) and no time passing, Bind returned %v, want %v", release, len(done) != 0, release)
+				}
+				for len(done) == 0 { // until the 2 s are over
+					e.clock.Step(100 * time.Millisecond)
+					synctest.Wait()
+				}
 				err := <-done
 				n, _ := e.client.CoreV1().Nodes().Get(e.ctx, "n", metaGet)
 				if release {
@@ -195,9 +199,9 @@ func TestBindQueuesWithoutRequests(t *testing.T) {
 		go func() {
 			done <- e.ext.Bind(e.ctx, &bindingArgs{PodName: "second", PodNamespace: "default", PodUID: second.UID, Node: "n"})
 		}()
-		for range 10 { // 10 polls of the lister
+		for range 10 { // time passing alone wakes nothing
 			synctest.Wait()
-			e.clock.Step(pollLock)
+			e.clock.Step(100 * time.Millisecond)
 		}
 		synctest.Wait()
 		if len(done) != 0 {
@@ -213,24 +217,97 @@ func TestBindQueuesWithoutRequests(t *testing.T) {
 		if err := locker.Release(e.ctx, "n", types.NamespacedName{Namespace: "default", Name: "first"}); err != nil {
 			t.Fatal(err)
 		}
-		synctest.Wait()
-		e.client.ClearActions()
-		for len(done) == 0 {
-			e.clock.Step(pollLock)
-			synctest.Wait()
+		synctest.Wait() // the informer's event wakes the bind: no time passes
+		if len(done) == 0 {
+			t.Fatal("Bind still waiting after the release reached the informer")
 		}
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
 		want := []string{
-			`patch nodes n {"metadata":{"annotations":{"hami.io/mutex.lock":"2026-05-19T09:00:00Z,default,second"},"resourceVersion":""}}`,
-			`create pods/binding second->n {"hami.io/bind-phase":"allocating","hami.io/bind-time":"1779181200"}`,
+			`patch nodes n {"metadata":{"annotations":{"hami.io/mutex.lock":null},"resourceVersion":""}}`, // the release
+			`patch nodes n {"metadata":{"annotations":{"hami.io/mutex.lock":"2026-05-19T09:00:01Z,default,second"},"resourceVersion":""}}`,
+			`create pods/binding second->n {"hami.io/bind-phase":"allocating","hami.io/bind-time":"1779181201"}`,
 		}
 		if diff := cmp.Diff(want, e.writes(), cmpEmpty); diff != "" {
-			t.Errorf("writes after the release (-want +got):\n%s", diff)
+			t.Errorf("writes of the release and the bind (-want +got):\n%s", diff)
 		}
-		if n := len(e.client.Actions()); n != len(want) {
-			t.Errorf("%d requests after the release, want %d (no GET): %v", n, len(want), e.client.Actions())
+		if n := len(e.client.Actions()); n != len(want)+1 {
+			t.Errorf("%d requests, want %d (the release's GET, its patch and the bind's two; no GET of the bind): %v", n, len(want)+1, e.client.Actions())
+		}
+	})
+}
+
+// A bind waiting for the lock of a pod that is then deleted takes the lock over at once: the
+// pod informer's delete wakes it (nodelock lets anyone take a lock whose owner is gone).
+func TestBindWokenByTheOwnersDeletion(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		node := registered("n", 1, 23028)
+		node.Annotations[nodelock.Key] = lockOf("other", t0.Add(-time.Minute))
+		other, pod := placedPod("other", "n", "GPU-n-0,NVIDIA,1000,10:;"), gpuPod("p", map[string]string{"nvidia.com/gpu": "1"})
+		e := start(t, Options{NodeLockWait: 5 * time.Second}, other, node, pod)
+		done := make(chan error, 1)
+		go func() {
+			done <- e.ext.Bind(e.ctx, &bindingArgs{PodName: "p", PodNamespace: "default", PodUID: pod.UID, Node: "n"})
+		}()
+		synctest.Wait()
+		if len(done) != 0 {
+			t.Fatalf("Bind returned while the owner lives: %v", <-done)
+		}
+		if err := e.client.CoreV1().Pods("default").Delete(e.ctx, "other", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if len(done) == 0 {
+			t.Fatal("Bind still waiting after the lock's owner was deleted")
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		n, _ := e.client.CoreV1().Nodes().Get(e.ctx, "n", metaGet)
+		if got := n.Annotations[nodelock.Key]; !strings.HasSuffix(got, ",default,p") {
+			t.Errorf("lock %q, want p's", got)
+		}
+	})
+}
+
+// A bind that gives up (its context ends) leaves nothing behind: no goroutine (TestMain's
+// goleak), and the node's signal is dropped at the next change.
+func TestBindWaitEndsWithItsContext(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		node := registered("n", 1, 23028)
+		node.Annotations[nodelock.Key] = lockOf("other", t0.Add(-time.Minute))
+		pod := gpuPod("p", map[string]string{"nvidia.com/gpu": "1"})
+		e := start(t, Options{NodeLockWait: time.Hour}, gpuPod("other", nil), node, pod)
+		ctx, cancel := context.WithCancel(e.ctx)
+		done := make(chan error, 1)
+		go func() {
+			done <- e.ext.Bind(ctx, &bindingArgs{PodName: "p", PodNamespace: "default", PodUID: pod.UID, Node: "n"})
+		}()
+		synctest.Wait()
+		cancel()
+		synctest.Wait()
+		if len(done) == 0 {
+			t.Fatal("Bind still waiting after its context ended")
+		}
+		if err := <-done; !errors.Is(err, nodelock.ErrLocked) {
+			t.Errorf("Bind = %v, want the lock's error", err)
+		}
+		locker, err := nodelock.New(e.client.CoreV1(), nodelock.Options{Clock: e.clock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := locker.Release(e.ctx, "n", types.NamespacedName{Namespace: "default", Name: "other"}); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		e.ext.locks.mu.Lock()
+		left := len(e.ext.locks.chans)
+		e.ext.locks.mu.Unlock()
+		if left != 0 {
+			t.Errorf("%d node signals left after the change", left)
 		}
 	})
 }

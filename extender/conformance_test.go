@@ -78,6 +78,12 @@ func cmpOr[T comparable](v, d T) T {
 	return v
 }
 
+type vectorNode struct {
+	Name        string              `json:"name"`
+	Annotations map[string]string   `json:"annotations"`
+	Devices     []annotation.Device `json:"devices"`
+}
+
 type fitFile struct {
 	Vectors []struct {
 		Name  string `json:"name"`
@@ -88,14 +94,10 @@ type fitFile struct {
 				DefaultMemory int32             `json:"default_memory"`
 				DefaultCores  int32             `json:"default_cores"`
 			} `json:"config"`
-			Nodes []struct {
-				Name        string              `json:"name"`
-				Annotations map[string]string   `json:"annotations"`
-				Devices     []annotation.Device `json:"devices"`
-			} `json:"nodes"`
-			ExistingPods []vectorPod `json:"existing_pods"`
-			Pod          vectorPod   `json:"pod"`
-			NodeNames    []string    `json:"node_names"`
+			Nodes        []vectorNode `json:"nodes"`
+			ExistingPods []vectorPod  `json:"existing_pods"`
+			Pod          vectorPod    `json:"pod"`
+			NodeNames    []string     `json:"node_names"`
 		} `json:"input"`
 		WantFitReason   map[string]string `json:"want_fit_reason"`
 		WantNodeNames   []string          `json:"want_node_names"`
@@ -110,7 +112,9 @@ type fitFile struct {
 // the pod byte for byte (as JSON), and for a pod that fits nowhere every candidate's reason:
 // HAMi's "node unregistered" as the prefix of ours, the fit reason (HAMi master's, sorted)
 // for registered nodes. HAMi v2.9.0 says "NodeUnfitPod" for those; the extender gives the
-// reason.
+// reason. HAMi's FailedNodes is compared with FailedNodes and FailedAndUnresolvableNodes
+// together; a node in the latter must fail without any pod's usage, and an unregistered one
+// must be there.
 func TestConformanceFilter(t *testing.T) {
 	t.Parallel()
 	for _, folder := range vectors.Folders(t) {
@@ -154,11 +158,25 @@ func TestConformanceFilter(t *testing.T) {
 						t.Fatalf("NodeNames = %v, HAMi %v (failed %v)", got, v.WantNodeNames, res.FailedNodes)
 					}
 					if len(v.WantNodeNames) == 0 {
-						if !slices.Equal(slices.Sorted(maps.Keys(res.FailedNodes)), slices.Sorted(maps.Keys(v.WantFailedNodes))) {
-							t.Fatalf("FailedNodes = %v, HAMi %v", res.FailedNodes, v.WantFailedNodes)
+						// Deliberate difference, by rule: HAMi puts every candidate in
+						// FailedNodes; the extender puts those that removing pods cannot make
+						// fit in FailedAndUnresolvableNodes. The two together are compared
+						// with HAMi's, and the rule is asserted on each of them.
+						failed := failedUnion(t, res)
+						if !slices.Equal(slices.Sorted(maps.Keys(failed)), slices.Sorted(maps.Keys(v.WantFailedNodes))) {
+							t.Fatalf("FailedNodes %v and FailedAndUnresolvableNodes %v, HAMi %v", res.FailedNodes, res.FailedAndUnresolvableNodes, v.WantFailedNodes)
+						}
+						for node := range res.FailedAndUnresolvableNodes {
+							if stillFails(in.Nodes, node, pod, cfg) {
+								continue
+							}
+							t.Errorf("%s is in FailedAndUnresolvableNodes (%q), but the pod fits there without the other pods", node, res.FailedAndUnresolvableNodes[node])
 						}
 						for node, hami := range v.WantFailedNodes {
-							ours := res.FailedNodes[node]
+							ours := failed[node]
+							if hami == ReasonNodeUnregistered && res.FailedAndUnresolvableNodes[node] == "" {
+								t.Errorf("%s: unregistered, but not in FailedAndUnresolvableNodes", node)
+							}
 							switch {
 							case hami == ReasonNodeUnregistered:
 								if !strings.HasPrefix(ours, ReasonNodeUnregistered+": ") {
@@ -203,7 +221,20 @@ func TestConformanceFilter(t *testing.T) {
 				})
 			})
 		}
+		t.Logf("checked %d vectors from %s (fit.json)", len(f.Vectors), folder.Dir)
 	}
+}
+
+// stillFails reports whether pod fails on the vector node name with no pod holding anything
+// there (every candidate of the vector failing as unregistered fails).
+func stillFails(nodes []vectorNode, name string, pod *corev1.Pod, cfg allocation.Config) bool {
+	for _, n := range nodes {
+		if n.Name == name {
+			_, _, fits := allocation.Fit(allocation.WithUsage(n.Devices, nil), allocation.Requests(pod, cfg), pod.Annotations, n.Annotations, cfg)
+			return !fits
+		}
+	}
+	return true
 }
 
 // setupWithNodes is setup with Options.Nodes from the same factory (node annotations reach
@@ -311,6 +342,7 @@ func TestConformanceBind(t *testing.T) {
 				})
 			})
 		}
+		t.Logf("checked %d vectors from %s (allocate.json scheduler_bind_sequence)", len(f.Sequences), folder.Dir)
 	}
 }
 

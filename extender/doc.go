@@ -15,10 +15,13 @@
 //     the chosen node is the only one answered, and the pod is patched first with HAMi's
 //     filter annotations: one merge patch of hami.io/vgpu-node, hami.io/vgpu-time,
 //     hami.io/vgpu-devices-to-allocate and hami.io/vgpu-devices-allocated, and the label
-//     hami.io/vgpu-node. When no node fits, every candidate has a reason in FailedNodes that
-//     starts with HAMi's words and says why, e.g. "node unregistered: NVIDIA malformed: …" or
+//     hami.io/vgpu-node. When no node fits, every candidate has a reason that starts with
+//     HAMi's words and says why, e.g. "node unregistered: NVIDIA malformed: …" or
 //     "1/2 CardInsufficientMemory, 1/2 CardNotHealth", which kube-scheduler puts in the pod's
-//     FailedScheduling event. Both nodeCacheCapable true (NodeNames) and false (Nodes) are
+//     FailedScheduling event: in FailedAndUnresolvableNodes when removing pods cannot make the
+//     node fit (allocation.Unresolvable: no registered devices, or only reasons about the GPUs
+//     themselves such as CardTypeMismatch or NodeInsufficientDevice), so that kube-scheduler
+//     does not preempt there, else in FailedNodes. Both nodeCacheCapable true (NodeNames) and false (Nodes) are
 //     served.
 //   - POST /bind: [Extender.Bind]. The node lock (package nodelock) when a regular container
 //     asks for a GPU, then the pods/binding carrying hami.io/bind-phase "allocating" and
@@ -29,9 +32,13 @@
 //     instead of failing the bind into kube-scheduler's back-off of 1 to 10 s. The binds of
 //     one node run one at a time; the next one reads the lock from Options.Nodes and the
 //     owner from the pod informer, so waiting costs no request, and a free node costs the lock
-//     one conditional patch (nodelock.Options.Nodes): a bind is two requests.
+//     one conditional patch (nodelock.Options.Nodes): a bind is two requests. A waiting bind
+//     is woken by the node cache's Node informer when the node's lock annotation changes (and
+//     by the pod informer when a pod of the node is deleted), never by a timer.
 //   - POST /webhook: [Extender.Admit] in an AdmissionReview (admission.k8s.io/v1 or v1beta1).
-//   - GET /healthz and /readyz: 200 once the pod usage and the node cache synced, 503 before.
+//   - GET /healthz (liveness): 200 whenever the handler serves, before the sync too, so that a
+//     liveness probe does not restart an extender that is still listing a large cluster.
+//   - GET /readyz (readiness): 200 once the pod usage and the node cache synced, 503 before.
 //
 // Every request gets an answer: a body that does not decode, lacks the pod (filter) or the
 // pod, namespace and node (bind), or exceeds Options.MaxBodyBytes (default 1 MiB, HAMi's
@@ -84,7 +91,11 @@
 // # Differences from HAMi, deliberate
 //
 //   - FailedNodes gives the fit reason for a registered node with either HAMi version (v2.9.0
-//     says "NodeUnfitPod") and says why a node is unregistered.
+//     says "NodeUnfitPod") and says why a node is unregistered; nodes that removing pods
+//     cannot help are in FailedAndUnresolvableNodes instead (HAMi: all in FailedNodes).
+//   - /healthz is liveness (200 while serving), /readyz readiness (HAMi serves neither).
+//   - The webhook's JSON patch is computed as the difference between the admitted and the
+//     mutated pod (gomodules.xyz/jsonpatch/v2), not op by op; the patched pod is the same.
 //   - A failed bind sets bind-phase "failed" (HAMi leaves "allocating") after releasing the lock.
 //   - A bind waits for a held node lock (HAMi v2.9.0 fails at once; NodeLockWait < 0 does too).
 //   - bind-phase and bind-time travel on the Binding instead of a merge patch before it: one

@@ -50,6 +50,9 @@ type Extender struct {
 	gatesMu sync.Mutex
 	gates   map[string]chan struct{}
 	stats   struct{ filters, binds, bindErrors, admissions atomic.Uint64 }
+
+	// locks wakes the binds waiting for a node lock, from the Node and pod informers.
+	locks lockSignals
 }
 
 var _ schedcache.Runnable = (*Extender)(nil)
@@ -104,9 +107,10 @@ func trimPod(obj any) (any, error) {
 	return obj, nil
 }
 
-// Run counts usage from the pod informer until ctx is done: it registers its handlers, starts
-// the informer when the extender owns it, and closes readiness once the pods and the node cache
-// synced. It returns nil on cancellation, after every goroutine it started ended, and
+// Run counts usage from the pod informer until ctx is done: it registers its handlers (on the
+// pod informer, and on the node cache's Node informer to wake binds waiting for a node lock),
+// starts the pod informer when the extender owns it, and closes readiness once the pods and the
+// node cache synced. It returns nil on cancellation, after every goroutine it started ended, and
 // [ErrAlreadyRunning] when called twice.
 func (e *Extender) Run(ctx context.Context) error {
 	if !e.running.CompareAndSwap(false, true) {
@@ -125,12 +129,18 @@ func (e *Extender) Run(ctx context.Context) error {
 			if key := obj.GetKey(); key != "" {
 				e.usage.forget(key)
 			}
+			e.podGone(obj.OptionalObj)
 		},
 	}, cache.HandlerOptions{Logger: &logger})
 	if err != nil {
 		return fmt.Errorf("run extender: add pod event handler: %w", err)
 	}
 	defer func() { _ = e.pods.RemoveEventHandler(reg) }()
+	nodeReg, err := e.watchNodeLocks(logger)
+	if err != nil {
+		return fmt.Errorf("run extender: add node event handler: %w", err)
+	}
+	defer func() { _ = e.cache.Informer().RemoveEventHandler(nodeReg) }()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	if e.ownPods {
@@ -167,14 +177,20 @@ const (
 )
 
 // Handler returns the extender's HTTP routes: POST /filter and /bind (kube-scheduler's
-// extender API, verbs filter and bind), POST /webhook (the mutating admission webhook), and GET
-// /healthz and /readyz, which answer 200 once [Extender.Ready] is closed and 503 before.
+// extender API, verbs filter and bind), POST /webhook (the mutating admission webhook), GET
+// /healthz, the liveness probe, which answers 200 whenever the handler serves (a slow first
+// sync is not a reason to restart the process), and GET /readyz, the readiness probe, which
+// answers 200 once [Extender.Ready] is closed and 503 before.
 func (e *Extender) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc(PathFilter, e.serveFilter)
 	mux.HandleFunc(PathBind, e.serveBind)
 	mux.HandleFunc(PathWebhook, e.serveWebhook)
-	health := func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc(PathHealthz, func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write([]byte("ok"))
+	})
+	mux.HandleFunc(PathReadyz, func(w http.ResponseWriter, _ *http.Request) {
 		select {
 		case <-e.ready:
 			w.WriteHeader(http.StatusOK)
@@ -182,9 +198,7 @@ func (e *Extender) Handler() http.Handler {
 		default:
 			http.Error(w, "node cache or pod usage not synced", http.StatusServiceUnavailable)
 		}
-	}
-	mux.HandleFunc(PathHealthz, health)
-	mux.HandleFunc(PathReadyz, health)
+	})
 	return mux
 }
 

@@ -108,9 +108,10 @@ func (e *Extender) serveFilter(w http.ResponseWriter, r *http.Request) {
 // snapshot of the node cache, with what pods hold of their GPUs), the node HAMi's policies
 // choose is the only one answered, and the pod is patched with HAMi's filter annotations
 // (spec §4.1) before the answer; its usage counts for the next filter at once. When no node
-// fits, FailedNodes gives every candidate a reason that starts with HAMi's words
-// ("node unregistered", the fit reason words) and says why. A failed patch is the result's
-// Error. Filter does not wait for readiness; the /filter route does.
+// fits, every candidate gets a reason that starts with HAMi's words ("node unregistered", the
+// fit reason words) and says why: in FailedAndUnresolvableNodes when removing pods from the
+// node cannot help (allocation.Unresolvable), else in FailedNodes (HAMi puts all of them in
+// FailedNodes). A failed patch is the result's Error. Filter does not wait for readiness; the /filter route does.
 func (e *Extender) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) (res *extenderv1.ExtenderFilterResult) {
 	logger := klog.FromContext(ctx)
 	pod := args.Pod
@@ -132,7 +133,7 @@ func (e *Extender) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) (r
 	if d.node == "" {
 		logger.V(2).Info("No node fits the pod", "pod", klog.KObj(pod), "candidates", len(names))
 		e.recordFailure(pod, d.failed)
-		return &extenderv1.ExtenderFilterResult{FailedNodes: d.failed}
+		return failedResult(d.failed)
 	}
 	if err := e.patchFilter(ctx, pod, d.node, allocation.EncodePodDevices(d.devices)); err != nil {
 		d.undo()

@@ -2,6 +2,8 @@ package extender
 
 import (
 	"errors"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -12,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
@@ -24,8 +27,10 @@ func TestFilter(t *testing.T) {
 		pod        *corev1.Pod
 		candidates []string
 		wantNodes  *[]string
-		wantFailed map[string]string
-		wantWrites []string
+		wantFailed map[string]string // FailedNodes and FailedAndUnresolvableNodes together
+		// wantUnresolvable are the nodes of wantFailed in FailedAndUnresolvableNodes.
+		wantUnresolvable []string
+		wantWrites       []string
 	}{
 		"no GPU request: every candidate passes untouched": {
 			pod:        gpuPod("p", map[string]string{"cpu": "1"}),
@@ -49,11 +54,15 @@ func TestFilter(t *testing.T) {
 				"empty":     "node unregistered: NVIDIA no-devices: ",
 				"unknown":   "node unregistered: not known to the node cache (no Node object, or outside its informer)",
 			},
+			// "small" cannot hold 20000 MiB at all, but CardInsufficientMemory is resolvable
+			// by the rule's words (it errs towards resolvable).
+			wantUnresolvable: []string{"absent", "empty", "malformed", "unknown"},
 		},
 		"more GPUs than the node has": {
-			pod:        gpuPod("p", map[string]string{"nvidia.com/gpu": "2"}),
-			candidates: []string{"busy"},
-			wantFailed: map[string]string{"busy": allocation.ReasonNodeInsufficientDevice},
+			pod:              gpuPod("p", map[string]string{"nvidia.com/gpu": "2"}),
+			candidates:       []string{"busy"},
+			wantFailed:       map[string]string{"busy": allocation.ReasonNodeInsufficientDevice},
+			wantUnresolvable: []string{"busy"},
 		},
 	}
 	for name, tc := range tests {
@@ -74,14 +83,17 @@ func TestFilter(t *testing.T) {
 				}
 				// A reason starts with HAMi's words; the rest says why (decode errors are long).
 				got := map[string]string{}
-				for n, r := range res.FailedNodes {
+				for n, r := range failedUnion(t, res) {
 					got[n] = r
 					if w := tc.wantFailed[n]; strings.HasSuffix(w, ": ") && strings.HasPrefix(r, w) {
 						got[n] = w
 					}
 				}
 				if diff := cmp.Diff(tc.wantFailed, got, cmpEmpty); diff != "" {
-					t.Errorf("FailedNodes (-want +got):\n%s", diff)
+					t.Errorf("FailedNodes and FailedAndUnresolvableNodes (-want +got):\n%s", diff)
+				}
+				if diff := cmp.Diff(tc.wantUnresolvable, slices.Sorted(maps.Keys(res.FailedAndUnresolvableNodes)), cmpEmpty); diff != "" {
+					t.Errorf("FailedAndUnresolvableNodes (-want +got):\n%s", diff)
 				}
 				if diff := cmp.Diff(tc.wantWrites, e.writes(), cmpEmpty); diff != "" {
 					t.Errorf("writes (-want +got):\n%s", diff)
@@ -89,6 +101,26 @@ func TestFilter(t *testing.T) {
 			})
 		})
 	}
+}
+
+// failedUnion is FailedNodes and FailedAndUnresolvableNodes together; it fails t when a node is
+// in both or is in the wrong one by allocation.Unresolvable.
+func failedUnion(t *testing.T, res *extenderv1.ExtenderFilterResult) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for n, r := range res.FailedNodes {
+		if allocation.Unresolvable(r) {
+			t.Errorf("%s in FailedNodes with the unresolvable reason %q", n, r)
+		}
+		out[n] = r
+	}
+	for n, r := range res.FailedAndUnresolvableNodes {
+		if _, dup := out[n]; dup || !allocation.Unresolvable(r) {
+			t.Errorf("%s in FailedAndUnresolvableNodes with %q (also in FailedNodes: %v)", n, r, dup)
+		}
+		out[n] = r
+	}
+	return out
 }
 
 var cmpEmpty = cmp.FilterValues(func(a, b any) bool { return isEmpty(a) && isEmpty(b) }, cmp.Ignore())
@@ -268,7 +300,7 @@ func TestDecideIsSchedule(t *testing.T) {
 			want := allocation.Schedule(nodes, allocation.Requests(pod, cfg), pod.Annotations, cfg)
 			res := e.filter(pod, names...)
 			if want.Node == "" {
-				if res.NodeNames != nil || !cmp.Equal(want.Failed, map[string]string(res.FailedNodes)) {
+				if res.NodeNames != nil || !cmp.Equal(want.Failed, failedUnion(t, res)) {
 					t.Fatalf("pod %d: Schedule fails with %v, filter gives %+v", i, want.Failed, res)
 				}
 				continue

@@ -80,7 +80,7 @@ func FuzzFilterRequest(f *testing.F) {
 		default:
 			t.Fatalf("status %d: %q", status, out)
 		}
-		if res.NodeNames != nil && len(*res.NodeNames) > 0 && res.FailedNodes != nil {
+		if res.NodeNames != nil && len(*res.NodeNames) > 0 && (res.FailedNodes != nil || res.FailedAndUnresolvableNodes != nil) {
 			t.Fatalf("chosen nodes and failed nodes together: %q", out)
 		}
 	})

@@ -77,7 +77,7 @@ func TestHandler(t *testing.T) {
 }
 
 // TestHandlerNotReady: before the caches synced /filter waits with the request's context, then
-// answers 503; the probes answer 503.
+// answers 503; /readyz answers 503 and /healthz (liveness) 200.
 func TestHandlerNotReady(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -89,8 +89,11 @@ func TestHandlerNotReady(t *testing.T) {
 		if status != http.StatusServiceUnavailable || !strings.Contains(body, ErrNotReady.Error()) {
 			t.Errorf("filter before ready = %d %s", status, body)
 		}
-		if status, _ := serve(e.ctx, h, "GET", PathHealthz, ""); status != http.StatusServiceUnavailable {
-			t.Errorf("healthz before ready = %d", status)
+		if status, body := serve(e.ctx, h, "GET", PathReadyz, ""); status != http.StatusServiceUnavailable || !strings.Contains(body, "not synced") {
+			t.Errorf("readyz before ready = %d %q, want 503", status, body)
+		}
+		if status, body := serve(e.ctx, h, "GET", PathHealthz, ""); status != http.StatusOK || body != "ok" {
+			t.Errorf("healthz before ready = %d %q, want 200 ok: liveness does not wait for the sync", status, body)
 		}
 	})
 }

@@ -69,8 +69,10 @@ type Options struct {
 	Pods coreinformers.PodInformer
 	// Nodes, when set, gives the nodes' annotations to the fit (HAMi master reads
 	// hami.io/device-cordon from them), and the node lock to the bind: it is read there
-	// (nodelock.Options.Nodes) and a bind waiting for another pod's lock watches it there.
-	// Nil means no node annotations (no GPU is cordoned) and a GET of the Node per lock try.
+	// (nodelock.Options.Nodes). Nil means no node annotations (no GPU is cordoned) and a GET of
+	// the Node per lock try. Use the lister of the node cache's informer (the same factory): a
+	// bind waiting for another pod's lock is woken by that informer's events and then reads
+	// the lock here.
 	Nodes corev1listers.NodeLister
 	// Registerer, when set, receives HAMi's scheduler metric families (the gauges HAMi's
 	// --metrics-bind-address serves, with HAMi's names, help, labels and values, computed at

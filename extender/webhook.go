@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -70,7 +69,9 @@ func (e *Extender) serveWebhook(w http.ResponseWriter, r *http.Request) {
 // Everything else is allowed unchanged: other objects, pods without such a container, pods of
 // another scheduler, privileged containers. Denied: a pod without containers ("pod has no
 // containers") and a GPU pod with spec.nodeName ("pod has node assigned"). HAMi's
-// ResourceQuota check is not made. The patch is a JSON patch of the changed fields only.
+// ResourceQuota check is not made. The patch is a JSON patch of the changed fields only, the
+// difference between the object as sent and as mutated (gomodules.xyz/jsonpatch/v2), so it
+// applies to that object whichever of its fields are absent or null.
 func (e *Extender) Admit(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	e.stats.admissions.Add(1)
 	allow := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
@@ -90,17 +91,13 @@ func (e *Extender) Admit(ctx context.Context, req *admissionv1.AdmissionRequest)
 	if s := pod.Spec.SchedulerName; s != "" && s != e.opts.SchedulerName && (s != DefaultSchedulerNameK8s || e.opts.KeepDefaultScheduler) {
 		return allow
 	}
-	var layout struct {
-		Spec struct {
-			Containers []struct {
-				Resources *struct {
-					Limits json.RawMessage `json:"limits"`
-				} `json:"resources"`
-			} `json:"containers"`
-		} `json:"spec"`
+	doc, err := decodePodDocument(req.Object.Raw)
+	if err != nil {
+		return &admissionv1.AdmissionResponse{UID: req.UID, Result: &metav1.Status{Code: http.StatusBadRequest, Message: err.Error()}}
 	}
-	_ = json.Unmarshal(req.Object.Raw, &layout) // it decoded as a Pod just above
-	var ops []jsonPatchOp
+	failed := func(err error) *admissionv1.AdmissionResponse {
+		return &admissionv1.AdmissionResponse{UID: req.UID, Result: &metav1.Status{Code: http.StatusInternalServerError, Message: "mutate pod: " + err.Error()}}
+	}
 	gpu := false
 	for i := range pod.Spec.Containers {
 		c := &pod.Spec.Containers[i]
@@ -110,26 +107,8 @@ func (e *Extender) Admit(ctx context.Context, req *admissionv1.AdmissionRequest)
 		}
 		limits, env, asks := e.mutateContainer(c)
 		gpu = gpu || asks
-		base := "/spec/containers/" + strconv.Itoa(i)
-		if len(limits) > 0 {
-			switch {
-			case i >= len(layout.Spec.Containers) || layout.Spec.Containers[i].Resources == nil:
-				ops = append(ops, jsonPatchOp{Op: "add", Path: base + "/resources", Value: map[string]any{"limits": limits}})
-			case c.Resources.Limits == nil:
-				ops = append(ops, jsonPatchOp{Op: "add", Path: base + "/resources/limits", Value: limits})
-			default:
-				for name, q := range limits {
-					ops = append(ops, jsonPatchOp{Op: "add", Path: base + "/resources/limits/" + escapePointer(string(name)), Value: q})
-				}
-			}
-		}
-		for _, v := range env {
-			if c.Env == nil {
-				ops = append(ops, jsonPatchOp{Op: "add", Path: base + "/env", Value: []corev1.EnvVar{v}})
-				c.Env = []corev1.EnvVar{v}
-				continue
-			}
-			ops = append(ops, jsonPatchOp{Op: "add", Path: base + "/env/-", Value: v})
+		if err := doc.mutateContainer(i, limits, env); err != nil {
+			return failed(err)
 		}
 	}
 	if !gpu {
@@ -138,10 +117,15 @@ func (e *Extender) Admit(ctx context.Context, req *admissionv1.AdmissionRequest)
 	if pod.Spec.NodeName != "" {
 		return deny("pod has node assigned")
 	}
-	ops = append(ops, jsonPatchOp{Op: "add", Path: "/spec/schedulerName", Value: e.opts.SchedulerName})
-	patch, err := json.Marshal(ops)
+	if err := doc.setSchedulerName(e.opts.SchedulerName); err != nil {
+		return failed(err)
+	}
+	patch, err := doc.patch(req.Object.Raw)
 	if err != nil {
-		return &admissionv1.AdmissionResponse{UID: req.UID, Result: &metav1.Status{Code: http.StatusInternalServerError, Message: err.Error()}}
+		return failed(err)
+	}
+	if patch == nil {
+		return allow
 	}
 	pt := admissionv1.PatchTypeJSONPatch
 	klog.FromContext(ctx).V(4).Info("Mutated GPU pod", "pod", klog.KObj(&pod), "schedulerName", e.opts.SchedulerName)
@@ -174,15 +158,4 @@ func (e *Extender) mutateContainer(c *corev1.Container) (corev1.ResourceList, []
 		add[corev1.ResourceName(cfg.ResourceCores)] = *resource.NewQuantity(100, resource.DecimalSI)
 	}
 	return add, env, count
-}
-
-type jsonPatchOp struct {
-	Op    string `json:"op"`
-	Path  string `json:"path"`
-	Value any    `json:"value,omitempty"`
-}
-
-// escapePointer escapes a JSON pointer token (RFC 6901).
-func escapePointer(s string) string {
-	return strings.NewReplacer("~", "~0", "/", "~1").Replace(s)
 }

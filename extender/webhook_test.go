@@ -1,6 +1,7 @@
 package extender
 
 import (
+	"bytes"
 	"encoding/json"
 	"testing"
 
@@ -64,6 +65,15 @@ func TestAdmit(t *testing.T) {
 			wantAllowed: true,
 			wantPatched: `{"metadata":{"name":"p"},"spec":{"containers":[{"name":"c","resources":{"limits":{"nvidia.com/gpu":"1","nvidia.com/gpumem-percentage":"50"}}}],"schedulerName":"hami-scheduler"}}`,
 		},
+		"limits and env null, existing env kept, unknown fields and numbers untouched": {
+			pod:         `{"metadata":{"name":"p"},"spec":{"futureField":{"x":[1,2]},"activeDeadlineSeconds":9007199254740993,"containers":[{"name":"a","env":null,"resources":{"limits":null,"requests":{"nvidia.com/gpu":"1"}}},{"name":"b","env":[{"name":"X","value":"1"}],"resources":{"limits":{"nvidia.com/gpu":"2","nvidia.com/priority":"0"}}}]}}`,
+			wantAllowed: true,
+			wantPatched: `{"metadata":{"name":"p"},"spec":{"futureField":{"x":[1,2]},"activeDeadlineSeconds":9007199254740993,"schedulerName":"hami-scheduler","containers":[{"name":"a","env":null,"resources":{"limits":null,"requests":{"nvidia.com/gpu":"1"}}},{"name":"b","env":[{"name":"X","value":"1"},{"name":"CUDA_TASK_PRIORITY","value":"0"}],"resources":{"limits":{"nvidia.com/gpu":"2","nvidia.com/gpucores":"100","nvidia.com/priority":"0"}}}]}}`,
+		},
+		"already mutated: allowed without a patch": {
+			pod:         `{"metadata":{"name":"p"},"spec":{"schedulerName":"hami-scheduler","containers":[{"name":"c","resources":{"limits":{"nvidia.com/gpu":"1","nvidia.com/gpucores":"100"}}}]}}`,
+			wantAllowed: true, wantNoChange: true,
+		},
 		"no GPU: unchanged":          {pod: `{"metadata":{"name":"p"},"spec":{"containers":[{"name":"c","resources":{"limits":{"cpu":"1"}}}]}}`, wantAllowed: true, wantNoChange: true},
 		"other scheduler: unchanged": {pod: `{"metadata":{"name":"p"},"spec":{"schedulerName":"volcano","containers":[{"name":"c","resources":{"limits":{"nvidia.com/gpu":"1"}}}]}}`, wantAllowed: true, wantNoChange: true},
 		"default scheduler kept": {
@@ -119,12 +129,22 @@ func TestAdmit(t *testing.T) {
 				t.Fatalf("apply %s: %v", resp.Patch, err)
 			}
 			var a, b any
-			_ = json.Unmarshal(got, &a)
-			_ = json.Unmarshal([]byte(tc.wantPatched), &b)
+			decodeNumbers(t, got, &a)
+			decodeNumbers(t, []byte(tc.wantPatched), &b)
 			if diff := cmp.Diff(b, a); diff != "" {
 				t.Errorf("pod after the patch %s (-want +got):\n%s", resp.Patch, diff)
 			}
 		})
+	}
+}
+
+// decodeNumbers decodes JSON with numbers kept as written.
+func decodeNumbers(t *testing.T, data []byte, v any) {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	if err := dec.Decode(v); err != nil {
+		t.Fatalf("decode %s: %v", data, err)
 	}
 }
 

@@ -63,8 +63,10 @@ type ContainerRequest struct {
 // HAMiCore is the default Allocator: HAMi-core's environment and mounts for NVIDIA GPUs
 // (allocation.ContainerResponse: NVIDIA_VISIBLE_DEVICES, CUDA_DEVICE_MEMORY_LIMIT_<i>,
 // CUDA_DEVICE_SM_LIMIT, the libvgpu.so and ld.so.preload mounts, ...) and, with
-// PrepareStateDir, the container's state folder created on the host. The zero value is HAMi's
-// chart without the state folder.
+// PrepareStateDir, the container's state folder created on the host. For devices on GPUs in
+// "mig" mode (NodeDevices' Mode) the answer is the device list alone, no limit, mount, preload
+// or state folder, as HAMi's plugin answers in mig mode. The zero value is HAMi's chart without
+// the state folder.
 type HAMiCore struct {
 	// Env shapes the container environment (HOOK_PATH, device list strategy, memory scaling,
 	// ...). The zero value is the chart's.
@@ -89,7 +91,7 @@ func (h HAMiCore) Allocate(_ context.Context, req ContainerRequest) (allocation.
 	if err != nil {
 		return allocation.Response{}, err
 	}
-	if h.PrepareStateDir {
+	if h.PrepareStateDir && r.StateDir != "" { // none for MIG: HAMi-core does not run there
 		if err := prepareStateDir(r.StateDir); err != nil {
 			return allocation.Response{}, fmt.Errorf("state folder: %w: %w", ErrHost, err)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -215,6 +216,40 @@ func TestHAMiCorePreparesTheStateFolder(t *testing.T) {
 	}
 	if _, err := (HAMiCore{}).Allocate(t.Context(), ContainerRequest{Devices: allocation.ContainerDevices{dev(0, 1, 1)}}); err == nil || !strings.Contains(err.Error(), "set Options.Allocator") {
 		t.Errorf("HAMiCore without a pod = %v", err)
+	}
+}
+
+// For a GPU in mig mode HAMiCore answers the device list alone, as HAMi's plugin does: no
+// HAMi-core limit, mount or preload, and no state folder even with PrepareStateDir. A container
+// with GPUs of both modes fails.
+func TestHAMiCoreMIGMode(t *testing.T) {
+	t.Parallel()
+	hook := t.TempDir()
+	gpus := testGPUs()
+	for i := range gpus {
+		gpus[i].Mode = allocation.ModeMIG
+	}
+	pod := gpuPod("p", "main")
+	h := HAMiCore{Env: allocation.EnvOptions{HookPath: hook}, PrepareStateDir: true}
+	r, err := h.Allocate(t.Context(), ContainerRequest{
+		Pod: pod, Container: &pod.Spec.Containers[0], Devices: allocation.ContainerDevices{dev(0, 1000, 30)}, NodeDevices: gpus,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := gocmp.Diff(allocation.Response{Envs: map[string]string{"NVIDIA_VISIBLE_DEVICES": "GPU-0"}}, r); diff != "" {
+		t.Errorf("answer (-want +got):\n%s", diff)
+	}
+	if _, err := os.Stat(filepath.Join(hook, "vgpu")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("state folder made for a MIG GPU: %v", err)
+	}
+	mixed := slices.Clone(gpus)
+	mixed[1].Mode = "hami-core"
+	_, err = h.Allocate(t.Context(), ContainerRequest{
+		Pod: pod, Container: &pod.Spec.Containers[0], Devices: allocation.ContainerDevices{dev(0, 1000, 30), dev(1, 1000, 30)}, NodeDevices: mixed,
+	})
+	if !errors.Is(err, allocation.ErrMixedModes) {
+		t.Errorf("mixed modes = %v, want ErrMixedModes", err)
 	}
 }
 

@@ -78,7 +78,8 @@
 // Allocator: Options.Allocator; else the [Source], when it implements Allocator; else
 // [HAMiCore], HAMi-core's environment and mounts for NVIDIA (NVIDIA_VISIBLE_DEVICES,
 // CUDA_DEVICE_MEMORY_LIMIT_<i>, CUDA_DEVICE_SM_LIMIT, the libvgpu.so and ld.so.preload
-// mounts, ...; with HAMiCore.PrepareStateDir the container's state folder on the host). An
+// mounts, ...; with HAMiCore.PrepareStateDir the container's state folder on the host; for
+// a GPU whose Mode is "mig" only NVIDIA_VISIBLE_DEVICES, as HAMi's plugin in mig mode). An
 // Allocator's error, or an answer the kubelet cannot use, fails the pod as every failure
 // above does, as [ErrAllocator] ([ErrHost] for HAMi-core's state folder); see
 // [ExampleAllocator] for a vendor's device nodes and env.

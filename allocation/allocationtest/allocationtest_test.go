@@ -65,7 +65,12 @@ func TestScheduleWritesWhatHAMiWrites(t *testing.T) {
 	for _, folder := range vectors.Folders(t) {
 		var f struct {
 			Sequence []struct {
-				Name    string `json:"name"`
+				Name  string `json:"name"`
+				Input struct {
+					BindingCallFails bool   `json:"binding_call_fails"`
+					NodeLockBefore   string `json:"node_lock_before"`
+					PodRequestsGPU   bool   `json:"pod_requests_gpu"`
+				} `json:"input"`
 				Patches []struct {
 					Body     any    `json:"body"`
 					Resource string `json:"resource"`
@@ -77,7 +82,8 @@ func TestScheduleWritesWhatHAMiWrites(t *testing.T) {
 			continue
 		}
 		for _, v := range f.Sequence {
-			if v.Name != "bind_success_unlocked_node" {
+			// The helper's case, by its inputs: a GPU pod bound to a free node.
+			if in := v.Input; in.NodeLockBefore != "" || !in.PodRequestsGPU || in.BindingCallFails {
 				continue
 			}
 			n++

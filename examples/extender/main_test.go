@@ -90,6 +90,16 @@ func TestManifests(t *testing.T) {
 			ext = c
 		}
 	}
+	// Liveness is the process serving, readiness the caches synced: a liveness probe on
+	// /readyz would restart an extender still listing a large cluster.
+	for probe, want := range map[string]struct {
+		p    *corev1.Probe
+		path string
+	}{"liveness": {ext.LivenessProbe, extender.PathHealthz}, "readiness": {ext.ReadinessProbe, extender.PathReadyz}} {
+		if want.p == nil || want.p.HTTPGet == nil || want.p.HTTPGet.Path != want.path {
+			t.Errorf("%s probe %+v, want an HTTP GET of %s", probe, want.p, want.path)
+		}
+	}
 	fs := pflag.NewFlagSet("extender", pflag.ContinueOnError)
 	f := newFlags(fs)
 	fs.IntP("v", "v", 0, "klog verbosity (main adds klog's flags)")
