@@ -48,6 +48,9 @@ type Extender struct {
 	gatesMu sync.Mutex
 	gates   map[string]chan struct{}
 	stats   struct{ filters, binds, bindErrors, admissions atomic.Uint64 }
+	// probeMismatches counts the filters in which Fit disagreed with an allocation.Probe (a
+	// bug: the filter then decided with Fit alone).
+	probeMismatches atomic.Uint64
 }
 
 var _ schedcache.Runnable = (*Extender)(nil)
