@@ -53,6 +53,9 @@ type Extender struct {
 
 	// locks wakes the binds waiting for a node lock, from the Node and pod informers.
 	locks lockSignals
+	// probeMismatches counts the filters in which Fit disagreed with an allocation.Probe (a
+	// bug: the filter then decided with Fit alone).
+	probeMismatches atomic.Uint64
 }
 
 var _ schedcache.Runnable = (*Extender)(nil)

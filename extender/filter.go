@@ -190,7 +190,26 @@ type decision struct {
 // pod's usage. It is allocation.Schedule over the candidates (same fit, same node score, same
 // choice and tie break), with each node's fit memoised while the node, its usage and the
 // request are the same, so that a filter refits only the nodes that changed.
+//
+// A request an allocation.Probe models (one GPU container, no NUMA binding, no topology-aware
+// policy) is only probed on each node: yes or no, and the node score kept per usage version;
+// Fit then runs on the chosen node alone for its devices, or, when no node fits, on every
+// probed node for its reason. Should Fit ever disagree with the probe, the decision is made
+// again with Fit on every node (and counted in probeMismatches).
 func (e *Extender) decide(pod *corev1.Pod, req allocation.PodRequest, names []string) decision {
+	if probe, ok := allocation.NewProbe(req, pod.Annotations, e.opts.Config); ok {
+		if d, ok := e.decideWith(pod, req, names, probe); ok {
+			return d
+		}
+		e.probeMismatches.Add(1)
+	}
+	d, _ := e.decideWith(pod, req, names, nil)
+	return d
+}
+
+// decideWith is decide, probing the nodes with probe unless it is nil; false when Fit
+// disagreed with the probe.
+func (e *Extender) decideWith(pod *corev1.Pod, req allocation.PodRequest, names []string, probe *allocation.Probe) (decision, bool) {
 	cfg := e.opts.Config
 	key := podKey(pod.Namespace, pod.Name)
 	reqKey := requestKey(req, pod.Annotations)
@@ -214,6 +233,8 @@ func (e *Extender) decide(pod *corev1.Pod, req allocation.PodRequest, names []st
 		d.scores = map[string]float64{}
 	}
 	best := 0.0
+	var unexplained []string // probed nodes that do not fit, whose reason Fit gives only if needed
+	chosenProbed := false
 	for _, name := range names {
 		info, ok := snap.Node(name)
 		if !ok {
@@ -225,17 +246,17 @@ func (e *Extender) decide(pod *corev1.Pod, req allocation.PodRequest, names []st
 			d.failed[name] = unregistered(reg)
 			continue
 		}
-		var nodeAnnotations map[string]string
-		if e.opts.Nodes != nil {
-			if n, err := e.opts.Nodes.Get(name); err == nil {
-				nodeAnnotations = n.Annotations
-			}
-		}
-		cordon := nodeAnnotations[allocation.KeyDeviceCordon]
 		nu := u.nodeLocked(name)
+		nodeAnnotations, cordon := e.nodeAnnotations(nu, name)
 		own := self != nil && self.node == name
-		m, hit := nu.memo(info, reqKey, cordon)
-		if own || !hit {
+		var m fitMemo
+		hit, probed := false, probe != nil && !own
+		if probed {
+			m = nu.probed(probe, info, reg, reqKey, cordon)
+		} else {
+			m, hit = nu.memo(info, reqKey, cordon)
+		}
+		if !probed && (own || !hit) {
 			used := nu.used
 			if own {
 				used = minus(used, self.used)
@@ -250,6 +271,9 @@ func (e *Extender) decide(pod *corev1.Pod, req allocation.PodRequest, names []st
 		}
 		if !m.ok {
 			d.failed[name] = m.reason
+			if probed {
+				unexplained = append(unexplained, name)
+			}
 			continue
 		}
 		if withScores {
@@ -261,14 +285,21 @@ func (e *Extender) decide(pod *corev1.Pod, req allocation.PodRequest, names []st
 		}
 		if d.node == "" || better || (m.score == best && name < d.node) {
 			d.node, d.devices, best = name, m.devices, m.score
+			chosenProbed = probed
 		}
 	}
 	if d.node == "" {
-		return d
+		return d, e.explainLocked(snap, pod, req, reqKey, unexplained, d.failed)
+	}
+	if chosenProbed {
+		var ok bool
+		if d.devices, ok = e.chosenLocked(snap, pod, req, reqKey, d.node, best); !ok {
+			return decision{}, false
+		}
 	}
 	d.notFit, d.failed = len(d.failed), nil // HAMi answers the chosen node only
 	d.undo = u.assumeLocked(key, &placement{node: d.node, used: d.devices.Usage(), devices: d.devices})
-	return d
+	return d, true
 }
 
 // registration is info's registration of the vendor, without copying it (the filter looks at

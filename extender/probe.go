@@ -1,0 +1,97 @@
+package extender
+
+import (
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/hamireg/hamireg/allocation"
+	"github.com/hamireg/hamireg/schedcache"
+)
+
+// probeCache is what an allocation.Probe reads of a node, for the node cache view and the
+// usage version it was set at: a filter sets it again only on the nodes whose usage or
+// registration changed since the last filter. It also keeps the last answer, for the request
+// key and cordon annotation it was given: the fitMemos keep the devices and reasons of full
+// fits, this the yes or no of probes.
+type probeCache struct {
+	info *schedcache.NodeInfo
+	ver  uint64
+	node allocation.ProbeNode
+
+	reqKey, cordon string
+	asked, ok      bool
+}
+
+// probed is the probe's answer on the node: ok and score only, no devices and no reason.
+func (n *nodeUsage) probed(p *allocation.Probe, info *schedcache.NodeInfo, reg *schedcache.Registration, reqKey, cordon string) fitMemo {
+	c := &n.probe
+	if c.info != info || c.ver != n.ver {
+		c.node.Set(reg.Devices, n.used)
+		c.info, c.ver, c.asked = info, n.ver, false
+	}
+	if !c.asked || c.reqKey != reqKey || c.cordon != cordon {
+		c.reqKey, c.cordon, c.asked = reqKey, cordon, true
+		c.ok = p.Fits(&c.node, cordon)
+	}
+	return fitMemo{ok: c.ok, score: c.node.Score()}
+}
+
+// nodeAnnotations are the node's annotations from the Node lister (nil without one) and its
+// hami.io/device-cordon. The cordon is read again only when the lister holds another Node
+// object than last time (an informer's objects are never modified, only replaced).
+func (e *Extender) nodeAnnotations(nu *nodeUsage, name string) (map[string]string, string) {
+	if e.opts.Nodes == nil {
+		return nil, ""
+	}
+	n, err := e.opts.Nodes.Get(name)
+	if err != nil {
+		return nil, ""
+	}
+	if nu.node != n {
+		nu.node, nu.cordon = n, n.Annotations[allocation.KeyDeviceCordon]
+	}
+	return n.Annotations, nu.cordon
+}
+
+// exactLocked is the loop of decideWith for one registered node the pod does not hold
+// anything on, with Fit: the node's devices, reason and score, remembered for later filters.
+// false when the node is not registered in snap.
+func (e *Extender) exactLocked(snap *schedcache.Snapshot, pod *corev1.Pod, req allocation.PodRequest, reqKey, name string) (fitMemo, bool) {
+	info, ok := snap.Node(name)
+	if !ok {
+		return fitMemo{}, false
+	}
+	reg := registration(info, e.opts.Vendor.Name)
+	if reg == nil || reg.State != schedcache.StateRegistered {
+		return fitMemo{}, false
+	}
+	nu := e.usage.nodeLocked(name)
+	nodeAnnotations, cordon := e.nodeAnnotations(nu, name)
+	if m, hit := nu.memo(info, reqKey, cordon); hit {
+		return m, true
+	}
+	devs := allocation.WithUsage(reg.Devices, nu.used)
+	pd, reason, fits := allocation.Fit(devs, req, pod.Annotations, nodeAnnotations, e.opts.Config)
+	m := fitMemo{valid: true, info: info, ver: nu.ver, reqKey: reqKey, cordon: cordon,
+		devices: pd, reason: reason, ok: fits, score: allocation.NodeScore(devs)}
+	nu.remember(m)
+	return m, true
+}
+
+// chosenLocked is Fit on the node a probe chose: its devices, false if Fit disagrees.
+func (e *Extender) chosenLocked(snap *schedcache.Snapshot, pod *corev1.Pod, req allocation.PodRequest, reqKey, name string, score float64) (allocation.PodDevices, bool) {
+	m, ok := e.exactLocked(snap, pod, req, reqKey, name)
+	return m.devices, ok && m.ok && m.score == score
+}
+
+// explainLocked fills in the reasons of the probed nodes that do not fit, with Fit; false if
+// Fit disagrees on one.
+func (e *Extender) explainLocked(snap *schedcache.Snapshot, pod *corev1.Pod, req allocation.PodRequest, reqKey string, names []string, failed map[string]string) bool {
+	for _, name := range names {
+		m, ok := e.exactLocked(snap, pod, req, reqKey, name)
+		if !ok || m.ok {
+			return false
+		}
+		failed[name] = m.reason
+	}
+	return true
+}
