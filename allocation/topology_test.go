@@ -77,7 +77,7 @@ func TestTopologyPick(t *testing.T) {
 		"best pair":                                   {scores: [][]int{{0, 20, 20, 20}, {20, 0, 20, 20}, {20, 20, 0, 450}, {20, 20, 450, 0}}, need: 2, want: []string{"g2", "g3"}},
 		"best pair tie: first combination":            {scores: [][]int{{0, 450, 20, 20}, {450, 0, 20, 20}, {20, 20, 0, 450}, {20, 20, 450, 0}}, need: 2, want: []string{"g0", "g1"}},
 		// Only the first GPU's map counts (HAMi): g1→g0 is 500 but g0→g1 is 0.
-		"asymmetric: first map only": {scores: [][]int{{0, 0, 30}, {500, 0, 0}, {0, 0, 0}}, need: 2, want: []string{"g0", "g2"}},
+		"asymmetric: first map only":            {scores: [][]int{{0, 0, 30}, {500, 0, 0}, {0, 0, 0}}, need: 2, want: []string{"g0", "g2"}},
 		"negative scores, master's first best":  {scores: [][]int{{0, -5, -5}, {-5, 0, -1}, {-5, -1, 0}}, need: 2, want: []string{"g1", "g2"}},
 		"three of five, best triangle":          {scores: [][]int{{0, 1, 1, 1, 1}, {1, 0, 1, 1, 1}, {1, 1, 0, 9, 9}, {1, 1, 9, 0, 9}, {1, 1, 9, 9, 0}}, need: 3, want: []string{"g2", "g3", "g4"}},
 		"eight choose four, nvlink quads":       {scores: quads(), need: 4, want: []string{"g0", "g1", "g2", "g3"}},
