@@ -164,7 +164,7 @@ type Agent struct {
 	alloc   Allocator
 	// topology scores the devices when Options.TopologyScores is set; nil otherwise.
 	topology TopologySource
-	clock   clock.WithTicker
+	clock    clock.WithTicker
 
 	writer *register.Writer
 	plugin *kubeletplugin.Plugin
