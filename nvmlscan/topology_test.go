@@ -11,6 +11,7 @@ import (
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/internal/vectors"
 	"github.com/hamireg/hamireg/nvmlscan"
+	"github.com/hamireg/hamireg/nvmlscan/nvmlsim"
 )
 
 type scoreGPU struct {
@@ -231,5 +232,89 @@ func TestPairScoresErrors(t *testing.T) {
 	}
 	if _, err := nvmlscan.New(mockNVML(t, in), nvmlscan.Options{TopologyVersion: 7}); !errors.Is(err, nvmlscan.ErrInvalidOptions) {
 		t.Errorf("bad version: %v", err)
+	}
+}
+
+// TestSimulatedTopology scores nvmlsim's simulated interconnects: the NVSwitch DGX (PCIe
+// levels only with v2.9.0's rules, + 18 NVSwitch links with master's) and the DGX-1V hybrid
+// cube mesh, whose scores are those of the vector dgx1_v100_hybrid_cube_mesh.
+func TestSimulatedTopology(t *testing.T) {
+	t.Parallel()
+	mesh := [8][8]int{
+		{0, 150, 120, 220, 210, 10, 10, 10}, {150, 0, 220, 120, 10, 210, 10, 10},
+		{120, 220, 0, 250, 10, 10, 110, 10}, {220, 120, 250, 0, 10, 10, 10, 110},
+		{210, 10, 10, 10, 0, 150, 120, 220}, {10, 210, 10, 10, 150, 0, 220, 120},
+		{10, 10, 110, 10, 120, 220, 0, 250}, {10, 10, 10, 110, 220, 120, 250, 0},
+	}
+	pcie := func(extra int) (m [8][8]int) {
+		for i := range 8 {
+			for j := range 8 {
+				switch {
+				case i == j:
+				case i/2 == j/2:
+					m[i][j] = 40 + extra
+				case i/4 == j/4:
+					m[i][j] = 20 + extra
+				default:
+					m[i][j] = 10 + extra
+				}
+			}
+		}
+		return m
+	}
+	tests := map[string]struct {
+		server   string
+		topology nvmlsim.Topology
+		version  annotation.Version
+		want     [8][8]int
+	}{
+		"dgxh100 nvswitch, master": {server: "dgxh100", version: annotation.VersionMaster, want: pcie(1800)},
+		"dgxa100 nvswitch, master": {server: "dgxa100", version: annotation.VersionMaster, want: pcie(1200)},
+		"dgxh100 nvswitch, v2.9.0": {server: "dgxh100", version: annotation.VersionV290, want: pcie(0)},
+		"pcie":                     {server: "dgxh200", topology: nvmlsim.TopologyPCIe, want: pcie(0)},
+		"hybrid cube mesh, master": {server: "dgxh100", topology: nvmlsim.TopologyHybridCubeMesh, want: mesh},
+		"hybrid cube mesh, v2.9.0": {server: "dgxb200", topology: nvmlsim.TopologyHybridCubeMesh, version: annotation.VersionV290, want: mesh},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := testContext(t)
+			n, err := nvmlsim.New(tc.server)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.topology != "" {
+				if err := n.SetTopology(tc.topology); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s, err := nvmlscan.New(n.Server, nvmlscan.Options{Sysfs: n.Sysfs, TopologyVersion: tc.version, Health: nvmlscan.HealthOptions{Disabled: true}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = s.Close() }()
+			res, err := s.Scan(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			scores, warnings, err := s.PairScores(ctx, res.Devices)
+			if err != nil || len(warnings) != 0 {
+				t.Fatalf("PairScores: %v, warnings %v", err, warnings)
+			}
+			for i, sc := range scores {
+				for j := range 8 {
+					if got := sc.Scores[n.UUID(j)]; i != j && got != tc.want[i][j] {
+						t.Errorf("GPU %d → %d: %d, want %d", i, j, got, tc.want[i][j])
+					}
+				}
+			}
+		})
+	}
+	n, err := nvmlsim.New("dgxh100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.SetTopology("torus"); !errors.Is(err, nvmlsim.ErrUnknownTopology) || n.Topology() != nvmlsim.TopologyNVSwitch {
+		t.Errorf("SetTopology(torus) = %v", err)
 	}
 }
