@@ -78,7 +78,12 @@ func TestTopologyScores(t *testing.T) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
 
 	waitFor(t, "both annotations", func() bool {
 		v, _ := scoreAnnotation(t, cs)
