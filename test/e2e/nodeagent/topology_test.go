@@ -78,7 +78,7 @@ func TestTopologyAwarePlacement(t *testing.T) {
 		if _, err := cp.AdminClient().CoreV1().Pods(f.ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		harness.Eventually(t, name+" bound", 30*time.Second, func() bool {
+		harness.Eventually(t, name+" bound", 30*time.Second, func() bool { //nolint:contextcheck // f.pod uses the test's context
 			p, ok := f.pod(t, name)
 			if ok {
 				pod = p
@@ -88,7 +88,7 @@ func TestTopologyAwarePlacement(t *testing.T) {
 		if _, err := f.dm.Allocate(ctx, pod, "cuda"); err != nil { // the kubelet admits it: the node lock is released
 			t.Fatalf("%s: Allocate: %v", name, err)
 		}
-		f.wantProtocolEnd(t, name, allocation.PhaseSuccess)
+		f.wantProtocolEnd(t, name, allocation.PhaseSuccess) //nolint:contextcheck // the helper uses the test's context
 		pd, err := allocation.DecodePodDevices(pod.Annotations[annotation.KeyNVIDIAAllocated], allocation.VersionMaster)
 		if err != nil || len(pd) != 1 {
 			t.Fatalf("%s: %q: %v", name, pod.Annotations[annotation.KeyNVIDIAAllocated], err)
