@@ -27,8 +27,8 @@ const (
 	PolicyBinpack Policy = "binpack"
 	// PolicySpread takes the least used GPU (or node) that fits.
 	PolicySpread Policy = "spread"
-	// PolicyTopologyAware is HAMi's pair-score placement; this package orders such GPUs as
-	// spread (see the package doc).
+	// PolicyTopologyAware is HAMi's pair-score placement: GPUs are ordered as spread and
+	// chosen by their topology scores (see [Fit]).
 	PolicyTopologyAware Policy = "topology-aware"
 )
 

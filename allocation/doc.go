@@ -65,6 +65,11 @@
 //     (HAMi's sort is not stable beyond 12 GPUs); equal node scores go to the node whose name
 //     sorts first (HAMi: whichever goroutine finished last); a total of 0 slots, cores or
 //     memory adds 0 to a score (HAMi divides by it).
+//   - topology-aware (HAMi v2.9.0): when no combination of candidates scores above 0 (no
+//     score annotation, unknown UUIDs, "[]"), v2.9.0 reports a fit with no GPUs, so the pod
+//     gets an empty entry and fails at Allocate ("device request not found"); here the first
+//     best combination in walk order is taken whatever its score, as HAMi master does (without
+//     scores: the first GPUs of the walk).
 //   - A GPU count or memory beyond int32 saturates (HAMi wraps it around, so 2^32+1 GPUs ask
 //     for one); usage sums are 64-bit.
 //
@@ -76,8 +81,7 @@
 //
 // Not implemented: MIG placement (a GPU in "mig" mode is skipped with
 // CardNotFoundCustomFilterRule) and MIG instance identity (which MIG UUID a device names),
-// topology-aware pair scores (ordered as spread), ResourceQuota checks, and CDI device list
-// strategies.
+// ResourceQuota checks, and CDI device list strategies.
 //
 // Everything here is a pure function of its arguments, safe for concurrent use.
 package allocation

@@ -115,10 +115,16 @@ func ratio(a, b int64) float64 {
 //
 // Per container, the GPUs are ordered by the device policy (the pod's [KeyGPUSchedulerPolicy],
 // else c.GPUSchedulerPolicy): binpack puts NUMA nodes in descending order and the busiest GPUs
-// last, anything else NUMA nodes ascending and the idlest GPUs last, ties in the current order;
+// last, anything else NUMA nodes ascending and the idlest GPUs last, ties in the current order
+// (HAMi master orders by usage first and by NUMA node among equals; v2.9.0 takes a policy
+// only as a whole value, master as a comma list such as "binpack,topology-aware");
 // then the walk goes from the last GPU to the first and takes the first that pass every check
 // (health, cordon, type and mode, NUMA binding, UUID lists, free slot, memory, cores, exclusive
-// use). What a container takes counts for the next one. With [VersionMaster] init containers
+// use). With the topology-aware policy (v2.9.0: exactly "topology-aware"; master: a member of
+// a comma list) every GPU that passes is collected and the GPUs are chosen by their pair scores
+// ([DeviceUsage.PairScores], see [SetPairScores]): the worst connected one for a single GPU,
+// the first best combination in walk order for more; fewer candidates than asked fail with
+// AllocatedCardsInsufficientRequest. What a container takes counts for the next one. With [VersionMaster] init containers
 // run one at a time before the others, so each is placed against what other pods hold only;
 // with [VersionV290] they add up like regular containers.
 //
@@ -130,9 +136,10 @@ func Fit(devices []DeviceUsage, req PodRequest, pod, node map[string]string, c C
 // fit is [Fit] with c already completed, for [Schedule] to call once per node.
 func fit(devices []DeviceUsage, req PodRequest, pod, node map[string]string, c Config) (PodDevices, string, bool) {
 	policy := cmp.Or(Policy(pod[KeyGPUSchedulerPolicy]), c.GPUSchedulerPolicy)
-	f := fitter{pod: pod, c: c, binpack: hasPolicy(policy, PolicyBinpack)}
+	f := fitter{pod: pod, c: c, binpack: devicePolicyHas(policy, PolicyBinpack, c.Version),
+		topology: devicePolicyHas(policy, PolicyTopologyAware, c.Version), masterSort: c.Version == VersionMaster}
 	if c.Version == VersionMaster {
-		f.mutex = hasPolicy(policy, "mutex")
+		f.mutex = devicePolicyHas(policy, "mutex", c.Version)
 		f.cordoned = cordoned(node[KeyDeviceCordon])
 	}
 	cur := slices.Clone(devices)
@@ -175,6 +182,10 @@ type fitter struct {
 	c              Config
 	binpack, mutex bool
 	cordoned       map[string]bool
+	// topology collects every GPU that passes and lets topologyPick choose (topology.go).
+	topology bool
+	// masterSort orders by usage first and NUMA node second (HAMi master), not NUMA first.
+	masterSort bool
 }
 
 // container places one container's request on devices, which it sorts in place.
@@ -241,6 +252,10 @@ func (f *fitter) container(devices []DeviceUsage, r Request) (ContainerDevices, 
 			reasons[ReasonCardNotFoundCustomFilterRule]++ // MIG geometries are not placed here
 			continue
 		}
+		if f.topology {
+			picked = append(picked, ContainerDevice{UUID: d.ID, Type: r.Type, Usedmem: mem, Usedcores: cores})
+			continue
+		}
 		if need > 0 {
 			need--
 			picked = append(picked, ContainerDevice{UUID: d.ID, Type: r.Type, Usedmem: mem, Usedcores: cores})
@@ -248,6 +263,9 @@ func (f *fitter) container(devices []DeviceUsage, r Request) (ContainerDevices, 
 		if need == 0 {
 			return picked, "", true
 		}
+	}
+	if f.topology && len(picked) >= int(r.Count) {
+		return topologyPick(devices, picked, int(r.Count)), "", true
 	}
 	if n := f.collected(picked); n > 0 {
 		reasons[ReasonAllocatedCardsInsufficientRequest] = n
@@ -280,6 +298,12 @@ func (f *fitter) sort(devices []DeviceUsage, r Request) {
 		s[i] = scored{d, 10 * (ratio(u.Used, int64(d.Count)) + ratio(u.Usedcores, int64(d.Devcore)) + ratio(u.Usedmem, int64(d.Devmem)))}
 	}
 	slices.SortStableFunc(s, func(a, b scored) int {
+		switch {
+		case f.masterSort && f.binpack:
+			return cmp.Or(cmp.Compare(a.score, b.score), cmp.Compare(b.d.Numa, a.d.Numa))
+		case f.masterSort:
+			return cmp.Or(cmp.Compare(b.score, a.score), cmp.Compare(a.d.Numa, b.d.Numa))
+		}
 		if f.binpack {
 			return cmp.Or(cmp.Compare(b.d.Numa, a.d.Numa), cmp.Compare(a.score, b.score))
 		}

@@ -39,6 +39,11 @@ func (pd PodDevices) Usage() map[string]Usage {
 type DeviceUsage struct {
 	annotation.Device
 	Usage
+	// PairScores are the GPU's topology scores to the other GPUs of its node, by their UUID
+	// (the node's hami.io/node-nvidia-score entry for this GPU, HAMi's DevicePairScore); nil
+	// when the node publishes none. Only the topology-aware policy reads them; see
+	// [SetPairScores].
+	PairScores map[string]int
 }
 
 // WithUsage pairs a node's devices, in the order of its register annotation, with what pods

@@ -18,6 +18,13 @@
 // [DecodeLegacy] and [EncodeLegacy] handle the colon/comma format HAMi still reads for Hygon
 // DCU and Iluvatar.
 //
+// The topology score annotation hami.io/node-nvidia-score ([KeyNVIDIAScore], NVIDIA only) has
+// its own codec: [EncodePairScores] writes it byte for byte as HAMi's device plugin does (a
+// compact list in device order, keys sorted, "score":{} for a single GPU), [DecodePairScores]
+// reads it as HAMi's scheduler does, and [ScoresByDevice] attaches the entries to the devices
+// by UUID. Where HAMi's scheduler drops a node whose score annotation does not decode, the
+// readers of this SDK keep it registered without scores ([Check] still reports HAMi's verdict).
+//
 // Everything here is a pure function of its arguments: no I/O, no logging, no global state,
 // safe for concurrent use.
 //

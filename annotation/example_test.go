@@ -72,3 +72,26 @@ func ExampleNewVendor() {
 	// true
 	// vendor ACME lacks what the kubelet part needs: ResourceName (the extended resource the kubelet counts, e.g. "nvidia.com/gpu"): incomplete vendor
 }
+
+// ExampleEncodePairScores writes the topology score annotation as HAMi's device plugin does and
+// reads it back as HAMi's scheduler does; ScoresByDevice attaches the entries to the devices.
+func ExampleEncodePairScores() {
+	value := annotation.EncodePairScores([]annotation.PairScore{
+		{UUID: "GPU-a", Scores: map[string]int{"GPU-b": 420}},
+		{UUID: "GPU-b", Scores: map[string]int{"GPU-a": 420}},
+	})
+	fmt.Println(value) // merge-patch it under annotation.KeyNVIDIAScore
+	fmt.Println(annotation.EncodePairScores([]annotation.PairScore{{UUID: "GPU-a"}}))
+
+	scores, err := annotation.DecodePairScores(value)
+	devs := []annotation.Device{{ID: "GPU-b"}, {ID: "GPU-a"}}
+	fmt.Println(annotation.ScoresByDevice(devs, scores), err)
+
+	_, err = annotation.DecodePairScores(`[{"uuid":"GPU-a","score":{"GPU-b":"high"}}]`)
+	fmt.Println(errors.Is(err, annotation.ErrMalformed))
+	// Output:
+	// [{"uuid":"GPU-a","score":{"GPU-b":420}},{"uuid":"GPU-b","score":{"GPU-a":420}}]
+	// [{"uuid":"GPU-a","score":{}}]
+	// [map[GPU-a:420] map[GPU-b:420]] <nil>
+	// true
+}

@@ -261,7 +261,7 @@ func (e *Extender) decideWith(pod *corev1.Pod, req allocation.PodRequest, names 
 			if own {
 				used = minus(used, self.used)
 			}
-			devs := allocation.WithUsage(reg.Devices, used)
+			devs := allocation.SetPairScores(allocation.WithUsage(reg.Devices, used), reg.PairScores)
 			pd, reason, fits := allocation.Fit(devs, req, pod.Annotations, nodeAnnotations, cfg)
 			m = fitMemo{valid: true, info: info, ver: nu.ver, reqKey: reqKey, cordon: cordon,
 				devices: pd, reason: reason, ok: fits, score: allocation.NodeScore(devs)}

@@ -45,6 +45,15 @@ type Source interface {
 	Changed() <-chan struct{}
 }
 
+// TopologySource is a [Source] that also scores its devices' pairs for HAMi's topology-aware
+// policy: nvmlscan's Scanner is one. PairScores gets the devices of the scan just made, in any
+// order; scores has one entry per device (annotation.PairScore), warnings are pairs scored
+// with a caveat (NVML's asymmetric link counts: recorded as [EventReasonAsymmetricLink]),
+// and err means no scores this time.
+type TopologySource interface {
+	PairScores(ctx context.Context, devices []annotation.Device) (scores []annotation.PairScore, warnings []error, err error)
+}
+
 // Runner is a [Source] that has work of its own to run, such as nvmlscan's XID health watch:
 // the agent runs it beside the rest and joins it.
 type Runner interface {
@@ -73,6 +82,13 @@ const (
 	// EventReasonAllocateFailed (Warning, on the Pod): Allocate could not hand out the pod's
 	// devices; its bind-phase is failed and the node lock released.
 	EventReasonAllocateFailed = "AllocateFailed"
+	// EventReasonTopologyFailed (Warning, on the Node): the topology scores could not be
+	// computed; the register annotation is still published, the score annotation keeps its
+	// last value.
+	EventReasonTopologyFailed = "TopologyScoreFailed"
+	// EventReasonAsymmetricLink (Warning, on the Node): two GPUs see different numbers of
+	// links to each other and the pair scores 0 (HAMi master's reason).
+	EventReasonAsymmetricLink = "AsymmetricGPUP2PLink"
 )
 
 // Options configure an [Agent]. The zero value means HAMi's chart defaults; each field
@@ -106,6 +122,15 @@ type Options struct {
 	Allocator Allocator
 	// Clock drives the rescan and retry timers and the lock times. Default clock.RealClock{}.
 	Clock clock.WithTicker
+	// TopologyScores publishes the source's topology scores in the Node annotation
+	// hami.io/node-nvidia-score, in the same merge patch as the register annotation, for HAMi's
+	// topology-aware GPU policy: HAMi's device plugin does so only with
+	// ENABLE_TOPOLOGY_SCORE=true (its chart sets that only when the default GPU policy is
+	// exactly topology-aware). The source must implement [TopologySource] and the vendor have a
+	// ScoreKey. A failed scoring is logged and recorded as [EventReasonTopologyFailed] and
+	// never holds back the register annotation (HAMi's loses both). Default false: the score
+	// annotation is not touched.
+	TopologyScores bool
 	// EventRecorder records the agent's Events (Node: failed scans and devices, failed
 	// register writes; Pod: failed allocations). Default: while Run runs, a
 	// broadcaster of its own sends them to the client's Events API (source component
@@ -145,7 +170,9 @@ type Agent struct {
 	version annotation.Version
 	period  time.Duration
 	alloc   Allocator
-	clock   clock.WithTicker
+	// topology scores the devices when Options.TopologyScores is set; nil otherwise.
+	topology TopologySource
+	clock    clock.WithTicker
 
 	writer *register.Writer
 	plugin *kubeletplugin.Plugin
@@ -167,8 +194,9 @@ type Agent struct {
 	cleanupDone types.NamespacedName
 	cleanupKick chan struct{}
 	// lastFailed is the text of the last scan's device failures, to record an Event only
-	// when they change. Only the scan loop uses it.
-	lastFailed string
+	// when they change. Only the scan loop uses it. lastTopology is the same for the
+	// topology scoring's error and warnings.
+	lastFailed, lastTopology string
 
 	metrics *metrics
 
@@ -223,6 +251,16 @@ func New(client kubernetes.Interface, nodeName string, source Source, opts Optio
 	}
 	if a.clock == nil {
 		a.clock = clock.RealClock{}
+	}
+	if opts.TopologyScores {
+		ts, ok := source.(TopologySource)
+		switch {
+		case !ok:
+			return nil, invalid("TopologyScores needs a source that implements TopologySource (%T does not)", source)
+		case vendor.ScoreKey == "":
+			return nil, invalid("TopologyScores needs a vendor with a ScoreKey (%q has none)", vendor.Name)
+		}
+		a.topology = ts
 	}
 	if a.alloc == nil {
 		if sa, ok := source.(Allocator); ok {
@@ -452,9 +490,45 @@ func (a *Agent) scan(ctx context.Context) error {
 	}
 	logger.V(3).Info("Scanned devices", "devices", len(devs), "healthy", healthy, "failed", len(failed))
 	devs = slices.Clone(devs)
-	a.writer.SetDevices(devs)
+	if a.topology != nil {
+		a.publishWithScores(ctx, devs)
+	} else {
+		a.writer.SetDevices(devs)
+	}
 	a.plugin.SetDevices(devs)
 	return nil
+}
+
+// publishWithScores scores devs and hands both annotations to the writer; when scoring fails
+// the devices are published alone.
+func (a *Agent) publishWithScores(ctx context.Context, devs []annotation.Device) {
+	logger := klog.FromContext(ctx)
+	scores, warnings, err := a.topology.PairScores(ctx, slices.Clone(devs))
+	var text string
+	switch {
+	case err != nil:
+		text = err.Error()
+		logger.Error(err, "Topology scores not computed; publishing the devices without them")
+		a.writer.SetDevices(devs)
+	default:
+		msgs := make([]string, 0, len(warnings))
+		for _, w := range warnings {
+			msgs = append(msgs, w.Error())
+		}
+		text = strings.Join(msgs, "; ")
+		a.writer.SetDevicesAndScores(devs, scores)
+	}
+	if text == a.lastTopology || ctx.Err() != nil {
+		return
+	}
+	a.lastTopology = text
+	switch {
+	case err != nil:
+		a.events.Event(a.nodeRef(), corev1.EventTypeWarning, EventReasonTopologyFailed,
+			truncate("topology scores not computed, hami.io/node-nvidia-score keeps its last value: "+text))
+	case text != "":
+		a.events.Event(a.nodeRef(), corev1.EventTypeWarning, EventReasonAsymmetricLink, truncate(text))
+	}
 }
 
 // nodeRef is the object the agent's Node Events are about; the kubelet uses the node name as

@@ -29,6 +29,12 @@
 // the error of a part that cannot go on (the kubelet socket missing, the registration
 // rejected), always after every goroutine it started has returned.
 //
+// With Options.TopologyScores (HAMi's ENABLE_TOPOLOGY_SCORE=true) a [TopologySource] also
+// scores each scan's GPU pairs, and the topology score annotation hami.io/node-nvidia-score
+// goes in the same merge patch as the register annotation. Unlike HAMi's plugin, which writes
+// neither annotation when an NVML topology query fails, a failed scoring is recorded as an Event
+// and the devices are still published.
+//
 // # Allocate
 //
 // The kubelet calls Allocate once per container that asks for the resource. The agent, one

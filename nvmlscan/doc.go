@@ -23,6 +23,11 @@
 //     restarts.
 //   - Options are validated in [New] and default to the chart's values; HAMi panics on a device
 //     configuration without them.
+//   - Topology scores ([Scanner.PairScores], for hami.io/node-nvidia-score) are HAMi's, with
+//     either version's rules (Options.TopologyVersion); two GPUs that see different link
+//     counts to each other score 0 with an [*AsymmetricLinkError] warning (HAMi master's rule)
+//     where HAMi v2.9.0 panics, and a failed NVML query is a [*TopologyError] for the caller,
+//     which still publishes its devices (HAMi's plugin writes neither annotation).
 //
 // # Lifecycle
 //

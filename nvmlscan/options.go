@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"k8s.io/utils/clock"
+
+	"github.com/hamireg/hamireg/annotation"
 )
 
 // Operating modes of a node, written as the devices' "mode" (HAMi's per-node
@@ -72,6 +74,11 @@ type Options struct {
 	Clock clock.WithTicker
 	// Health configures the XID health watch of [Scanner.Run].
 	Health HealthOptions
+	// TopologyVersion selects whose rules [Scanner.PairScores] follows:
+	// annotation.VersionMaster (the default) counts NVLinks to the peer GPU and, failing
+	// those, NVSwitch links (HAMi master); annotation.VersionV290 counts direct NVLinks only,
+	// so NVSwitch systems score from PCIe alone (HAMi v2.9.0).
+	TopologyVersion annotation.Version
 }
 
 // HealthOptions configures the XID health watch and its recovery rule (see [Scanner.Run]).
@@ -108,6 +115,8 @@ type config struct {
 	excludeIndexes map[uint]bool
 	sysfs          fs.FS
 	clock          clock.WithTicker
+
+	topologyVersion annotation.Version
 
 	healthDisabled bool
 	ignored        map[uint64]bool
@@ -169,6 +178,12 @@ func (o Options) config() (*config, error) {
 	c.excludeIndexes = make(map[uint]bool, len(o.ExcludeIndexes))
 	for _, i := range o.ExcludeIndexes {
 		c.excludeIndexes[i] = true
+	}
+	switch o.TopologyVersion {
+	case annotation.VersionMaster, annotation.VersionV290:
+		c.topologyVersion = o.TopologyVersion
+	default:
+		return nil, invalid("unknown topology version %d", int(o.TopologyVersion))
 	}
 	if c.sysfs == nil {
 		c.sysfs = os.DirFS("/sys")

@@ -25,6 +25,11 @@
 //   - Drift is healed without polling: when the watch shows the annotation deleted or set to
 //     anything but what the Writer wrote, it rewrites the devices last set at once, without a
 //     restart. When the Node does not exist yet, the Writer waits for the watch to show it.
+//   - The topology score annotation hami.io/node-nvidia-score, HAMi's with
+//     ENABLE_TOPOLOGY_SCORE=true, goes in the same merge patch when the caller hands it over
+//     with [Writer.SetDevicesAndScores]; it is compared, written and healed with the register
+//     annotation. A caller whose scoring failed still writes the devices with SetDevices (HAMi
+//     writes neither annotation then, and does not retry until the device list changes).
 //
 // # Lifecycle
 //

@@ -103,6 +103,7 @@ type Writer struct {
 	client   kubernetes.Interface
 	node     string
 	key      string
+	scoreKey string // the vendor's topology score key; "" when it has none
 	shape    annotation.Shape
 	format   annotation.Format
 	retryMin time.Duration
@@ -146,10 +147,33 @@ type Writer struct {
 	stats   Stats
 }
 
-// desiredValue is the annotation value of a device list and how many devices it holds.
+// desiredValue is the annotation value of a device list and how many devices it holds, and
+// the topology score annotation value when the Writer manages it (hasScores).
 type desiredValue struct {
-	value string
-	n     int
+	value     string
+	scores    string
+	hasScores bool
+	n         int
+	// state is what observed gives for a Node that carries exactly this value.
+	state string
+}
+
+// absentScore stands for a missing score annotation in an observed state.
+const absentScore = "\x01"
+
+// observed is the state of a Node's annotations that the Writer compares with what it wants:
+// the register value, followed by the score value when d manages the score annotation. present
+// is whether the register annotation is there.
+func (w *Writer) observed(annotations map[string]string, d *desiredValue) (state string, present bool) {
+	reg, ok := annotations[w.key]
+	if d == nil || !d.hasScores {
+		return reg, ok
+	}
+	sc, sok := annotations[w.scoreKey]
+	if !sok {
+		sc = absentScore
+	}
+	return reg + "\x00" + sc, ok
 }
 
 // New returns a Writer of the register annotation of node nodeName, which writes nothing until
@@ -177,6 +201,7 @@ func New(client kubernetes.Interface, nodeName string, opts Options) (*Writer, e
 		client:   client,
 		node:     nodeName,
 		key:      vendor.RegisterKey,
+		scoreKey: vendor.ScoreKey,
 		format:   vendor.Format,
 		shape:    opts.Shape,
 		retryMin: opts.RetryInitial,
@@ -223,18 +248,59 @@ func (w *Writer) Key() string { return w.key }
 // server; devices set while a write is in flight are written right after it. An unchanged
 // device list sends nothing, and while writes fail it does not cut the retry backoff short.
 func (w *Writer) SetDevices(devices []annotation.Device) {
+	w.set(devices, nil, false)
+}
+
+// SetDevicesAndScores is [Writer.SetDevices] that also writes the topology score annotation
+// (the vendor's ScoreKey, hami.io/node-nvidia-score) in the same merge patch, as HAMi's device
+// plugin does with ENABLE_TOPOLOGY_SCORE=true: scores are encoded with
+// annotation.EncodePairScores in the order of the written devices (entries for other UUIDs
+// follow in the order given). The two values are written, checked and restored together.
+// A later SetDevices stops managing the score annotation and leaves it as it is on the Node
+// (as HAMi, which never removes it). For a vendor without a ScoreKey it is SetDevices.
+func (w *Writer) SetDevicesAndScores(devices []annotation.Device, scores []annotation.PairScore) {
+	w.set(devices, scores, w.scoreKey != "")
+}
+
+func (w *Writer) set(devices []annotation.Device, scores []annotation.PairScore, withScores bool) {
 	devs := annotation.Canonical(devices)
 	value := annotation.EncodeShape(devs, w.shape)
 	if w.format == annotation.FormatLegacy {
 		value = annotation.EncodeLegacy(devs)
 	}
-	next := &desiredValue{value: value, n: len(devs)}
+	next := &desiredValue{value: value, n: len(devs), state: value}
+	if withScores {
+		next.hasScores = true
+		next.scores = annotation.EncodePairScores(inDeviceOrder(devs, scores))
+		next.state = value + "\x00" + next.scores
+	}
 	prev := w.desired.Swap(next)
 	w.notifySync()
-	if prev != nil && prev.value == next.value && w.Stats().LastError != nil {
+	if prev != nil && prev.state == next.state && w.Stats().LastError != nil {
 		return // unchanged while failing: the retry backoff decides when to try again
 	}
 	w.wake()
+}
+
+// inDeviceOrder orders scores as devs, entries of other UUIDs after them in their order.
+func inDeviceOrder(devs []annotation.Device, scores []annotation.PairScore) []annotation.PairScore {
+	out := make([]annotation.PairScore, 0, len(scores))
+	used := make([]bool, len(scores))
+	for _, d := range devs {
+		for i, s := range scores {
+			if !used[i] && s.UUID == d.ID {
+				out = append(out, s)
+				used[i] = true
+				break
+			}
+		}
+	}
+	for i, s := range scores {
+		if !used[i] {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // wake makes Run sync now; requests made while a sync is pending coalesce into one.
@@ -258,7 +324,7 @@ func (w *Writer) notifySync() {
 // SetDevices and again after each SetDevices with a new device list until it is written.
 func (w *Writer) InSync() bool {
 	d, wr := w.desired.Load(), w.written.Load()
-	return d != nil && wr != nil && d.value == *wr
+	return d != nil && wr != nil && d.state == *wr
 }
 
 // WaitForSync blocks until [Writer.InSync] is true (the Node carries the devices last set) or
@@ -329,7 +395,7 @@ func (w *Writer) syncLocked(ctx context.Context) error {
 	if d == nil {
 		return fmt.Errorf("sync register annotation of node %q: %w", w.node, ErrNoDevices)
 	}
-	want := d.value
+	want := d.state
 	written := w.written.Load()
 
 	node, err := w.liveNode(ctx)
@@ -337,7 +403,7 @@ func (w *Writer) syncLocked(ctx context.Context) error {
 		w.failed(ctx, reasonOf(err))
 		return err
 	}
-	live, present := node.Annotations[w.key]
+	live, present := w.observed(node.Annotations, d)
 	if written != nil && w.staleCopy(node) {
 		// The watch has not delivered our last patch yet: what we wrote is on the Node.
 		live, present = *written, true
@@ -355,8 +421,12 @@ func (w *Writer) syncLocked(ctx context.Context) error {
 
 	heal := written != nil && *written == want
 	logger.Info(fmt.Sprintf("Updating node annotations with %d device(s)", d.n))
-	logger.V(3).Info("Annotation content", "value", want, "heal", heal)
-	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{w.key: want}}})
+	logger.V(3).Info("Annotation content", "value", d.value, "scores", d.scores, "heal", heal)
+	annotations := map[string]string{w.key: d.value}
+	if d.hasScores {
+		annotations[w.scoreKey] = d.scores
+	}
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
 	if err != nil {
 		return fmt.Errorf("encode patch of node %q: %w", w.node, err)
 	}
@@ -614,8 +684,9 @@ func (w *Writer) handler(logger klog.Logger) cache.TypedResourceEventHandler[*co
 			if n.Name != w.node {
 				return
 			}
-			ov, op := o.Annotations[w.key]
-			nv, np := n.Annotations[w.key]
+			d := w.desired.Load()
+			ov, op := w.observed(o.Annotations, d)
+			nv, np := w.observed(n.Annotations, d)
 			if ov == nv && op == np {
 				return
 			}

@@ -39,6 +39,10 @@ const (
 	// ReasonDeviceUnhealthy: the handshake expired with nothing allocatable, or allocatable
 	// dropped to 0; the node's devices were removed and its handshake cleaned up (Warning).
 	ReasonDeviceUnhealthy = "DeviceUnhealthy"
+	// ReasonScoreMalformed: the topology score annotation (hami.io/node-nvidia-score) does
+	// not decode; the node stays registered without scores (Warning). HAMi's scheduler drops
+	// the whole node instead.
+	ReasonScoreMalformed = "TopologyScoreAnnotationMalformed"
 )
 
 // stateNone marks a vendor entry that has no state yet.
@@ -104,6 +108,8 @@ type vendorEntry struct {
 	regRaw, scoreRaw string
 	regOK, scoreOK   bool
 	devices          []annotation.Device
+	scores           []map[string]int // parallel to devices; nil without usable scores
+	scoreErr         error
 	decodeState      State
 	decodeErr        error
 	decodeReason     string
@@ -574,13 +580,19 @@ func (c *Cache) decode(ctx context.Context, e *nodeEntry, i int, node *corev1.No
 	v := &c.vendors[i]
 	ve := &e.vendors[i]
 	c.stats.decodes.Add(1)
-	verdict := annotation.Check(*v, node.Annotations)
+	// The devices decide the registration alone: a score annotation that does not decode
+	// costs the node its scores, not its devices (HAMi's scheduler drops the node).
+	devicesOnly := *v
+	devicesOnly.ScoreKey = ""
+	verdict := annotation.Check(devicesOnly, node.Annotations)
 	wasPresent := ve.everPresent
 	ve.decoded = true
 	ve.everPresent = ve.everPresent || present
 	ve.devices, ve.decodeErr, ve.decodeReason = nil, nil, ""
+	ve.scores, ve.scoreErr = nil, nil
 	if verdict.Registers {
 		ve.devices, ve.decodeState = c.compact(verdict.Devices), StateRegistered
+		c.decodeScores(ctx, e, i, node)
 		return
 	}
 	ve.decodeErr = verdict.Err
@@ -610,6 +622,32 @@ func (c *Cache) decode(ctx context.Context, e *nodeEntry, i int, node *corev1.No
 	}
 	c.stats.decodeFailures.Add(1)
 	c.metrics.decodeFailure(v.Name, ve.decodeState)
+}
+
+// decodeScores decodes the topology score annotation of a node whose devices registered, and
+// logs and records a Warning Event once per value that does not decode (decode runs only when
+// an annotation changed).
+func (c *Cache) decodeScores(ctx context.Context, e *nodeEntry, i int, node *corev1.Node) {
+	v := &c.vendors[i]
+	ve := &e.vendors[i]
+	if v.ScoreKey == "" {
+		return
+	}
+	raw, ok := node.Annotations[v.ScoreKey]
+	if !ok {
+		return
+	}
+	scores, err := annotation.DecodePairScores(raw)
+	if err != nil {
+		ve.scoreErr = err
+		klog.FromContext(ctx).Error(err, "failed to decode pair scores; the node stays registered without topology scores",
+			"node", klog.KObj(node), "deviceVendor", v.Name, "scoreAnnotation", truncate(raw))
+		c.warn(e, ReasonScoreMalformed, "%s topology score annotation %s does not decode; the node's devices stay schedulable, "+
+			"topology-aware placement treats every pair as unscored: %v", v.Name, v.ScoreKey, err)
+		c.stats.decodeFailures.Add(1)
+		return
+	}
+	ve.scores = annotation.ScoresByDevice(ve.devices, scores)
 }
 
 // maxInterned bounds the strings shared between nodes' devices (models, modes, MIG profile
@@ -737,8 +775,9 @@ func (c *Cache) registration(e *nodeEntry, i int) Registration {
 	r := Registration{Vendor: c.vendors[i].Name, State: ve.state, Reason: ve.reason, Err: ve.err,
 		Allocatable: ve.allocatable, Handshake: ve.hsRaw}
 	if ve.state == StateRegistered {
-		r.Devices = ve.devices
+		r.Devices, r.PairScores = ve.devices, ve.scores
 	}
+	r.ScoreErr = ve.scoreErr
 	return r
 }
 

@@ -77,14 +77,16 @@ func TestStates(t *testing.T) {
 			node: withRegister(gpuNode("n", 8, 80, ""), `[null,`+strings.TrimPrefix(valid, "[")), want: StateInvalidElement,
 			wantErr: annotation.ErrInvalidElement, wantLog: "failed to decode node devices", wantLevel: -1, wantEvent: ReasonRegisterInvalid,
 		},
-		"malformed topology score": {
+		// Deliberate difference: HAMi drops the node ("failed to decode pair scores"); here it
+		// stays registered without scores, logged and evented once (TestMalformedScores).
+		"malformed topology score keeps the node": {
 			node: func() *corev1.Node {
-				n := gpuNode("n", 8, 80, "")
+				n := gpuNode("n", 8, 80, requesting(t0.Add(-10*time.Second)))
 				n.Annotations[annotation.KeyNVIDIAScore] = `[{"uuid":1}]`
 				return n
 			}(),
-			want: StateMalformed, wantErr: annotation.ErrMalformed, wantLog: "failed to decode pair scores", wantLevel: -1,
-			wantEvent: ReasonRegisterMalformed,
+			want: StateRegistered, wantLog: "failed to decode pair scores; the node stays registered without topology scores", wantLevel: -1,
+			wantEvent: ReasonScoreMalformed,
 		},
 		"unhealthy: handshake expired and allocatable 0": {
 			node: gpuNode("n", 8, 0, requesting(t0.Add(-120*time.Second))), want: StateUnhealthy, wantErr: ErrUnhealthy,

@@ -28,6 +28,11 @@
 //     waits for nothing but the overall rate), outside any lock readers take, and only from a
 //     [Handshaker], the leader-only part, which runs only while this replica leads.
 //   - never adds a node whose allocatable count is 0 because of a fresh stamp (HAMi flaps it).
+//   - decodes the topology score annotation (hami.io/node-nvidia-score) with the devices and
+//     hands it to readers per device ([Registration].PairScores); one that does not decode
+//     costs the node its scores, not its devices: it stays registered, with the error in
+//     [Registration].ScoreErr, logged and evented ([ReasonScoreMalformed]) once per value. HAMi
+//     drops the whole node ("node unregistered").
 //
 // # Reading
 //

@@ -78,14 +78,27 @@ type Registration struct {
 	Allocatable int64
 	// Handshake is the raw handshake annotation value ("" when absent).
 	Handshake string
+	// PairScores are the devices' topology scores from the vendor's score annotation
+	// (hami.io/node-nvidia-score), parallel to Devices as annotation.ScoresByDevice attaches
+	// them; nil when the node publishes none, when no entry names a device, when the
+	// annotation does not decode, and unless State is StateRegistered. Shared and read-only.
+	PairScores []map[string]int
+	// ScoreErr is the error of a score annotation that does not decode (errors.Is
+	// annotation.ErrMalformed), nil otherwise. The node still registers without scores: HAMi's
+	// scheduler drops the whole node ("node unregistered").
+	ScoreErr error
 }
 
 // equal reports whether two registrations would look the same to a reader. Devices compare by
 // identity: a new decode always produces a new slice.
 func (r *Registration) equal(o *Registration) bool {
 	return r.Vendor == o.Vendor && r.State == o.State && r.Reason == o.Reason && r.Err == o.Err && //nolint:errorlint // identity
-		r.Allocatable == o.Allocatable && r.Handshake == o.Handshake &&
-		sameDevices(r.Devices, o.Devices)
+		r.Allocatable == o.Allocatable && r.Handshake == o.Handshake && r.ScoreErr == o.ScoreErr && //nolint:errorlint // identity
+		sameDevices(r.Devices, o.Devices) && sameScores(r.PairScores, o.PairScores)
+}
+
+func sameScores(a, b []map[string]int) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
 func sameDevices(a, b []annotation.Device) bool {

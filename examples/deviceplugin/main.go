@@ -8,6 +8,12 @@
 //	deviceplugin [--device-split-count 10] [--device-memory-scaling 1] [--device-cores-scaling 1]
 //	             [--preconfigured-device-memory 0] [--hook-path /usr/local] [--prepare-state-dir=true]
 //	             [--kubelet-root-dir /var/lib/kubelet] [--kubeconfig FILE] [--kube-qps 50] [--kube-burst 100] [-v 2]
+//	             [--topology-score] [--topology-version master|v2.9.0]
+//
+// --topology-score (default: env ENABLE_TOPOLOGY_SCORE=true, as HAMi's plugin reads it) also
+// publishes the GPUs' topology scores in hami.io/node-nvidia-score, for HAMi's topology-aware
+// GPU policy; --topology-version v2.9.0 scores NVSwitch systems from PCIe alone, as HAMi v2.9.0
+// does. A failed scoring does not hold back the register annotation.
 //
 // The node name comes from NODE_NAME (the chart sets it from spec.nodeName; the legacy
 // NodeName works too). Without --kubeconfig the in-cluster configuration is used.
@@ -15,7 +21,9 @@
 // # Without a GPU
 //
 // --simulate dgxa100|dgxh100|dgxh200|dgxb200 runs on one of go-nvml's simulated servers
-// instead of the driver: eight GPUs with random UUIDs. Then SIGUSR1 injects a critical XID
+// instead of the driver: eight GPUs with random UUIDs, interconnected as
+// --simulate-topology says (nvswitch, the DGX's, by default; hybrid-cube-mesh, a DGX-1V's
+// direct NVLinks; pcie). Then SIGUSR1 injects a critical XID
 // (79) on GPU 0, which turns it unhealthy on both channels; it is healthy again once
 // --health-quiet-period has passed without another XID. For example, on a node without a GPU:
 //
@@ -48,6 +56,7 @@ import (
 	"k8s.io/klog/v2/textlogger"
 
 	"github.com/hamireg/hamireg/allocation"
+	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/kubeletplugin"
 	"github.com/hamireg/hamireg/nodeagent"
 	"github.com/hamireg/hamireg/nvmlscan"
@@ -56,7 +65,10 @@ import (
 )
 
 // The scanner is the agent's device source.
-var _ nodeagent.Source = (*nvmlscan.Scanner)(nil)
+var (
+	_ nodeagent.Source         = (*nvmlscan.Scanner)(nil)
+	_ nodeagent.TopologySource = (*nvmlscan.Scanner)(nil)
+)
 
 // simulatedXID is the XID that SIGUSR1 injects on GPU 0 in --simulate mode.
 const simulatedXID = 79
@@ -94,6 +106,10 @@ func run(ctx context.Context, args []string, stderr io.Writer, h host) int {
 	qps := flags.Float64("kube-qps", 50, "client QPS to the API server (client-go's 5 makes each Allocate wait)")
 	burst := flags.Int("kube-burst", 100, "client burst to the API server")
 	simulate := flags.String("simulate", "", "run on go-nvml's simulated dgxa100, dgxh100, dgxh200 or dgxb200 instead of the driver")
+	topoScore := flags.Bool("topology-score", h.getenv("ENABLE_TOPOLOGY_SCORE") == "true",
+		"publish topology scores in hami.io/node-nvidia-score (HAMi: ENABLE_TOPOLOGY_SCORE=true)")
+	topoVersion := flags.String("topology-version", "master", "whose scoring rules: master (NVLinks, then NVSwitch links) or v2.9.0 (direct NVLinks only)")
+	simTopology := flags.String("simulate-topology", string(nvmlsim.TopologyNVSwitch), "interconnect of the --simulate node: nvswitch, hybrid-cube-mesh or pcie")
 	quiet := flags.Duration("health-quiet-period", nvmlscan.DefaultQuietPeriod, "time without a critical XID before an unhealthy GPU is healthy again")
 	verbosity := flags.Int("v", 0, "log verbosity")
 	if err := flags.Parse(args); err != nil {
@@ -116,13 +132,24 @@ func run(ctx context.Context, args []string, stderr io.Writer, h host) int {
 		return usage("%v", err) // names the fix: NODE_NAME from spec.nodeName, as deploy/daemonset.yaml sets it
 	}
 
+	var topologyVersion annotation.Version
+	switch *topoVersion {
+	case "master":
+	case "v2.9.0":
+		topologyVersion = annotation.VersionV290
+	default:
+		return usage("--topology-version %q is not master or v2.9.0", *topoVersion)
+	}
 	lib := nvml.New()
-	opts := nvmlscan.Options{SplitCount: int32(*splitCount), MemoryScaling: memScaling, CoreScaling: coreScaling, PreConfiguredMemory: *preConfigured,
+	opts := nvmlscan.Options{TopologyVersion: topologyVersion, SplitCount: int32(*splitCount), MemoryScaling: memScaling, CoreScaling: coreScaling, PreConfiguredMemory: *preConfigured,
 		Health: nvmlscan.HealthOptions{QuietPeriod: *quiet, ProbeInterval: min(*quiet, nvmlscan.DefaultProbeInterval)}}
 	if *simulate != "" {
 		node, err := nvmlsim.New(*simulate)
 		if err != nil {
 			return usage("--simulate: %v", err)
+		}
+		if err := node.SetTopology(nvmlsim.Topology(*simTopology)); err != nil {
+			return usage("--simulate-topology: %v", err)
 		}
 		lib, opts.Sysfs = node.Server, node.Sysfs
 		var wg sync.WaitGroup
@@ -146,7 +173,8 @@ func run(ctx context.Context, args []string, stderr io.Writer, h host) int {
 		return 1
 	}
 	agent, err := nodeagent.New(client, nodeName, scanner, nodeagent.Options{
-		Kubelet: kubeletplugin.Options{PluginDir: kubeletplugin.PluginDirFromRootDir(*rootDir)},
+		TopologyScores: *topoScore,
+		Kubelet:        kubeletplugin.Options{PluginDir: kubeletplugin.PluginDirFromRootDir(*rootDir)},
 		Allocator: nodeagent.HAMiCore{
 			Env:             allocation.EnvOptions{HookPath: *hookPath, DeviceMemoryScaling: *memScaling},
 			PrepareStateDir: *prepare,

@@ -57,6 +57,8 @@ func TestRunUsage(t *testing.T) {
 		"no node name":        {code: 2, want: "NODE_NAME"},
 		"invalid node name":   {env: map[string]string{"NODE_NAME": "Not_A_Node"}, code: 2, want: "invalid node name"},
 		"unknown server":      {args: []string{"--simulate", "dgx1"}, env: withNode, code: 2, want: `unknown simulated server "dgx1"`},
+		"unknown topology":    {args: []string{"--simulate", "dgxh100", "--simulate-topology", "torus"}, env: withNode, code: 2, want: `unknown simulated topology "torus"`},
+		"topology version":    {args: []string{"--topology-version", "v3"}, env: withNode, code: 2, want: `--topology-version "v3"`},
 		"zero memory scaling": {args: []string{"--simulate", "dgxa100", "--device-memory-scaling", "0"}, env: withNode, code: 2, want: "invalid options"},
 		"no kubeconfig file": {
 			args: []string{"--simulate", "dgxh100", "--kubeconfig", filepath.Join(t.TempDir(), "missing")}, env: withNode,
@@ -118,8 +120,8 @@ func TestRunSimulated(t *testing.T) {
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"--simulate", "dgxa100", "--device-split-count", "4", "--kubelet-root-dir", root,
-			"--health-quiet-period", "300ms", "--prepare-state-dir=false", "-v", "2"}, &stderr,
-			host{getenv: env(map[string]string{"NODE_NAME": "gpu-1"}), xid: xid, client: cs})
+			"--health-quiet-period", "300ms", "--prepare-state-dir=false", "--simulate-topology", "hybrid-cube-mesh", "-v", "2"}, &stderr,
+			host{getenv: env(map[string]string{"NODE_NAME": "gpu-1", "ENABLE_TOPOLOGY_SCORE": "true"}), xid: xid, client: cs})
 	}()
 	healthy := func(n int) {
 		t.Helper()
@@ -140,6 +142,12 @@ func TestRunSimulated(t *testing.T) {
 	devs, err := annotation.Decode(node.Annotations[annotation.KeyNVIDIARegister])
 	if err != nil || len(devs) != 8 || devs[0].Count != 4 || !strings.HasPrefix(devs[0].Type, "NVIDIA") {
 		t.Fatalf("register annotation: %d devices %+v, %v", len(devs), devs, err)
+	}
+	// ENABLE_TOPOLOGY_SCORE=true: the scores came in the same patch, in device order; GPUs 6
+	// and 7 of a DGX-1V share two NVLinks and a PCIe switch.
+	scores, err := annotation.DecodePairScores(node.Annotations[annotation.KeyNVIDIAScore])
+	if err != nil || len(scores) != 8 || scores[6].UUID != devs[6].ID || scores[6].Scores[devs[7].ID] != 250 {
+		t.Fatalf("score annotation %q: %v", node.Annotations[annotation.KeyNVIDIAScore], err)
 	}
 	xid <- syscall.SIGUSR1
 	healthy(28)

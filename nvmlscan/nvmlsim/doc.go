@@ -2,7 +2,11 @@
 // dgxb200, mock/server) into a GPU node that [github.com/hamireg/hamireg/nvmlscan] can scan
 // and watch without a GPU: it fills in what the simulated servers do not wire (PCI bus ids,
 // event registration, an event set), builds the matching sysfs tree, and lets its caller
-// inject XID events, event-wait failures and GPUs that stop answering.
+// inject XID events, event-wait failures and GPUs that stop answering. It also answers the
+// topology queries the simulated servers leave unwired (common PCIe ancestor, NVLink state,
+// remote PCI bus and device type) from a [Topology]: the NVSwitch interconnect of the DGX
+// servers by default, or a DGX-1V's hybrid cube mesh of direct NVLinks, or PCIe alone
+// ([Node.SetTopology]).
 //
 // It is for programs (a device plugin's --simulate mode, a demo) as much as for tests: it does
 // not import package testing, so it may be linked into a production binary. Tests use it

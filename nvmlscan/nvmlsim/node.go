@@ -26,9 +26,10 @@ type Node struct {
 	// nvmlscan.Options.Sysfs. It may be changed before the scanner is created.
 	Sysfs fstest.MapFS
 
-	events chan event
-	freed  atomic.Int32
-	lost   []atomic.Bool
+	events   chan event
+	freed    atomic.Int32
+	lost     []atomic.Bool
+	topology atomic.Pointer[topology]
 }
 
 type event struct {
@@ -44,7 +45,9 @@ type event struct {
 // GetSupportedEventTypes (XID, single- and double-bit ECC) and RegisterEvents (success) on every
 // GPU; EventSetCreate returning an event set whose Wait delivers what [Node.XID], [Node.Event]
 // and [Node.WaitError] queue (up to 64), or ERROR_TIMEOUT after its timeout; GetName wrapped
-// so that [Node.SetLost] can make a GPU stop answering.
+// so that [Node.SetLost] can make a GPU stop answering; and the topology queries
+// (GetTopologyCommonAncestor, GetNvLinkState, GetNvLinkRemotePciInfo,
+// GetNvLinkRemoteDeviceType) from [TopologyNVSwitch], which [Node.SetTopology] changes.
 func Wire(srv *server.Server) (*Node, error) {
 	buses := BusNumbers()
 	if len(srv.Devices) > len(buses) {
@@ -59,14 +62,10 @@ func Wire(srv *server.Server) (*Node, error) {
 	for i := range srv.Devices {
 		d := n.Device(i)
 		bus := buses[i]
-		busID := fmt.Sprintf("00000000:%02X:00.0", bus)
 		d.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) {
-			p := nvml.PciInfo{PciDeviceId: d.Config.PciDeviceId, Bus: uint32(bus)}
-			for j, c := range busID {
-				p.BusId[j] = int8(c)
-			}
-			return p, nvml.SUCCESS
+			return pciInfo(bus, d.Config.PciDeviceId), nvml.SUCCESS
 		}
+		n.wireTopology(i)
 		getName := d.GetNameFunc
 		d.GetNameFunc = func() (string, nvml.Return) {
 			if n.lost[i].Load() {
@@ -83,6 +82,9 @@ func Wire(srv *server.Server) (*Node, error) {
 			numa = "1\n"
 		}
 		n.Sysfs[fmt.Sprintf("bus/pci/devices/0000:%02x:00.0/numa_node", bus)] = &fstest.MapFile{Data: []byte(numa)}
+	}
+	if err := n.SetTopology(TopologyNVSwitch); err != nil {
+		return nil, fmt.Errorf("wire simulated node: %w", err)
 	}
 	srv.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) {
 		return &mock.EventSet{WaitFunc: n.wait, FreeFunc: n.free}, nvml.SUCCESS

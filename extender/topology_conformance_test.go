@@ -1,0 +1,262 @@
+package extender
+
+import (
+	"encoding/json"
+	"errors"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"testing/synctest"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/hamireg/hamireg/allocation"
+	"github.com/hamireg/hamireg/annotation"
+	"github.com/hamireg/hamireg/internal/vectors"
+	"github.com/hamireg/hamireg/schedcache"
+)
+
+type topologyInput struct {
+	Config struct {
+		GPUPolicy     allocation.Policy `json:"gpu_scheduler_policy"`
+		NodePolicy    allocation.Policy `json:"node_scheduler_policy"`
+		DefaultMemory int32             `json:"default_memory"`
+		DefaultCores  int32             `json:"default_cores"`
+		MemoryFactor  int32             `json:"memory_factor"`
+	} `json:"config"`
+	Quotas []json.RawMessage `json:"quotas"`
+	Nodes  []struct {
+		Name        string              `json:"name"`
+		Annotations map[string]string   `json:"annotations"`
+		Devices     []annotation.Device `json:"devices"`
+	} `json:"nodes"`
+	ExistingPods []vectorPod `json:"existing_pods"`
+	Pod          vectorPod   `json:"pod"`
+	NodeNames    []string    `json:"node_names"`
+}
+
+type topologyFile struct {
+	Vectors []struct {
+		Name            string            `json:"name"`
+		Input           topologyInput     `json:"input"`
+		WantFitReason   map[string]string `json:"want_fit_reason"`
+		WantNodeNames   []string          `json:"want_node_names"`
+		WantFailedNodes map[string]string `json:"want_failed_nodes"`
+		WantPatches     []struct {
+			Body json.RawMessage `json:"body"`
+		} `json:"want_patches"`
+	} `json:"vectors"`
+}
+
+// topologyRun is what one Filter of a topology vector's pod gave.
+type topologyRun struct {
+	nodeNames []string
+	failed    map[string]string
+	patches   []map[string]map[string]map[string]string
+	regs      map[string]schedcache.Registration
+}
+
+// runTopology filters in.Pod through a real Extender on in's nodes and pods.
+func runTopology(t *testing.T, in topologyInput, version allocation.Version) topologyRun {
+	t.Helper()
+	var out topologyRun
+	synctest.Test(t, func(t *testing.T) {
+		var objs []runtime.Object
+		for _, n := range in.Nodes {
+			node := registered(n.Name, 0, 0)
+			node.Annotations[annotation.KeyNVIDIARegister] = annotation.Encode(n.Devices)
+			maps.Copy(node.Annotations, n.Annotations)
+			node.Status.Allocatable[annotation.ResourceNVIDIAGPU] = *resource.NewQuantity(10*int64(len(n.Devices)), resource.DecimalSI)
+			objs = append(objs, node)
+		}
+		for _, p := range in.ExistingPods {
+			objs = append(objs, p.pod(t))
+		}
+		pod := in.Pod.pod(t)
+		objs = append(objs, pod)
+		cfg := allocation.Config{GPUSchedulerPolicy: in.Config.GPUPolicy, NodeSchedulerPolicy: in.Config.NodePolicy,
+			DefaultMemory: in.Config.DefaultMemory, DefaultCores: in.Config.DefaultCores, MemoryFactor: in.Config.MemoryFactor, Version: version}
+		e := setupWithNodes(t, Options{Config: cfg}, objs...)
+		e.run()
+		e.client.ClearActions()
+		res := e.filter(pod, in.NodeNames...)
+		if res.Error != "" {
+			t.Fatalf("Error = %s", res.Error)
+		}
+		if res.NodeNames != nil {
+			out.nodeNames = *res.NodeNames
+		}
+		out.failed = res.FailedNodes
+		for _, a := range e.client.Actions() {
+			if p, ok := a.(k8stesting.PatchAction); ok {
+				var m map[string]map[string]map[string]string
+				if err := json.Unmarshal(p.GetPatch(), &m); err != nil {
+					t.Fatal(err)
+				}
+				out.patches = append(out.patches, m)
+			}
+		}
+		out.regs = map[string]schedcache.Registration{}
+		snap := e.cache.Snapshot()
+		for _, n := range in.Nodes {
+			if info, ok := snap.Node(n.Name); ok {
+				out.regs[n.Name] = info.Registrations[0]
+			}
+		}
+	})
+	return out
+}
+
+// TestConformanceTopology replays topology.json's scheduler vectors through Filter, both
+// versions: the chosen node, the pod's merge patch (HAMi's device lists after
+// vectors.OneEntryPerContainer) and every failed candidate's reason. Two deliberate
+// differences are compared by their rule, and the rule is asserted:
+//
+//   - A score annotation that does not decode: HAMi drops the node ("node unregistered"); the
+//     SDK keeps it registered without scores, so the answer is the SDK's own answer for the
+//     same input without that annotation, and the registration carries the ErrMalformed.
+//   - HAMi v2.9.0 writes an empty entry for a GPU container when no combination scores above
+//     0; the SDK takes the first best combination in walk order, which without scores is the
+//     first GPUs of the walk: the answer is the SDK's own answer under the spread policy, and
+//     the entry holds as many GPUs as the container asks for.
+func TestConformanceTopology(t *testing.T) {
+	t.Parallel()
+	checked := 0
+	for _, folder := range vectors.Folders(t) {
+		var f topologyFile
+		if !folder.Read(t, "topology.json", &f) {
+			continue
+		}
+		version := vectors.Pick(folder, allocation.VersionMaster, allocation.VersionV290)
+		for _, v := range f.Vectors {
+			checked++
+			t.Run(folder.Name()+"/"+v.Name, func(t *testing.T) {
+				t.Parallel()
+				in := v.Input
+				if len(in.Quotas) > 0 {
+					t.Skip("needs the extender's ResourceQuota check (input has quotas)")
+				}
+				got := runTopology(t, in, version)
+
+				wantNodes, wantFailed, wantReason := v.WantNodeNames, v.WantFailedNodes, v.WantFitReason
+				var want []map[string]map[string]map[string]string
+				for _, p := range v.WantPatches {
+					body := strings.ReplaceAll(string(p.Body), "{unix_now}", strconv.FormatInt(t0.Unix(), 10))
+					var m map[string]map[string]map[string]string
+					if err := json.Unmarshal([]byte(body), &m); err != nil {
+						t.Fatal(err)
+					}
+					want = append(want, m)
+				}
+
+				// Rule 1: a malformed score annotation costs the node its scores only.
+				malformed := false
+				stripped := in
+				stripped.Nodes = slices.Clone(in.Nodes)
+				for i, n := range in.Nodes {
+					raw, ok := n.Annotations[annotation.KeyNVIDIAScore]
+					if _, err := annotation.DecodePairScores(raw); !ok || err == nil {
+						continue
+					}
+					malformed = true
+					if v.WantFailedNodes[n.Name] != ReasonNodeUnregistered {
+						t.Errorf("%s: HAMi says %q for a malformed score annotation, want %q", n.Name, v.WantFailedNodes[n.Name], ReasonNodeUnregistered)
+					}
+					if r := got.regs[n.Name]; r.State != schedcache.StateRegistered || !errors.Is(r.ScoreErr, annotation.ErrMalformed) || r.PairScores != nil {
+						t.Errorf("%s: registration %s, ScoreErr %v, scores %v; want registered, ErrMalformed, none", n.Name, r.State, r.ScoreErr, r.PairScores)
+					}
+					stripped.Nodes[i].Annotations = maps.Clone(n.Annotations)
+					delete(stripped.Nodes[i].Annotations, annotation.KeyNVIDIAScore)
+				}
+				if malformed {
+					ruled := runTopology(t, stripped, version)
+					wantNodes, wantFailed, wantReason, want = ruled.nodeNames, ruled.failed, ruled.failed, ruled.patches
+				}
+
+				// Rule 2 (v2.9.0): no empty entry for a GPU container.
+				pod := in.Pod.pod(t)
+				cfg := allocation.Config{Version: version, DefaultMemory: in.Config.DefaultMemory, DefaultCores: in.Config.DefaultCores}
+				gpu := gpuContainers(pod, cfg)
+				req := allocation.Requests(pod, cfg)
+				emptied := false
+				for _, m := range want {
+					hami, ok := m["metadata"]["annotations"]["hami.io/vgpu-devices-allocated"]
+					if !ok {
+						continue
+					}
+					pd, err := allocation.DecodePodDevices(hami, allocation.VersionV290)
+					for i, c := range req.Containers {
+						if err == nil && c.Count > 0 && (i >= len(pd) || len(pd[i]) == 0) {
+							emptied = true
+						}
+					}
+				}
+				if emptied {
+					if version != allocation.VersionV290 {
+						t.Fatal("HAMi master wrote an empty entry for a GPU container")
+					}
+					spread := in
+					spread.Config.GPUPolicy = allocation.PolicySpread
+					if in.Pod.Annotations[allocation.KeyGPUSchedulerPolicy] != "" {
+						spread.Pod.Annotations = maps.Clone(in.Pod.Annotations)
+						spread.Pod.Annotations[allocation.KeyGPUSchedulerPolicy] = string(allocation.PolicySpread)
+					}
+					ruled := runTopology(t, spread, version)
+					wantNodes, want = ruled.nodeNames, ruled.patches
+					for _, m := range want {
+						pd, err := allocation.DecodePodDevices(m["metadata"]["annotations"]["hami.io/vgpu-devices-allocated"], allocation.VersionMaster)
+						if err != nil {
+							t.Fatal(err)
+						}
+						for i, c := range req.Containers {
+							if len(pd[i]) != int(c.Count) {
+								t.Errorf("container %d: %d GPUs by the rule, asks for %d", i, len(pd[i]), c.Count)
+							}
+						}
+					}
+				} else {
+					for _, m := range want {
+						for _, k := range []string{"hami.io/vgpu-devices-allocated", "hami.io/vgpu-devices-to-allocate"} {
+							if hami, ok := m["metadata"]["annotations"][k]; ok {
+								ruled, fits := vectors.OneEntryPerContainer(hami, gpu)
+								if !fits {
+									t.Errorf("%s: HAMi's list %q has not one entry per GPU container", k, hami)
+								}
+								m["metadata"]["annotations"][k] = ruled
+							}
+						}
+					}
+				}
+
+				if !slices.Equal(got.nodeNames, wantNodes) {
+					t.Fatalf("NodeNames = %v, want %v (failed %v)", got.nodeNames, wantNodes, got.failed)
+				}
+				if len(wantNodes) == 0 {
+					if !slices.Equal(slices.Sorted(maps.Keys(got.failed)), slices.Sorted(maps.Keys(wantFailed))) {
+						t.Fatalf("FailedNodes = %v, want %v", got.failed, wantFailed)
+					}
+					for node, hami := range wantFailed {
+						ours := got.failed[node]
+						switch {
+						case hami == ReasonNodeUnregistered:
+							if !strings.HasPrefix(ours, ReasonNodeUnregistered+": ") {
+								t.Errorf("%s: %q, HAMi %q", node, ours, hami)
+							}
+						case ours != wantReason[node]:
+							t.Errorf("%s: %q, want fit reason %q", node, ours, wantReason[node])
+						}
+					}
+				}
+				if diff := cmp.Diff(want, got.patches); diff != "" {
+					t.Errorf("patches (-want +got):\n%s", diff)
+				}
+			})
+		}
+	}
+	t.Logf("checked %d vectors from %d folders", checked, len(vectors.Folders(t)))
+}
