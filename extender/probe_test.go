@@ -2,6 +2,7 @@ package extender
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -108,14 +109,20 @@ func differential(t *testing.T, version allocation.Version, seed uint64) {
 		events := e.events()
 		if want.Node == "" {
 			none++
-			if res.NodeNames != nil || len(res.FailedNodes) != len(candidates) {
+			failed := map[string]string{} // the two maps together are HAMi's FailedNodes
+			maps.Copy(failed, res.FailedNodes)
+			maps.Copy(failed, res.FailedAndUnresolvableNodes)
+			if res.NodeNames != nil || len(failed) != len(candidates) {
 				t.Fatalf("%s: no node fits, Filter = %+v", pod.Name, res)
 			}
 			for _, n := range candidates {
-				if w, ok := want.Failed[n]; ok && res.FailedNodes[n] != w {
-					t.Errorf("%s: reason on %s = %q, Schedule %q", pod.Name, n, res.FailedNodes[n], w)
-				} else if !ok && !strings.HasPrefix(res.FailedNodes[n], ReasonNodeUnregistered) {
-					t.Errorf("%s: reason on unregistered %s = %q", pod.Name, n, res.FailedNodes[n])
+				if w, ok := want.Failed[n]; ok && failed[n] != w {
+					t.Errorf("%s: reason on %s = %q, Schedule %q", pod.Name, n, failed[n], w)
+				} else if !ok && !strings.HasPrefix(failed[n], ReasonNodeUnregistered) {
+					t.Errorf("%s: reason on unregistered %s = %q", pod.Name, n, failed[n])
+				}
+				if _, in := res.FailedAndUnresolvableNodes[n]; in != allocation.Unresolvable(failed[n]) {
+					t.Errorf("%s: %s in FailedAndUnresolvableNodes = %t, reason %q", pod.Name, n, in, failed[n])
 				}
 			}
 			continue
