@@ -129,6 +129,7 @@ func (e *Extender) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *e
 	d := e.decide(pod, req, names)
 	if d.node == "" {
 		logger.V(2).Info("No node fits the pod", "pod", klog.KObj(pod), "candidates", len(names))
+		e.explainQuota(pod, req, d)
 		e.recordFailure(pod, d.failed)
 		return &extenderv1.ExtenderFilterResult{FailedNodes: d.failed}
 	}
@@ -181,6 +182,7 @@ type decision struct {
 	notFit  int                // candidates that do not fit
 	scores  map[string]float64 // fitting nodes, only when Events are recorded
 	undo    func()
+	quota   *allocation.Quota // the namespace's quota, when it limits anything
 }
 
 // decide fits the pod on every candidate and, when one fits, records the chosen devices as the
@@ -198,13 +200,15 @@ func (e *Extender) decide(pod *corev1.Pod, req allocation.PodRequest, names []st
 	e.filterMu.Lock()
 	defer e.filterMu.Unlock()
 	u := e.usage
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	var self *placement // what the pod itself holds: it does not count against itself
-	if p := u.pods[key]; p != nil {
-		self = p.effective()
-	}
+	view := u.Lock()
+	defer view.Unlock()
+	self, _ := view.Pod(key) // what the pod itself holds: it does not count against itself
 	d := decision{failed: map[string]string{}}
+	var fo allocation.FitOptions
+	if q := view.Quota(pod.Namespace, key); q.Limits.Any(cfg.Version) {
+		fo.Quota, d.quota = &q, &q
+		reqKey += quotaKey(q)
+	}
 	if withScores {
 		d.scores = map[string]float64{}
 	}
@@ -227,16 +231,16 @@ func (e *Extender) decide(pod *corev1.Pod, req allocation.PodRequest, names []st
 			}
 		}
 		cordon := nodeAnnotations[allocation.KeyDeviceCordon]
-		nu := u.nodeLocked(name)
-		own := self != nil && self.node == name
+		nu := u.nodeLocked(view, name)
+		own := self != nil && self.Node == name
 		m, hit := nu.memo(info, reqKey, cordon)
 		if own || !hit {
 			used := nu.used
 			if own {
-				used = minus(used, self.used)
+				used = minus(used, self.GPUs)
 			}
 			devs := allocation.WithUsage(reg.Devices, used)
-			pd, reason, fits := allocation.Fit(devs, req, pod.Annotations, nodeAnnotations, cfg)
+			pd, reason, fits := allocation.FitWith(devs, req, pod.Annotations, nodeAnnotations, cfg, fo)
 			m = fitMemo{valid: true, info: info, ver: nu.ver, reqKey: reqKey, cordon: cordon,
 				devices: pd, reason: reason, ok: fits, score: allocation.NodeScore(devs)}
 			if !own {
@@ -262,7 +266,7 @@ func (e *Extender) decide(pod *corev1.Pod, req allocation.PodRequest, names []st
 		return d
 	}
 	d.notFit, d.failed = len(d.failed), nil // HAMi answers the chosen node only
-	d.undo = u.assumeLocked(key, &placement{node: d.node, used: d.devices.Usage()})
+	d.undo = view.Assume(pod, d.node, d.devices)
 	return d
 }
 
@@ -374,6 +378,7 @@ func reasonWords(reason string) []string {
 	if strings.HasPrefix(reason, ReasonNodeUnregistered) {
 		return []string{ReasonNodeUnregistered}
 	}
+	reason, _, _ = strings.Cut(reason, "; ") // what follows explains (a quota's usage)
 	var words []string
 	for part := range strings.SplitSeq(reason, ", ") {
 		_, w, ok := strings.Cut(part, " ")

@@ -1,6 +1,7 @@
 package extender
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -69,8 +70,11 @@ func (e *Extender) serveWebhook(w http.ResponseWriter, r *http.Request) {
 // where it asks for whole GPUs without cores, and CUDA_TASK_PRIORITY from nvidia.com/priority.
 // Everything else is allowed unchanged: other objects, pods without such a container, pods of
 // another scheduler, privileged containers. Denied: a pod without containers ("pod has no
-// containers") and a GPU pod with spec.nodeName ("pod has node assigned"). HAMi's
-// ResourceQuota check is not made. The patch is a JSON patch of the changed fields only.
+// containers"), a GPU pod with spec.nodeName ("pod has node assigned"), and, as HAMi's
+// fitResourceQuota, a GPU pod that would take its namespace over a ResourceQuota limit on
+// GPU memory or cores ("exceeding resource quota", counted as allocation.AdmissionQuotaAsk
+// counts the mutated pod against what the namespace's pods hold). The patch is a JSON patch
+// of the changed fields only.
 func (e *Extender) Admit(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	e.stats.admissions.Add(1)
 	allow := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
@@ -137,6 +141,9 @@ func (e *Extender) Admit(ctx context.Context, req *admissionv1.AdmissionRequest)
 	}
 	if pod.Spec.NodeName != "" {
 		return deny("pod has node assigned")
+	}
+	if e.quotaDenies(&pod, cmp.Or(pod.Namespace, req.Namespace)) {
+		return deny("exceeding resource quota")
 	}
 	ops = append(ops, jsonPatchOp{Op: "add", Path: "/spec/schedulerName", Value: e.opts.SchedulerName})
 	patch, err := json.Marshal(ops)
