@@ -68,9 +68,19 @@
 //   - A GPU count or memory beyond int32 saturates (HAMi wraps it around, so 2^32+1 GPUs ask
 //     for one); usage sums are 64-bit.
 //
+// ResourceQuota: [FitWith] and [ScheduleWith] with [FitOptions].Quota check each candidate
+// GPU against the namespace's limits as HAMi's fitQuota does ([ReasonResourceQuotaNotFit],
+// counted per GPU); [QuotaLimitsFrom] reads the limits from the namespace's ResourceQuota
+// objects, [QuotaUsage] what a pod's devices hold against them, [AdmissionQuotaAsk] what HAMi's
+// webhook counts. Where HAMi is wrong, the rules differ, each asserted in a test: several
+// objects of a namespace combine as the tightest limit (HAMi: the one delivered last, and
+// deleting either removes the limit); a fractional limit limits to its integer part, as
+// Kubernetes compares quota (HAMi ignores it); keys that name a GPU resource in a form HAMi
+// ignores, and suffixed memory limits, come back as classified [QuotaError]s.
+//
 // Not implemented: MIG placement (a GPU in "mig" mode is skipped with
-// CardNotFoundCustomFilterRule), topology-aware pair scores (ordered as spread), ResourceQuota
-// checks, and CDI device list strategies.
+// CardNotFoundCustomFilterRule), topology-aware pair scores (ordered as spread), and CDI
+// device list strategies.
 //
 // Everything here is a pure function of its arguments, safe for concurrent use.
 package allocation

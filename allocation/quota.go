@@ -22,7 +22,7 @@ const ReasonResourceQuotaNotFit = "ResourceQuotaNotFit"
 // memory or core resource name ([QuotaKeys]).
 const QuotaPrefix = "limits."
 
-// Sentinel errors of the quota reader: every [QuotaWarning] unwraps to one of them.
+// Sentinel errors of the quota reader: every [QuotaError] unwraps to one of them.
 var (
 	// ErrQuotaKeyIgnored means a ResourceQuota key names a GPU resource in a form HAMi's quota
 	// ignores: requests.nvidia.com/gpumem, a bare nvidia.com/gpumem, limits.nvidia.com/gpu,
@@ -41,10 +41,10 @@ var (
 	ErrQuotaValueNegative = errors.New("quota limit negative")
 )
 
-// QuotaWarning is something about a ResourceQuota object a user should know: a key HAMi
+// QuotaError is something about a ResourceQuota object a user should know: a key HAMi
 // ignores, or a value read differently from what it says. It unwraps to one of the ErrQuota
 // sentinels.
-type QuotaWarning struct {
+type QuotaError struct {
 	// Quota is the ResourceQuota object's name, Key the spec.hard key, Value its value.
 	Quota, Key, Value string
 	// Err is the class (an ErrQuota sentinel), Hint says what would work.
@@ -53,12 +53,12 @@ type QuotaWarning struct {
 }
 
 // Error implements error.
-func (w *QuotaWarning) Error() string {
+func (w *QuotaError) Error() string {
 	return fmt.Sprintf("resource quota %s: %s: %s: %v: %s", w.Quota, w.Key, w.Value, w.Err, w.Hint)
 }
 
 // Unwrap returns the class.
-func (w *QuotaWarning) Unwrap() error { return w.Err }
+func (w *QuotaError) Unwrap() error { return w.Err }
 
 // QuotaAmount is GPU memory and cores held or asked against a quota: Memory in MiB as the
 // device lists hold it (after [Config.MemoryFactor]), Cores in core percent.
@@ -157,12 +157,12 @@ func QuotaKeys(c Config) (memory, cores string) {
 // first).
 //
 // The warnings list the keys that name GPU resources in a form HAMi ignores and the values
-// read differently from how they look ([QuotaWarning]), sorted by object and key.
-func QuotaLimitsFrom(quotas []*corev1.ResourceQuota, c Config) (QuotaLimits, []*QuotaWarning) {
+// read differently from how they look ([QuotaError]), sorted by object and key.
+func QuotaLimitsFrom(quotas []*corev1.ResourceQuota, c Config) (QuotaLimits, []*QuotaError) {
 	c = c.orDefaults()
 	memKey, coresKey := QuotaKeys(c)
 	var out QuotaLimits
-	var warnings []*QuotaWarning
+	var warnings []*QuotaError
 	for _, rq := range quotas {
 		if rq == nil {
 			continue
@@ -196,7 +196,7 @@ func QuotaLimitsFrom(quotas []*corev1.ResourceQuota, c Config) (QuotaLimits, []*
 			}
 		}
 	}
-	slices.SortStableFunc(warnings, func(a, b *QuotaWarning) int {
+	slices.SortStableFunc(warnings, func(a, b *QuotaError) int {
 		return cmp.Or(cmp.Compare(a.Quota, b.Quota), cmp.Compare(a.Key, b.Key))
 	})
 	return out, warnings
@@ -217,13 +217,13 @@ func tighter(next, cur QuotaLimit, v Version) bool {
 
 // quotaValue is a limit as a whole number: exact when it is one, its integer part when it is
 // fractional, saturated beyond int64.
-func quotaValue(q resource.Quantity, memory bool) (int64, *QuotaWarning) {
+func quotaValue(q resource.Quantity, memory bool) (int64, *QuotaError) {
 	if q.Sign() < 0 {
-		return 0, &QuotaWarning{Err: ErrQuotaValueNegative, Hint: "ignored; a quota limit is at least 0"}
+		return 0, &QuotaError{Err: ErrQuotaValueNegative, Hint: "ignored; a quota limit is at least 0"}
 	}
-	var w *QuotaWarning
+	var w *QuotaError
 	if s := q.String(); memory && strings.TrimRight(s, "0123456789.") != "" && !strings.HasSuffix(s, "k") {
-		w = &QuotaWarning{Err: ErrQuotaValueSuffix, Hint: "the suffix multiplies the number, which is then read as MiB; write the MiB as a plain number"}
+		w = &QuotaError{Err: ErrQuotaValueSuffix, Hint: "the suffix multiplies the number, which is then read as MiB; write the MiB as a plain number"}
 	}
 	if q.CmpInt64(math.MaxInt64) >= 0 {
 		return math.MaxInt64, w
@@ -234,14 +234,14 @@ func quotaValue(q resource.Quantity, memory bool) (int64, *QuotaWarning) {
 	v := q.Value() // rounded up: the number is fractional, so its integer part is one less
 	if resource.NewQuantity(v, q.Format).Cmp(q) != 0 {
 		v--
-		w = &QuotaWarning{Err: ErrQuotaValueFractional, Hint: fmt.Sprintf("limits to %d (HAMi ignores a fractional limit)", v)}
+		w = &QuotaError{Err: ErrQuotaValueFractional, Hint: fmt.Sprintf("limits to %d (HAMi ignores a fractional limit)", v)}
 	}
 	return v, w
 }
 
 // ignoredKey classifies a spec.hard key that names one of c's GPU resources in a form HAMi's
 // quota does not read; nil for keys about other resources.
-func ignoredKey(key string, c Config) *QuotaWarning {
+func ignoredKey(key string, c Config) *QuotaError {
 	memKey, coresKey := QuotaKeys(c)
 	name, prefix := key, ""
 	for _, p := range []string{QuotaPrefix, "requests."} {
@@ -249,7 +249,7 @@ func ignoredKey(key string, c Config) *QuotaWarning {
 			name, prefix = rest, p
 		}
 	}
-	w := &QuotaWarning{Key: key, Err: ErrQuotaKeyIgnored}
+	w := &QuotaError{Key: key, Err: ErrQuotaKeyIgnored}
 	switch {
 	case name == c.ResourceMemory || name == c.ResourceCores:
 		want := memKey

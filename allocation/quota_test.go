@@ -94,7 +94,7 @@ func TestQuotaLimitsFrom(t *testing.T) {
 				}
 				gotWarns = append(gotWarns, warn{w.Key, w.Err})
 			}
-			if diff := cmp.Diff(tt.warns, gotWarns, cmp.AllowUnexported(warn{}), cmp.Comparer(func(a, b error) bool { return errors.Is(a, b) })); diff != "" {
+			if diff := cmp.Diff(tt.warns, gotWarns, cmp.AllowUnexported(warn{}), cmp.Comparer(errors.Is)); diff != "" {
 				t.Errorf("warnings (-want +got):\n%s", diff)
 			}
 		})

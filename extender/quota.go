@@ -21,7 +21,7 @@ const (
 	EventResourceQuotaNotFit = allocation.ReasonResourceQuotaNotFit
 	// EventQuotaWarning is recorded on a ResourceQuota with a key that names a GPU resource in
 	// a form HAMi's quota ignores, or a value read differently from how it looks
-	// (allocation.QuotaWarning).
+	// (allocation.QuotaError).
 	EventQuotaWarning = "GPUQuotaWarning"
 )
 

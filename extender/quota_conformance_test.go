@@ -439,7 +439,7 @@ func checkQuotaVector(t *testing.T, v quotaVector, cfg allocation.Config, got qu
 			ns := cmpOr(v.Input.Pod.Namespace, "default")
 			e := v.WantQuotaBefore[ns][allocation.DefaultResourceMemory]
 			ask := askOf(allocation.Requests(v.Input.Pod.pod(t), cfg), cfg.Version).Memory
-			if !(e.Used+ask > e.Limit && e.Used <= e.Limit) {
+			if e.Used+ask <= e.Limit || e.Used > e.Limit {
 				t.Errorf("HAMi refuses a re-filtered pod for another reason than counting it twice: %+v, ask %d", e, ask)
 			}
 			t.Logf("HAMi counts the re-filtered pod twice; the SDK once (checked against a first filter)")

@@ -37,11 +37,12 @@ func TestQuotaConcurrentFilters(t *testing.T) {
 				res := e.filter(pod, "n")
 				mu.Lock()
 				defer mu.Unlock()
-				if res.NodeNames != nil && len(*res.NodeNames) == 1 {
+				switch {
+				case res.NodeNames != nil && len(*res.NodeNames) == 1:
 					passed++
-				} else if strings.HasPrefix(res.FailedNodes["n"], "4/4 ResourceQuotaNotFit; namespace default over ResourceQuota gpu limits.nvidia.com/gpumem 10000: 9000 MiB used by default/p") {
+				case strings.HasPrefix(res.FailedNodes["n"], "4/4 ResourceQuotaNotFit; namespace default over ResourceQuota gpu limits.nvidia.com/gpumem 10000: 9000 MiB used by default/p"):
 					refused++
-				} else {
+				default:
 					t.Errorf("unexpected answer %+v", res)
 				}
 			})

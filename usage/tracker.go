@@ -242,7 +242,7 @@ func (t *Tracker) NamespaceUsage(namespace string) (allocation.QuotaAmount, map[
 
 // SetQuota applies a ResourceQuota add or update: the namespace's limits become the tightest
 // of its objects ([allocation.QuotaLimitsFrom]). It returns the warnings about this object.
-func (t *Tracker) SetQuota(rq *corev1.ResourceQuota) []*allocation.QuotaWarning {
+func (t *Tracker) SetQuota(rq *corev1.ResourceQuota) []*allocation.QuotaError {
 	_, warnings := allocation.QuotaLimitsFrom([]*corev1.ResourceQuota{rq}, t.cfg)
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -13,14 +13,15 @@ import (
 	"github.com/hamireg/hamireg/allocation"
 )
 
-func placed(ns, name, node, devices string) *corev1.Pod {
-	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: map[string]string{
+func placed(name, devices string) *corev1.Pod {
+	const node = "n1"
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: name, Annotations: map[string]string{
 		allocation.KeyNode: node, "hami.io/vgpu-devices-allocated": devices}}, Spec: corev1.PodSpec{NodeName: node},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning}}
 }
 
-func quota(ns, name, mem string) *corev1.ResourceQuota {
-	return &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+func quota(name, mem string) *corev1.ResourceQuota {
+	return &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: name},
 		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{"limits.nvidia.com/gpumem": resource.MustParse(mem)}}}
 }
 
@@ -33,8 +34,8 @@ func TestTracker(t *testing.T) {
 		limit   int64
 		limited bool
 	}
-	a := placed("team-a", "a", "n1", "g0,NVIDIA,3000,10:;")
-	b := placed("team-a", "b", "n1", "g0,NVIDIA,1000,10:;")
+	a := placed("a", "g0,NVIDIA,3000,10:;")
+	b := placed("b", "g0,NVIDIA,1000,10:;")
 	tests := map[string]struct {
 		steps func(t *Tracker)
 		want  want
@@ -70,14 +71,14 @@ func TestTracker(t *testing.T) {
 			failed.Annotations[allocation.KeyBindPhase] = string(allocation.PhaseFailed)
 			t.Observe(failed)
 		}, want: want{node: map[string]allocation.Usage{}, onGPU: []string{}}},
-		"two quotas: the tightest": {steps: func(t *Tracker) { t.SetQuota(quota("team-a", "small", "3000")); t.SetQuota(quota("team-a", "big", "8000")) },
+		"two quotas: the tightest": {steps: func(t *Tracker) { t.SetQuota(quota("small", "3000")); t.SetQuota(quota("big", "8000")) },
 			want: want{node: map[string]allocation.Usage{}, onGPU: []string{}, limit: 3000, limited: true}},
 		"two quotas, one deleted: the other stays": {steps: func(t *Tracker) {
-			t.SetQuota(quota("team-a", "small", "3000"))
-			t.SetQuota(quota("team-a", "big", "8000"))
+			t.SetQuota(quota("small", "3000"))
+			t.SetQuota(quota("big", "8000"))
 			t.DeleteQuota("team-a", "small")
 		}, want: want{node: map[string]allocation.Usage{}, onGPU: []string{}, limit: 8000, limited: true}},
-		"quota updated": {steps: func(t *Tracker) { t.SetQuota(quota("team-a", "q", "3000")); t.SetQuota(quota("team-a", "q", "5000")) },
+		"quota updated": {steps: func(t *Tracker) { t.SetQuota(quota("q", "3000")); t.SetQuota(quota("q", "5000")) },
 			want: want{node: map[string]allocation.Usage{}, onGPU: []string{}, limit: 5000, limited: true}},
 	}
 	for name, tt := range tests {
@@ -101,8 +102,8 @@ func TestTracker(t *testing.T) {
 func TestTrackerSelf(t *testing.T) {
 	t.Parallel()
 	tr := New(Options{})
-	tr.Observe(placed("team-a", "a", "n1", "g0,NVIDIA,3000,10:;"))
-	tr.Observe(placed("team-a", "b", "n1", "g0,NVIDIA,1000,10:;"))
+	tr.Observe(placed("a", "g0,NVIDIA,3000,10:;"))
+	tr.Observe(placed("b", "g0,NVIDIA,1000,10:;"))
 	if got := tr.Quota("team-a", "team-a/a").Used.Memory; got != 1000 {
 		t.Errorf("used without a = %d, want 1000", got)
 	}
@@ -119,7 +120,7 @@ func TestTrackerConcurrent(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range 16 {
 		wg.Go(func() {
-			p := placed("team-a", fmt.Sprint("p", i), "n1", "g0,NVIDIA,100,1:;")
+			p := placed(fmt.Sprint("p", i), "g0,NVIDIA,100,1:;")
 			undo := tr.Assume(p, "n1", allocation.PodDevices{{{UUID: "g0", Type: "NVIDIA", Usedmem: 100, Usedcores: 1}}})
 			if i%2 == 0 {
 				undo()

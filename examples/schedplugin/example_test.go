@@ -48,8 +48,12 @@ func Example_wire() {
 		if err != nil {
 			return err
 		}
-		factory.Core().V1().Pods().Informer().AddEventHandler(p.PodHandler())
-		factory.Core().V1().ResourceQuotas().Informer().AddEventHandler(p.QuotaHandler())
+		if _, err := factory.Core().V1().Pods().Informer().AddEventHandler(p.PodHandler()); err != nil {
+			return err
+		}
+		if _, err := factory.Core().V1().ResourceQuotas().Informer().AddEventHandler(p.QuotaHandler()); err != nil {
+			return err
+		}
 		// app.NewSchedulerCommand(app.WithPlugin(schedplugin.Name, func(...) { return p, nil }))
 		// end snippet
 		return nil
