@@ -79,9 +79,19 @@
 // [ContainerResponse] answers the device list alone, as HAMi's plugin does in mig mode
 // (mig-allocate.json, both versions, by that rule).
 //
+// ResourceQuota: [FitWith] and [ScheduleWith] with [FitOptions].Quota check each candidate
+// GPU against the namespace's limits as HAMi's fitQuota does ([ReasonResourceQuotaNotFit],
+// counted per GPU); [QuotaLimitsFrom] reads the limits from the namespace's ResourceQuota
+// objects, [QuotaUsage] what a pod's devices hold against them, [AdmissionQuotaAsk] what HAMi's
+// webhook counts. Where HAMi is wrong, the rules differ, each asserted in a test: several
+// objects of a namespace combine as the tightest limit (HAMi: the one delivered last, and
+// deleting either removes the limit); a fractional limit limits to its integer part, as
+// Kubernetes compares quota (HAMi ignores it); keys that name a GPU resource in a form HAMi
+// ignores, and suffixed memory limits, come back as classified [QuotaError]s.
+//
 // Not implemented: MIG placement (a GPU in "mig" mode is skipped with
 // CardNotFoundCustomFilterRule) and MIG instance identity (which MIG UUID a device names),
-// ResourceQuota checks, and CDI device list strategies.
+// and CDI device list strategies.
 //
 // Everything here is a pure function of its arguments, safe for concurrent use.
 package allocation

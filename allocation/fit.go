@@ -62,12 +62,17 @@ type Decision struct {
 // before this pod. Equal scores go to the node whose name sorts first (HAMi's winner is
 // arbitrary). podAnnotations are the pod's annotations.
 func Schedule(nodes []Node, req PodRequest, podAnnotations map[string]string, c Config) Decision {
+	return schedule(nodes, req, podAnnotations, c, nil)
+}
+
+// schedule is [Schedule] with the quota hook of [ScheduleWith].
+func schedule(nodes []Node, req PodRequest, podAnnotations map[string]string, c Config, q *quotaCheck) Decision {
 	c = c.orDefaults()
 	d := Decision{Scores: map[string]float64{}, Failed: map[string]string{}}
 	binpack := hasPolicy(cmp.Or(Policy(podAnnotations[KeyNodeSchedulerPolicy]), c.NodeSchedulerPolicy), PolicyBinpack)
 	best := 0.0
 	for _, n := range nodes {
-		pd, reason, ok := fit(n.Devices, req, podAnnotations, n.Annotations, c)
+		pd, reason, ok := fitWith(n.Devices, req, podAnnotations, n.Annotations, c, q)
 		if !ok {
 			d.Failed[n.Name] = reason
 			continue
@@ -135,9 +140,18 @@ func Fit(devices []DeviceUsage, req PodRequest, pod, node map[string]string, c C
 
 // fit is [Fit] with c already completed, for [Schedule] to call once per node.
 func fit(devices []DeviceUsage, req PodRequest, pod, node map[string]string, c Config) (PodDevices, string, bool) {
+	return fitWith(devices, req, pod, node, c, nil)
+}
+
+// fitWith is fit with the quota hook of [FitWith] (nil: none).
+func fitWith(devices []DeviceUsage, req PodRequest, pod, node map[string]string, c Config, q *quotaCheck) (PodDevices, string, bool) {
 	policy := cmp.Or(Policy(pod[KeyGPUSchedulerPolicy]), c.GPUSchedulerPolicy)
 	f := fitter{pod: pod, c: c, binpack: devicePolicyHas(policy, PolicyBinpack, c.Version),
 		topology: devicePolicyHas(policy, PolicyTopologyAware, c.Version), masterSort: c.Version == VersionMaster}
+	if q != nil {
+		qc := *q
+		f.quota = &qc
+	}
 	if c.Version == VersionMaster {
 		f.mutex = devicePolicyHas(policy, "mutex", c.Version)
 		f.cordoned = cordoned(node[KeyDeviceCordon])
@@ -153,6 +167,9 @@ func fit(devices []DeviceUsage, req PodRequest, pod, node map[string]string, c C
 		initByItself := c.Version == VersionMaster && i < req.Init
 		if initByItself {
 			on = slices.Clone(devices)
+		}
+		if f.quota != nil {
+			f.quota.placed = out[:i]
 		}
 		picked, reason, ok := f.container(on, r)
 		if !ok {
@@ -186,6 +203,7 @@ type fitter struct {
 	topology bool
 	// masterSort orders by usage first and NUMA node second (HAMi master), not NUMA first.
 	masterSort bool
+	quota      *quotaCheck // nil: no quota
 }
 
 // container places one container's request on devices, which it sorts in place.
@@ -234,6 +252,10 @@ func (f *fitter) container(devices []DeviceUsage, r Request) (ContainerDevices, 
 		mem := r.Memory
 		if r.MemoryPercentage != PercentageUnset && r.Memory == 0 {
 			mem = d.Devmem * r.MemoryPercentage / 100 // int32 arithmetic, as HAMi
+		}
+		if f.quota != nil && !f.quota.fits(picked, ContainerDevice{UUID: d.ID, Type: r.Type, Usedmem: mem, Usedcores: cores}) {
+			reasons[ReasonResourceQuotaNotFit]++
+			continue
 		}
 		switch {
 		case int64(d.Devmem)-d.Usedmem < int64(mem):

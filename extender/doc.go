@@ -105,8 +105,18 @@
 //   - bind-phase and bind-time travel on the Binding instead of a merge patch before it: one
 //     request less, and no pod is "allocating" without a node; the pod's annotations are the
 //     same.
-//   - Readiness is a signal (/readyz), not a 100 ms poll; the webhook does not run HAMi's
-//     ResourceQuota check; only NVIDIA is fitted.
+//   - Readiness is a signal (/readyz), not a 100 ms poll; only NVIDIA is fitted.
+//   - ResourceQuota on GPU memory and cores is HAMi's (same keys, per-GPU check, reason word,
+//     webhook denial, both versions' rules) with these fixes: the check and the assume are one
+//     step under the filter's lock, so two filters of one namespace in flight never both pass a
+//     quota only one fits; a re-filtered pod counts once; several ResourceQuota objects of a
+//     namespace combine as the tightest and deleting one leaves the others in force; a
+//     fractional limit limits to its integer part; a failed patch or bind gives the quota back;
+//     a rejection adds after HAMi's words which quota, the limit, the usage and its pods and
+//     the ask (FailedNodes and a ResourceQuotaNotFit Warning Event); a key HAMi ignores
+//     (requests.nvidia.com/gpumem, limits.nvidia.com/gpu, …) gets a GPUQuotaWarning Event on
+//     its ResourceQuota; a delete tombstone removes the limit (v2.9.0 keeps it forever). The
+//     usage is the exported tracker of package usage.
 //
 // # Lifecycle and concurrency
 //

@@ -36,6 +36,11 @@ type Extender struct {
 	pods      cache.SharedIndexInformer
 	podLister corev1listers.PodLister
 	ownPods   bool
+	quotas    cache.SharedIndexInformer
+	ownQuotas bool
+	// quotaWarned holds the warnings last recorded per ResourceQuota (only the quota
+	// handler uses it).
+	quotaWarned map[string]string
 
 	running   atomic.Bool
 	ready     chan struct{}
@@ -80,7 +85,7 @@ func New(client kubernetes.Interface, c *schedcache.Cache, opts Options) (*Exten
 		return nil, fmt.Errorf("new extender: %w", err)
 	}
 	e := &Extender{client: client, cache: c, opts: opts, ready: make(chan struct{}),
-		usage: newUsageIndex(opts.Vendor, opts.Config.Version)}
+		usage: newUsageIndex(opts.Vendor, opts.Config)}
 	pods := opts.Pods
 	if pods == nil {
 		e.ownPods = true
@@ -93,6 +98,15 @@ func New(client kubernetes.Interface, c *schedcache.Cache, opts Options) (*Exten
 	if e.metrics, err = newMetrics(opts.Registerer, e); err != nil {
 		return nil, fmt.Errorf("new extender: %w", err)
 	}
+	quotas := opts.ResourceQuotas
+	if quotas == nil {
+		e.ownQuotas = true
+		quotas = informers.NewSharedInformerFactory(client, 0).Core().V1().ResourceQuotas()
+		if err := quotas.Informer().SetTransform(trimQuota); err != nil {
+			return nil, fmt.Errorf("new extender: %w", err)
+		}
+	}
+	e.quotas, e.quotaWarned = quotas.Informer(), map[string]string{}
 	// The informers' copies spare the lock's reads: a free node costs the lock one patch.
 	e.locker, err = nodelock.New(client.CoreV1(), nodelock.Options{Timeout: opts.NodeLockTimeout, Clock: opts.Clock,
 		Nodes: opts.Nodes, Pods: e.podLister})
@@ -110,10 +124,19 @@ func trimPod(obj any) (any, error) {
 	return obj, nil
 }
 
-// Run counts usage from the pod informer until ctx is done: it registers its handlers (on the
-// pod informer, and on the node cache's Node informer to wake binds waiting for a node lock),
-// starts the pod informer when the extender owns it, and closes readiness once the pods and the
-// node cache synced. It returns nil on cancellation, after every goroutine it started ended, and
+// trimQuota drops what the quota state does not read.
+func trimQuota(obj any) (any, error) {
+	if q, ok := obj.(*corev1.ResourceQuota); ok {
+		q.ManagedFields, q.Status = nil, corev1.ResourceQuotaStatus{}
+	}
+	return obj, nil
+}
+
+// Run counts usage from the pod informer and quota limits from the ResourceQuota informer
+// until ctx is done: it registers its handlers (on the pod and quota informers, and on the node
+// cache's Node informer to wake binds waiting for a node lock), starts the informers the
+// extender owns, and closes readiness once the pods, the quotas and the node cache synced. It
+// returns nil on cancellation, after every goroutine it started ended, and
 // [ErrAlreadyRunning] when called twice.
 func (e *Extender) Run(ctx context.Context) error {
 	if !e.running.CompareAndSwap(false, true) {
@@ -121,16 +144,16 @@ func (e *Extender) Run(ctx context.Context) error {
 	}
 	logger := klog.FromContext(ctx)
 	reg, err := cache.NewTypedSharedIndexInformer[*corev1.Pod](e.pods).AddTypedEventHandler(cache.TypedResourceEventHandlerFuncs[*corev1.Pod]{
-		AddFunc: func(p *corev1.Pod) { e.usage.observe(podKey(p.Namespace, p.Name), p) },
+		AddFunc: e.usage.Observe,
 		UpdateFunc: func(o, p *corev1.Pod) {
-			if !e.usage.changed(o, p) {
+			if !e.usage.Changed(o, p) {
 				return // status and other updates: nothing usage reads changed
 			}
-			e.usage.observe(podKey(p.Namespace, p.Name), p)
+			e.usage.Observe(p)
 		},
 		DeleteFunc: func(obj cache.DeletedObject[*corev1.Pod]) {
 			if key := obj.GetKey(); key != "" {
-				e.usage.forget(key)
+				e.usage.Delete(key)
 			}
 			e.podGone(obj.OptionalObj)
 		},
@@ -144,12 +167,30 @@ func (e *Extender) Run(ctx context.Context) error {
 		return fmt.Errorf("run extender: add node event handler: %w", err)
 	}
 	defer func() { _ = e.cache.Informer().RemoveEventHandler(nodeReg) }()
+	qreg, err := cache.NewTypedSharedIndexInformer[*corev1.ResourceQuota](e.quotas).AddTypedEventHandler(cache.TypedResourceEventHandlerFuncs[*corev1.ResourceQuota]{
+		AddFunc:    e.observeQuota,
+		UpdateFunc: func(_, q *corev1.ResourceQuota) { e.observeQuota(q) },
+		DeleteFunc: func(obj cache.DeletedObject[*corev1.ResourceQuota]) {
+			// A tombstone carries the key (HAMi v2.9.0 drops it and keeps the limit forever).
+			if ns, name, err := cache.SplitMetaNamespaceKey(obj.GetKey()); err == nil && name != "" {
+				e.usage.DeleteQuota(ns, name)
+				delete(e.quotaWarned, obj.GetKey())
+			}
+		},
+	}, cache.HandlerOptions{Logger: &logger})
+	if err != nil {
+		return fmt.Errorf("run extender: add resource quota event handler: %w", err)
+	}
+	defer func() { _ = e.quotas.RemoveEventHandler(qreg) }()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	if e.ownPods {
 		wg.Go(func() { e.pods.RunWithContext(ctx) })
 	}
-	if !cache.WaitFor(ctx, "", reg.HasSyncedChecker()) || e.cache.WaitForSync(ctx) != nil {
+	if e.ownQuotas {
+		wg.Go(func() { e.quotas.RunWithContext(ctx) })
+	}
+	if !cache.WaitFor(ctx, "", reg.HasSyncedChecker(), qreg.HasSyncedChecker()) || e.cache.WaitForSync(ctx) != nil {
 		return nil
 	}
 	e.readyOnce.Do(func() { close(e.ready) })
@@ -163,9 +204,7 @@ func (e *Extender) Ready() <-chan struct{} { return e.ready }
 
 // Stats returns the extender's counters.
 func (e *Extender) Stats() Stats {
-	e.usage.mu.Lock()
-	pods := uint64(len(e.usage.pods))
-	e.usage.mu.Unlock()
+	pods := uint64(e.usage.Len())
 	return Stats{Filters: e.stats.filters.Load(), Binds: e.stats.binds.Load(), BindErrors: e.stats.bindErrors.Load(),
 		Admissions: e.stats.admissions.Load(), Pods: pods}
 }
@@ -218,13 +257,15 @@ func (e *Extender) waitReady(ctx context.Context) error {
 
 // ClusterRoleRules returns the RBAC rules the extender needs, no more: pods list and watch (usage),
 // get (a bind of a pod the informer has not delivered yet), patch (the filter's and bind's
-// annotations); pods/binding create; Events create and patch; and the node lock's rules
+// annotations); pods/binding create; resourcequotas list and watch (the quota on GPU memory
+// and cores; HAMi's own scheduler needs the same); Events create and patch; and the node lock's rules
 // (nodelock.ClusterRoleRules: nodes get and patch, pods get). The node cache and its
 // Handshaker need schedcache.ClusterRoleRules besides.
 func ClusterRoleRules() []rbacv1.PolicyRule {
 	return append([]rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "patch"}},
 		{APIGroups: []string{""}, Resources: []string{"pods/binding"}, Verbs: []string{"create"}},
+		{APIGroups: []string{""}, Resources: []string{"resourcequotas"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 	}, nodelock.ClusterRoleRules()...)
 }

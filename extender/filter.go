@@ -132,6 +132,7 @@ func (e *Extender) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) (r
 	d := e.decide(pod, req, names)
 	if d.node == "" {
 		logger.V(2).Info("No node fits the pod", "pod", klog.KObj(pod), "candidates", len(names))
+		e.explainQuota(pod, req, d)
 		e.recordFailure(pod, d.failed)
 		return failedResult(d.failed)
 	}
@@ -184,6 +185,7 @@ type decision struct {
 	notFit  int                // candidates that do not fit
 	scores  map[string]float64 // fitting nodes, only when Events are recorded
 	undo    func()
+	quota   *allocation.Quota // the namespace's quota, when it limits anything
 }
 
 // decide fits the pod on every candidate and, when one fits, records the chosen devices as the
@@ -222,13 +224,16 @@ func (e *Extender) decideWith(pod *corev1.Pod, req allocation.PodRequest, names 
 	defer e.filterMu.Unlock()
 	e.metrics.filterLockWaited(waitStart)
 	u := e.usage
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	var self *placement // what the pod itself holds: it does not count against itself
-	if p := u.pods[key]; p != nil {
-		self = p.effective()
-	}
+	view := u.Lock()
+	defer view.Unlock()
+	self, _ := view.Pod(key) // what the pod itself holds: it does not count against itself
 	d := decision{failed: map[string]string{}}
+	var fo allocation.FitOptions
+	if q := view.Quota(pod.Namespace, key); q.Limits.Any(cfg.Version) {
+		fo.Quota, d.quota = &q, &q
+		reqKey += quotaKey(q)
+		probe = nil // the probe does not model quotas: Fit on every node
+	}
 	if withScores {
 		d.scores = map[string]float64{}
 	}
@@ -246,9 +251,9 @@ func (e *Extender) decideWith(pod *corev1.Pod, req allocation.PodRequest, names 
 			d.failed[name] = unregistered(reg)
 			continue
 		}
-		nu := u.nodeLocked(name)
+		nu := u.nodeLocked(view, name)
 		nodeAnnotations, cordon := e.nodeAnnotations(nu, name)
-		own := self != nil && self.node == name
+		own := self != nil && self.Node == name
 		var m fitMemo
 		hit, probed := false, probe != nil && !own
 		if probed {
@@ -259,10 +264,10 @@ func (e *Extender) decideWith(pod *corev1.Pod, req allocation.PodRequest, names 
 		if !probed && (own || !hit) {
 			used := nu.used
 			if own {
-				used = minus(used, self.used)
+				used = minus(used, self.GPUs)
 			}
 			devs := allocation.SetPairScores(allocation.WithUsage(reg.Devices, used), reg.PairScores)
-			pd, reason, fits := allocation.Fit(devs, req, pod.Annotations, nodeAnnotations, cfg)
+			pd, reason, fits := allocation.FitWith(devs, req, pod.Annotations, nodeAnnotations, cfg, fo)
 			m = fitMemo{valid: true, info: info, ver: nu.ver, reqKey: reqKey, cordon: cordon,
 				devices: pd, reason: reason, ok: fits, score: allocation.NodeScore(devs)}
 			if !own {
@@ -289,16 +294,16 @@ func (e *Extender) decideWith(pod *corev1.Pod, req allocation.PodRequest, names 
 		}
 	}
 	if d.node == "" {
-		return d, e.explainLocked(snap, pod, req, reqKey, unexplained, d.failed)
+		return d, e.explainLocked(view, snap, pod, req, reqKey, unexplained, d.failed)
 	}
 	if chosenProbed {
 		var ok bool
-		if d.devices, ok = e.chosenLocked(snap, pod, req, reqKey, d.node, best); !ok {
+		if d.devices, ok = e.chosenLocked(view, snap, pod, req, reqKey, d.node, best); !ok {
 			return decision{}, false
 		}
 	}
 	d.notFit, d.failed = len(d.failed), nil // HAMi answers the chosen node only
-	d.undo = u.assumeLocked(key, &placement{node: d.node, used: d.devices.Usage(), devices: d.devices})
+	d.undo = view.Assume(pod, d.node, d.devices)
 	return d, true
 }
 
@@ -410,6 +415,7 @@ func reasonWords(reason string) []string {
 	if strings.HasPrefix(reason, ReasonNodeUnregistered) {
 		return []string{ReasonNodeUnregistered}
 	}
+	reason, _, _ = strings.Cut(reason, "; ") // what follows explains (a quota's usage)
 	var words []string
 	for part := range strings.SplitSeq(reason, ", ") {
 		_, w, ok := strings.Cut(part, " ")

@@ -308,8 +308,8 @@ func TestDecideIsSchedule(t *testing.T) {
 			if res.NodeNames == nil || (*res.NodeNames)[0] != want.Node {
 				t.Fatalf("pod %d: Schedule chooses %s, filter %+v", i, want.Node, res)
 			}
-			if got := e.ext.usage.pods[podKey("default", pod.Name)].effective(); !cmp.Equal(got.used, want.Devices.Usage()) {
-				t.Fatalf("pod %d: assumed %v, Schedule's devices %v", i, got.used, want.Devices.Usage())
+			if got, _ := e.ext.usage.Pod(podKey("default", pod.Name)); !cmp.Equal(got.GPUs, want.Devices.Usage()) {
+				t.Fatalf("pod %d: assumed %v, Schedule's devices %v", i, got.GPUs, want.Devices.Usage())
 			}
 		}
 	})

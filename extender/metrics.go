@@ -18,6 +18,7 @@ import (
 
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/schedcache"
+	"github.com/hamireg/hamireg/usage"
 )
 
 // HAMi's scheduler metrics: every family carries the const label zone="vGPU" (HAMi wraps its
@@ -100,8 +101,9 @@ type hamiCollector struct {
 	usage   *usageIndex
 	vendor  string
 	version allocation.Version
+	config  allocation.Config
 	legacy  bool
-	// quotas gives the quota families' entries; nil means no quota families.
+	// quotas, when set (tests), gives the quota families' entries instead of the tracker.
 	quotas func() []QuotaUsage
 
 	memLimit, coreLimit, memAlloc, shared, coreAlloc, overview, memRatio, vgpuMem, vgpuCore, quotaUsed family
@@ -110,7 +112,8 @@ type hamiCollector struct {
 
 var _ prometheus.Collector = (*hamiCollector)(nil)
 
-func newHAMiCollector(c *schedcache.Cache, u *usageIndex, vendor string, ver allocation.Version, legacy bool) *hamiCollector {
+func newHAMiCollector(c *schedcache.Cache, u *usageIndex, vendor string, cfg allocation.Config, legacy bool) *hamiCollector {
+	ver := cfg.Version
 	master := ver == allocation.VersionMaster
 	dev := []string{"node", "device_uuid", "device_index", "device_type"}
 	legacyDev := []string{"nodeid", "deviceuuid", "deviceidx", "devicetype"}
@@ -126,7 +129,7 @@ func newHAMiCollector(c *schedcache.Cache, u *usageIndex, vendor string, ver all
 	}
 	ctr := []string{"namespace", "node", "pod", "container_index", "device_uuid"}
 	legacyCtr := []string{"podnamespace", "nodename", "podname", "containeridx", "deviceuuid"}
-	h := &hamiCollector{cache: c, usage: u, vendor: vendor, version: ver, legacy: legacy,
+	h := &hamiCollector{cache: c, usage: u, vendor: vendor, version: ver, config: cfg, legacy: legacy,
 		memLimit: newFamily("hami_gpu_memory_limit_bytes", "Device memory limit for a certain GPU", dev,
 			"GPUDeviceMemoryLimit", "Device memory limit for a certain GPU", legacyDev),
 		coreLimit: newFamily("hami_gpu_core_limit_ratio", "Device core limit for a certain GPU", dev,
@@ -194,35 +197,43 @@ type podSeries struct {
 	mem, cores                             int64
 }
 
-// metricsState is what a scrape reads from the usage index, in one lock section.
-func (u *usageIndex) metricsState(ver allocation.Version) (nodes map[string]map[string]allocation.Usage, series []podSeries) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	nodes = make(map[string]map[string]allocation.Usage, len(u.nodes))
-	for name, n := range u.nodes {
-		if len(n.used) > 0 {
-			nodes[name] = maps.Clone(n.used)
-		}
+// metricsState is what a scrape reads from the usage tracker, in one lock section: what pods
+// hold per node and GPU, the container series, and the quota entries.
+func (u *usageIndex) metricsState(c allocation.Config) (nodes map[string]map[string]allocation.Usage, series []podSeries, quotas []QuotaUsage) {
+	view := u.Lock()
+	defer view.Unlock()
+	nodes = map[string]map[string]allocation.Usage{}
+	for name, used := range view.Nodes() {
+		nodes[name] = maps.Clone(used)
 	}
-	for key, p := range u.pods {
-		pl := p.effective()
-		if pl == nil {
-			continue
-		}
+	for key, pl := range view.Pods() {
 		ns, name, ok := strings.Cut(key, "/")
 		if !ok {
 			ns, name = "", key
 		}
-		series = append(series, containerSeries(ns, name, pl, ver)...)
+		series = append(series, containerSeries(ns, name, pl, c.Version)...)
 	}
-	return nodes, series
+	memKey, coresKey := allocation.QuotaKeys(c)
+	for ns := range view.Namespaces() {
+		// HAMi keeps an entry per resource for every namespace whose pods it counted (limit 0
+		// when no quota sets one) and for every limit a ResourceQuota sets.
+		if ns.Pods > 0 || ns.Limits.Memory.Set {
+			quotas = append(quotas, QuotaUsage{Namespace: ns.Name, Resource: strings.TrimPrefix(memKey, "limits."),
+				Limit: ns.Limits.Memory.Value, LimitSet: ns.Limits.Memory.Set, Used: ns.Used.Memory})
+		}
+		if ns.Pods > 0 || ns.Limits.Cores.Set {
+			quotas = append(quotas, QuotaUsage{Namespace: ns.Name, Resource: strings.TrimPrefix(coresKey, "limits."),
+				Limit: ns.Limits.Cores.Value, LimitSet: ns.Limits.Cores.Set, Used: ns.Used.Cores})
+		}
+	}
+	return nodes, series, quotas
 }
 
 // containerSeries are one pod's container gauges. v2.9.0: one series per container entry and
 // device (container_index = the entry's index, init containers first). master: HAMi caches
 // the pod collapsed per device, so every device is one series under container_index "0",
 // summed over the containers.
-func containerSeries(ns, name string, pl *placement, ver allocation.Version) []podSeries {
+func containerSeries(ns, name string, pl *usage.Placement, ver allocation.Version) []podSeries {
 	var out []podSeries
 	add := func(container string, d allocation.ContainerDevice) {
 		for i := range out {
@@ -232,10 +243,10 @@ func containerSeries(ns, name string, pl *placement, ver allocation.Version) []p
 				return
 			}
 		}
-		out = append(out, podSeries{namespace: ns, name: name, node: pl.node, container: container, uuid: d.UUID,
+		out = append(out, podSeries{namespace: ns, name: name, node: pl.Node, container: container, uuid: d.UUID,
 			mem: int64(d.Usedmem), cores: int64(d.Usedcores)})
 	}
-	for i, c := range pl.devices {
+	for i, c := range pl.Devices {
 		container := strconv.Itoa(i)
 		if ver == allocation.VersionMaster {
 			container = "0"
@@ -251,7 +262,7 @@ func containerSeries(ns, name string, pl *placement, ver allocation.Version) []p
 func (h *hamiCollector) Collect(ch chan<- prometheus.Metric) {
 	master := h.version == allocation.VersionMaster
 	snap := h.cache.Snapshot()
-	nodes, series := h.usage.metricsState(h.version)
+	nodes, series, quotas := h.usage.metricsState(h.config)
 	for info := range snap.All() {
 		reg := registration(info, h.vendor)
 		if reg == nil || reg.State != schedcache.StateRegistered {
@@ -293,10 +304,10 @@ func (h *hamiCollector) Collect(ch chan<- prometheus.Metric) {
 		h.emit(ch, h.vgpuMem, float64(s.mem)*mib, s.namespace, s.node, s.name, s.container, s.uuid)
 		h.emit(ch, h.vgpuCore, float64(s.cores), s.namespace, s.node, s.name, s.container, s.uuid)
 	}
-	if h.quotas == nil {
-		return
+	if h.quotas != nil {
+		quotas = h.quotas()
 	}
-	for _, q := range h.quotas() {
+	for _, q := range quotas {
 		h.emit(ch, h.quotaUsed, float64(q.Used), q.Namespace, q.Resource, strconv.FormatInt(q.Limit, 10))
 		if h.quotaLimit != nil && q.LimitSet {
 			gauge(ch, h.quotaLimit, float64(q.Limit), q.Namespace, q.Resource)
@@ -343,7 +354,7 @@ func newMetrics(reg prometheus.Registerer, e *Extender) (*metrics, error) {
 	o := e.opts
 	m := &metrics{
 		clock: o.Clock,
-		hami:  newHAMiCollector(e.cache, e.usage, o.Vendor.Name, o.Config.Version, o.LegacyMetrics),
+		hami:  newHAMiCollector(e.cache, e.usage, o.Vendor.Name, o.Config, o.LegacyMetrics),
 		filterDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "hamireg", Subsystem: "extender", Name: "filter_duration_seconds",
 			Help:    "Time a filter call took, by result: placed, unschedulable (no candidate fits), no_gpu (the pod asks for none), error (the pod patch failed).",

@@ -35,7 +35,7 @@ type metricsVector struct {
 			Devices []annotation.Device `json:"devices"`
 		} `json:"nodes"`
 		Pods    []vectorPod `json:"pods"`
-		Quotas  []struct{}  `json:"quotas"`
+		Quotas  []quotaSpec `json:"quotas"`
 		Filters []struct {
 			Pod       vectorPod `json:"pod"`
 			NodeNames []string  `json:"node_names"`
@@ -138,6 +138,9 @@ func checkMetricsVector(t *testing.T, v metricsVector, version allocation.Versio
 		pods = append(pods, p.pod(t))
 		objs = append(objs, pods[len(pods)-1])
 	}
+	for _, q := range in.Quotas {
+		objs = append(objs, q.object())
+	}
 	var filtered []*corev1.Pod
 	for _, fl := range in.Filters {
 		p := fl.Pod.pod(t)
@@ -177,10 +180,6 @@ func checkMetricsVector(t *testing.T, v metricsVector, version allocation.Versio
 	}
 	if changed != 0 {
 		t.Logf("rule: %d node gauge series rewritten to the pods' usage (filtered pods on the chosen node only, at once)", changed)
-	}
-	if e.ext.metrics.hami.quotas == nil {
-		ruled = withoutFamilies(ruled, "hami_resource_quota_used", "hami_resource_quota_limit", "QuotaUsed")
-		t.Logf("quota families (hami_resource_quota_used/_limit, QuotaUsed) not compared: checked once the ResourceQuota state is wired to the collector")
 	}
 	got, ct := scrape(t, hamiOnly(reg))
 	if ct != v.WantContentType {

@@ -67,6 +67,11 @@ type Options struct {
 	// Pods is the pod informer usage is counted from, from a shared informer factory the caller
 	// starts. Nil means the extender runs its own over all namespaces in [Extender.Run].
 	Pods coreinformers.PodInformer
+	// ResourceQuotas is the ResourceQuota informer the namespaces' limits on GPU memory and
+	// cores are read from, from a shared informer factory the caller starts. Nil means the
+	// extender runs its own over all namespaces in [Extender.Run] (RBAC: resourcequotas list
+	// and watch, see [ClusterRoleRules]).
+	ResourceQuotas coreinformers.ResourceQuotaInformer
 	// Nodes, when set, gives the nodes' annotations to the fit (HAMi master reads
 	// hami.io/device-cordon from them), and the node lock to the bind: it is read there
 	// (nodelock.Options.Nodes). Nil means no node annotations (no GPU is cordoned) and a GET of

@@ -5,6 +5,7 @@ import (
 
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/schedcache"
+	"github.com/hamireg/hamireg/usage"
 )
 
 // probeCache is what an allocation.Probe reads of a node, for the node cache view and the
@@ -55,7 +56,7 @@ func (e *Extender) nodeAnnotations(nu *nodeUsage, name string) (map[string]strin
 // exactLocked is the loop of decideWith for one registered node the pod does not hold
 // anything on, with Fit: the node's devices, reason and score, remembered for later filters.
 // false when the node is not registered in snap.
-func (e *Extender) exactLocked(snap *schedcache.Snapshot, pod *corev1.Pod, req allocation.PodRequest, reqKey, name string) (fitMemo, bool) {
+func (e *Extender) exactLocked(view *usage.View, snap *schedcache.Snapshot, pod *corev1.Pod, req allocation.PodRequest, reqKey, name string) (fitMemo, bool) {
 	info, ok := snap.Node(name)
 	if !ok {
 		return fitMemo{}, false
@@ -64,7 +65,7 @@ func (e *Extender) exactLocked(snap *schedcache.Snapshot, pod *corev1.Pod, req a
 	if reg == nil || reg.State != schedcache.StateRegistered {
 		return fitMemo{}, false
 	}
-	nu := e.usage.nodeLocked(name)
+	nu := e.usage.nodeLocked(view, name)
 	nodeAnnotations, cordon := e.nodeAnnotations(nu, name)
 	if m, hit := nu.memo(info, reqKey, cordon); hit {
 		return m, true
@@ -78,16 +79,16 @@ func (e *Extender) exactLocked(snap *schedcache.Snapshot, pod *corev1.Pod, req a
 }
 
 // chosenLocked is Fit on the node a probe chose: its devices, false if Fit disagrees.
-func (e *Extender) chosenLocked(snap *schedcache.Snapshot, pod *corev1.Pod, req allocation.PodRequest, reqKey, name string, score float64) (allocation.PodDevices, bool) {
-	m, ok := e.exactLocked(snap, pod, req, reqKey, name)
+func (e *Extender) chosenLocked(view *usage.View, snap *schedcache.Snapshot, pod *corev1.Pod, req allocation.PodRequest, reqKey, name string, score float64) (allocation.PodDevices, bool) {
+	m, ok := e.exactLocked(view, snap, pod, req, reqKey, name)
 	return m.devices, ok && m.ok && m.score == score
 }
 
 // explainLocked fills in the reasons of the probed nodes that do not fit, with Fit; false if
 // Fit disagrees on one.
-func (e *Extender) explainLocked(snap *schedcache.Snapshot, pod *corev1.Pod, req allocation.PodRequest, reqKey string, names []string, failed map[string]string) bool {
+func (e *Extender) explainLocked(view *usage.View, snap *schedcache.Snapshot, pod *corev1.Pod, req allocation.PodRequest, reqKey string, names []string, failed map[string]string) bool {
 	for _, name := range names {
-		m, ok := e.exactLocked(snap, pod, req, reqKey, name)
+		m, ok := e.exactLocked(view, snap, pod, req, reqKey, name)
 		if !ok || m.ok {
 			return false
 		}

@@ -1,6 +1,7 @@
 package extender
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -68,10 +69,13 @@ func (e *Extender) serveWebhook(w http.ResponseWriter, r *http.Request) {
 // where it asks for whole GPUs without cores, and CUDA_TASK_PRIORITY from nvidia.com/priority.
 // Everything else is allowed unchanged: other objects, pods without such a container, pods of
 // another scheduler, privileged containers. Denied: a pod without containers ("pod has no
-// containers") and a GPU pod with spec.nodeName ("pod has node assigned"). HAMi's
-// ResourceQuota check is not made. The patch is a JSON patch of the changed fields only, the
-// difference between the object as sent and as mutated (gomodules.xyz/jsonpatch/v2), so it
-// applies to that object whichever of its fields are absent or null.
+// containers"), a GPU pod with spec.nodeName ("pod has node assigned"), and, as HAMi's
+// fitResourceQuota, a GPU pod that would take its namespace over a ResourceQuota limit on
+// GPU memory or cores ("exceeding resource quota", counted as allocation.AdmissionQuotaAsk
+// counts the mutated pod against what the namespace's pods hold). The patch is a JSON patch
+// of the changed fields only, the difference between the object as sent and as mutated
+// (gomodules.xyz/jsonpatch/v2), so it applies to that object whichever of its fields are
+// absent or null.
 func (e *Extender) Admit(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	e.stats.admissions.Add(1)
 	allow := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
@@ -116,6 +120,9 @@ func (e *Extender) Admit(ctx context.Context, req *admissionv1.AdmissionRequest)
 	}
 	if pod.Spec.NodeName != "" {
 		return deny("pod has node assigned")
+	}
+	if e.quotaDenies(&pod, cmp.Or(pod.Namespace, req.Namespace)) {
+		return deny("exceeding resource quota")
 	}
 	if err := doc.setSchedulerName(e.opts.SchedulerName); err != nil {
 		return failed(err)

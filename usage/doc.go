@@ -1,0 +1,44 @@
+// Package usage is the scheduler's incremental record of what pods hold: per node and GPU
+// (split slots, memory, cores), which pods share a GPU, and per namespace what the pods hold
+// against the namespace's ResourceQuota on GPU memory and cores, with the namespace's limits
+// read from its ResourceQuota objects. Package extender keeps its filter's usage in a
+// [Tracker]; a kube-scheduler framework plugin can keep its own the same way (see the
+// example).
+//
+// Lifecycle: [New] returns an empty tracker, which the caller feeds from informers: pod adds
+// and updates to [Tracker.Observe] (skip updates for which [Tracker.Changed] is false), pod
+// deletes to [Tracker.Delete], ResourceQuota adds and updates to [Tracker.SetQuota], deletes
+// to [Tracker.DeleteQuota]. A scheduler that places a pod calls [Tracker.Assume] before it
+// answers (or in Reserve), so that the next decision counts the pod before the informer
+// delivers its annotations, and calls the returned undo when the patch or the bind fails
+// (Unreserve); [Tracker.Release] forgets a pod whose bind failed after its annotations were
+// written. For a decision that must see every node and the namespace as of one moment and
+// assume its choice before anything else changes, [Tracker.Lock] returns a [View]:
+//
+//	v := tracker.Lock()
+//	q := v.Quota(pod.Namespace, usage.Key(pod.Namespace, pod.Name)) // without the pod itself
+//	used, _ := v.Node(node)
+//	_, _, fits := allocation.FitWith(allocation.WithUsage(devices, used), req, pod.Annotations, nil, cfg, allocation.FitOptions{Quota: &q})
+//	var undo func()
+//	if fits {
+//		undo = v.Assume(pod, node, pd)
+//	}
+//	v.Unlock()
+//
+// Usage is read as HAMi's scheduler reads it: from the pod's hami.io/vgpu-node annotation and
+// the vendor's allocated device list, while the pod has not Succeeded or Failed. Where HAMi
+// is wrong, the tracker differs (each in a test):
+//
+//   - A re-scheduled pod counts once: Assume replaces what it held, and [View.Quota] leaves the
+//     pod itself out (HAMi v2.9.0 counts it twice and then refuses it, until restart).
+//   - Several ResourceQuota objects of a namespace combine as the tightest limit, and deleting
+//     one leaves the others in force (HAMi keeps the object delivered last, and deleting
+//     either removes the limit). A fractional limit limits to its integer part (HAMi ignores
+//     it); see [allocation.QuotaLimitsFrom].
+//   - A pod whose bind failed before it got a node (bind-phase "failed" without
+//     spec.nodeName) holds nothing until it is placed again (HAMi counts it until then).
+//   - A namespace's entry goes when it holds nothing and has no quota (HAMi keeps one for every
+//     namespace it saw, until restart).
+//
+// Concurrency: every method is safe for concurrent use; a View holds the tracker's lock.
+package usage
