@@ -27,9 +27,12 @@
 // [github.com/hamireg/hamireg/allocation] is that protocol as pure functions (the pod device
 // codec, requests, usage, HAMi's NVIDIA fit and policies, the container response), package
 // [github.com/hamireg/hamireg/nodelock] the node lock, and allocation/allocationtest writes
-// what HAMi's scheduler writes, for device plugin tests. Package extender is the scheduler
-// half as a kube-scheduler extender (filter, bind, admission webhook) on schedcache's
-// snapshots; examples/extender is its program and deployment.
+// what HAMi's scheduler writes, for device plugin tests. Package usage is the scheduler's
+// incremental record of what pods hold of each GPU and of each namespace's ResourceQuota, with
+// assume and undo, for any scheduler (examples/schedplugin is a kube-scheduler framework
+// plugin on it). Package extender is the scheduler half as a kube-scheduler extender (filter
+// with quota and topology-aware placement, bind, admission webhook, HAMi's metrics) on
+// schedcache's snapshots and a usage tracker; examples/extender is its program and deployment.
 //
 // Package [github.com/hamireg/hamireg/nodeagent] puts the node side together: one device source
 // (nvmlscan, or a vendor's) feeds register and kubeletplugin, and the kubelet's Allocate is
@@ -38,8 +41,8 @@
 //
 // Data flows one way: NVML → nvmlscan → nodeagent → register (channel 2) and kubeletplugin
 // (channel 1); kubelet Allocate → nodeagent → allocation and nodelock; Node informer →
-// schedcache → handshake (channel 3); schedcache and pod usage → extender (allocation's fit,
-// nodelock at bind). The packages annotation, handshake and allocation are pure (no I/O, no
+// schedcache → handshake (channel 3); Pod and ResourceQuota informers → usage; schedcache and
+// usage → extender (allocation's fit, nodelock at bind). The packages annotation, handshake and allocation are pure (no I/O, no
 // clock, no logging) and build without cgo; only nvmlscan uses cgo.
 //
 // The wire format is byte-identical to HAMi's for the same device list (master's shape by

@@ -29,7 +29,7 @@ type topologyInput struct {
 		DefaultCores  int32             `json:"default_cores"`
 		MemoryFactor  int32             `json:"memory_factor"`
 	} `json:"config"`
-	Quotas []json.RawMessage `json:"quotas"`
+	Quotas []quotaSpec `json:"quotas"`
 	Nodes  []struct {
 		Name        string              `json:"name"`
 		Annotations map[string]string   `json:"annotations"`
@@ -81,6 +81,9 @@ func runTopology(t *testing.T, in topologyInput, version allocation.Version) top
 		objs = append(objs, pod)
 		cfg := allocation.Config{GPUSchedulerPolicy: in.Config.GPUPolicy, NodeSchedulerPolicy: in.Config.NodePolicy,
 			DefaultMemory: in.Config.DefaultMemory, DefaultCores: in.Config.DefaultCores, MemoryFactor: in.Config.MemoryFactor, Version: version}
+		for _, q := range in.Quotas {
+			objs = append(objs, q.object())
+		}
 		e := setupWithNodes(t, Options{Config: cfg}, objs...)
 		e.run()
 		e.client.ClearActions()
@@ -138,9 +141,6 @@ func TestConformanceTopology(t *testing.T) {
 			t.Run(folder.Name()+"/"+v.Name, func(t *testing.T) {
 				t.Parallel()
 				in := v.Input
-				if len(in.Quotas) > 0 {
-					t.Skip("needs the extender's ResourceQuota check (input has quotas)")
-				}
 				got := runTopology(t, in, version)
 
 				wantNodes, wantFailed, wantReason := v.WantNodeNames, v.WantFailedNodes, v.WantFitReason
