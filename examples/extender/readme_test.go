@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"sync"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
@@ -18,7 +20,7 @@ import (
 // its events broadcaster, logs and shutdown rules); the root module's TestSnippetsAreCompiled
 // checks that the README shows this text.
 func Example_readme() {
-	run := func(ctx context.Context, client kubernetes.Interface, f *flags, recorder record.EventRecorder, id string, ln net.Listener) error {
+	run := func(ctx context.Context, client kubernetes.Interface, f *flags, recorder record.EventRecorder, id string, ln, metricsLn net.Listener) error {
 		var wg sync.WaitGroup
 		defer wg.Wait()
 		// snippet: README
@@ -35,8 +37,9 @@ func Example_readme() {
 		if err != nil {
 			return err
 		}
+		reg := prometheus.NewRegistry() // HAMi's /metrics families and the SDK's hamireg_* ones
 		ext, err := extender.New(client, cache, extender.Options{Config: f.config(), SchedulerName: f.schedulerName,
-			NodeLockTimeout: f.nodeLockTimeout, NodeLockWait: f.nodeLockWait, EventRecorder: recorder,
+			NodeLockTimeout: f.nodeLockTimeout, NodeLockWait: f.nodeLockWait, EventRecorder: recorder, Registerer: reg,
 			Pods: factory.Core().V1().Pods(), Nodes: factory.Core().V1().Nodes().Lister()})
 		if err != nil {
 			return err
@@ -48,7 +51,10 @@ func Example_readme() {
 		for _, r := range []schedcache.Runnable{cache, leader, ext} {
 			wg.Go(func() { cancel(r.Run(ctx)) })
 		}
+		msrv := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})} // --metrics-bind-address, :9395
+		wg.Go(func() { _ = msrv.Serve(metricsLn) })
 		wg.Go(func() { <-ctx.Done(); _ = srv.Shutdown(context.WithoutCancel(ctx)) })
+		wg.Go(func() { <-ctx.Done(); _ = msrv.Shutdown(context.WithoutCancel(ctx)) })
 		return srv.ServeTLS(ln, f.certFile, f.keyFile) // or Serve without --cert_file
 		// end snippet
 	}
