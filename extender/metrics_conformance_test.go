@@ -337,22 +337,3 @@ func trueNodeGauges(t *testing.T, text string, version allocation.Version, usage
 	}
 	return strings.Join(lines, "\n"), changed
 }
-
-// withoutFamilies drops the named families from an exposition.
-func withoutFamilies(text string, names ...string) string {
-	var out []string
-	for l := range strings.SplitSeq(text, "\n") {
-		name := l
-		if rest, ok := strings.CutPrefix(l, "# HELP "); ok {
-			name = rest
-		} else if rest, ok := strings.CutPrefix(l, "# TYPE "); ok {
-			name = rest
-		}
-		name, _, _ = strings.Cut(name, " ")
-		name, _, _ = strings.Cut(name, "{")
-		if !slices.Contains(names, name) {
-			out = append(out, l)
-		}
-	}
-	return strings.Join(out, "\n")
-}
