@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -83,7 +84,17 @@ type quotaWatch struct {
 	bound map[string]map[string]allocation.QuotaAmount // namespace → pod → what it holds
 	peak  map[string]allocation.QuotaAmount            // namespace → most held at once, per resource
 	binds map[string]int                               // namespace → binds seen
-	errs  []string
+	// limits are the namespaces' quotas (0: none), set before the pods are created; a bind
+	// that takes a namespace's bound pods over one is an error naming the bind.
+	limits map[string]allocation.QuotaAmount
+	errs   []string
+}
+
+// setLimits sets the limits a bind is checked against.
+func (w *quotaWatch) setLimits(limits map[string]allocation.QuotaAmount) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.limits = maps.Clone(limits)
 }
 
 // newQuotaWatch starts informers on test's pods (all namespaces, by label) and on every
@@ -158,6 +169,10 @@ func (w *quotaWatch) observe(obj any, deleted bool) {
 	var sum allocation.QuotaAmount
 	for _, a := range pods {
 		sum = sum.Add(a)
+	}
+	if lim, ok := w.limits[p.Namespace]; ok && ((lim.Memory > 0 && sum.Memory > lim.Memory) || (lim.Cores > 0 && sum.Cores > lim.Cores)) {
+		w.errs = append(w.errs, fmt.Sprintf("bind %d of %s: %s to %s takes its %d bound pods to %d MiB, %d %% cores, over the quota's %d MiB, %d %%",
+			w.binds[p.Namespace], p.Namespace, p.Name, p.Spec.NodeName, len(pods), sum.Memory, sum.Cores, lim.Memory, lim.Cores))
 	}
 	pk := w.peak[p.Namespace]
 	w.peak[p.Namespace] = allocation.QuotaAmount{Memory: max(pk.Memory, sum.Memory), Cores: max(pk.Cores, sum.Cores)}
@@ -306,6 +321,7 @@ func TestExtenderQuotaPendingBeyondLimit(t *testing.T) {
 	quotaNS := quotaNamespace(t, "quota", map[string]int64{quotaMemKey: limit})
 	freeNS := quotaNamespace(t, "noquota", nil)
 	w := newQuotaWatch(t, test)
+	w.setLimits(map[string]allocation.QuotaAmount{quotaNS: {Memory: limit}})
 	addr := fmt.Sprintf("127.0.0.1:%d", harness.FreePort(t))
 	s := newStack(t, stackOptions{args: []string{"--metrics-bind-address=" + addr, "--node-label-selector=" + harness.TestLabel + "=" + test}})
 	node := test + "-a"
@@ -457,6 +473,7 @@ func TestExtenderQuotaManyPodsNeverExceeded(t *testing.T) {
 		limits[namespaces[i]] = allocation.QuotaAmount{Memory: sp.hard[quotaMemKey], Cores: sp.hard[quotaCoresKey]}
 	}
 	w := newQuotaWatch(t, test)
+	w.setLimits(limits)
 	addr := fmt.Sprintf("127.0.0.1:%d", harness.FreePort(t))
 	s := newStack(t, stackOptions{args: []string{"--metrics-bind-address=" + addr, "--node-label-selector=" + harness.TestLabel + "=" + test,
 		"--node-scheduler-policy=spread"}})
