@@ -7,7 +7,9 @@
 // of the extender, that usage is rebuilt from the pods' annotations. A small plugin
 // emulator plays HAMi's device plugin after Allocate (bind-phase success, lock released),
 // so that HAMi's node lock (one pod per node between bind and Allocate) does not hold
-// every other bind for the lock timeout. BenchmarkScheduleThroughput compares the pods per
+// every other bind for the lock timeout. The quota tests put ResourceQuota objects on GPU
+// memory and cores in namespaces of their own and follow every bind there with an informer
+// (quotaWatch): no bind takes a namespace over its limits. BenchmarkScheduleThroughput compares the pods per
 // second bound through the extender with kube-scheduler alone.
 package extender_test
 
