@@ -88,12 +88,7 @@ type fitFile struct {
 	Vectors []struct {
 		Name  string `json:"name"`
 		Input struct {
-			Config struct {
-				GPUPolicy     allocation.Policy `json:"gpu_scheduler_policy"`
-				NodePolicy    allocation.Policy `json:"node_scheduler_policy"`
-				DefaultMemory int32             `json:"default_memory"`
-				DefaultCores  int32             `json:"default_cores"`
-			} `json:"config"`
+			Config       vectorConfig `json:"config"`
 			Nodes        []vectorNode `json:"nodes"`
 			ExistingPods []vectorPod  `json:"existing_pods"`
 			Pod          vectorPod    `json:"pod"`
@@ -102,9 +97,7 @@ type fitFile struct {
 		WantFitReason   map[string]string `json:"want_fit_reason"`
 		WantNodeNames   []string          `json:"want_node_names"`
 		WantFailedNodes map[string]string `json:"want_failed_nodes"`
-		WantPatches     []struct {
-			Body json.RawMessage `json:"body"`
-		} `json:"want_patches"`
+		WantPatches     []vectorPatch     `json:"want_patches"`
 	} `json:"vectors"`
 }
 
@@ -128,21 +121,13 @@ func TestConformanceFilter(t *testing.T) {
 				t.Parallel()
 				synctest.Test(t, func(t *testing.T) {
 					in := v.Input
-					var objs []runtime.Object
-					for _, n := range in.Nodes {
-						node := registered(n.Name, 0, 0)
-						node.Annotations[annotation.KeyNVIDIARegister] = annotation.Encode(n.Devices)
-						maps.Copy(node.Annotations, n.Annotations)
-						node.Status.Allocatable[annotation.ResourceNVIDIAGPU] = *resource.NewQuantity(10*int64(len(n.Devices)), resource.DecimalSI)
-						objs = append(objs, node)
-					}
+					objs := nodeObjects(in.Nodes)
 					for _, p := range in.ExistingPods {
 						objs = append(objs, p.pod(t))
 					}
 					pod := in.Pod.pod(t)
 					objs = append(objs, pod)
-					cfg := allocation.Config{GPUSchedulerPolicy: in.Config.GPUPolicy, NodeSchedulerPolicy: in.Config.NodePolicy,
-						DefaultMemory: in.Config.DefaultMemory, DefaultCores: in.Config.DefaultCores, Version: version}
+					cfg := in.Config.config(version)
 					e := setupWithNodes(t, Options{Config: cfg}, objs...)
 					e.run()
 					e.client.ClearActions()
@@ -197,22 +182,8 @@ func TestConformanceFilter(t *testing.T) {
 						t.Fatalf("patches %q, HAMi %d", patches, len(v.WantPatches))
 					}
 					for i, want := range v.WantPatches {
-						body := strings.ReplaceAll(string(want.Body), "{unix_now}", strconv.FormatInt(t0.Unix(), 10))
-						var a, b map[string]map[string]map[string]string
-						if err := json.Unmarshal([]byte(body), &a); err != nil {
-							t.Fatal(err)
-						}
-						// Deliberate difference, by rule (see allocation's conformance test):
-						// every container keeps its entry; HAMi's lists are compared after it.
-						for _, k := range []string{"hami.io/vgpu-devices-allocated", "hami.io/vgpu-devices-to-allocate"} {
-							if hami, ok := a["metadata"]["annotations"][k]; ok {
-								ruled, fits := vectors.OneEntryPerContainer(hami, gpuContainers(pod, cfg))
-								if !fits {
-									t.Errorf("%s: HAMi's list %q has not one entry per GPU container", k, hami)
-								}
-								a["metadata"]["annotations"][k] = ruled
-							}
-						}
+						a := want.ruled(t, pod, cfg)
+						var b patchBody
 						_ = json.Unmarshal([]byte(patches[i]), &b)
 						if diff := cmp.Diff(a, b); diff != "" {
 							t.Errorf("patch (-HAMi +got):\n%s", diff)

@@ -93,16 +93,7 @@ func TestMetricsQuotaFamilies(t *testing.T) {
 
 func newTestExtender(t *testing.T, opts Options) *Extender {
 	t.Helper()
-	client := fake.NewClientset()
-	c, err := schedcache.New(newNodeInformer(client), schedcache.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := New(client, c, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return e
+	return newWebhookExtender(t, opts)
 }
 
 // TestMetricsMemoryRatioOfGPUWithoutMemory: v2.9.0 divides by a GPU's memory as is (NaN for

@@ -5,7 +5,6 @@ import (
 	"maps"
 	"math"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -20,7 +19,6 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/hamireg/hamireg/allocation"
-	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/internal/vectors"
 )
 
@@ -57,20 +55,10 @@ type webhookResult struct {
 type quotaVector struct {
 	Name  string `json:"name"`
 	Input struct {
-		Config struct {
-			GPUPolicy     allocation.Policy `json:"gpu_scheduler_policy"`
-			NodePolicy    allocation.Policy `json:"node_scheduler_policy"`
-			DefaultMemory int32             `json:"default_memory"`
-			DefaultCores  int32             `json:"default_cores"`
-			MemoryFactor  int32             `json:"memory_factor"`
-		} `json:"config"`
-		Quotas []quotaSpec `json:"quotas"`
-		Nodes  []struct {
-			Name        string              `json:"name"`
-			Annotations map[string]string   `json:"annotations"`
-			Devices     []annotation.Device `json:"devices"`
-		} `json:"nodes"`
-		ExistingPods []vectorPod `json:"existing_pods"`
+		Config       vectorConfig `json:"config"`
+		Quotas       []quotaSpec  `json:"quotas"`
+		Nodes        []vectorNode `json:"nodes"`
+		ExistingPods []vectorPod  `json:"existing_pods"`
 		Steps        []struct {
 			Op        string     `json:"op"`
 			Pod       *vectorPod `json:"pod"`
@@ -83,13 +71,11 @@ type quotaVector struct {
 	WantFitReason   map[string]string `json:"want_fit_reason"`
 	WantNodeNames   []string          `json:"want_node_names"`
 	WantFailedNodes map[string]string `json:"want_failed_nodes"`
-	WantPatches     []struct {
-		Body json.RawMessage `json:"body"`
-	} `json:"want_patches"`
-	WantEvents      []string      `json:"want_events"`
-	WantQuotaBefore quotaState    `json:"want_quota_before"`
-	WantQuotaAfter  quotaState    `json:"want_quota_after"`
-	WantWebhook     webhookResult `json:"want_webhook"`
+	WantPatches     []vectorPatch     `json:"want_patches"`
+	WantEvents      []string          `json:"want_events"`
+	WantQuotaBefore quotaState        `json:"want_quota_before"`
+	WantQuotaAfter  quotaState        `json:"want_quota_after"`
+	WantWebhook     webhookResult     `json:"want_webhook"`
 }
 
 // quotaRun is what the extender did with a vector.
@@ -132,9 +118,7 @@ func TestConformanceQuota(t *testing.T) {
 		for _, v := range f.Vectors {
 			t.Run(folder.Name()+"/"+v.Name, func(t *testing.T) {
 				t.Parallel()
-				cfg := allocation.Config{GPUSchedulerPolicy: v.Input.Config.GPUPolicy, NodeSchedulerPolicy: v.Input.Config.NodePolicy,
-					DefaultMemory: v.Input.Config.DefaultMemory, DefaultCores: v.Input.Config.DefaultCores,
-					MemoryFactor: v.Input.Config.MemoryFactor, Version: version}
+				cfg := v.Input.Config.config(version)
 				got := runQuotaVector(t, v, cfg, true)
 				checkQuotaVector(t, v, cfg, got)
 				if refiltered(v) {
@@ -168,14 +152,7 @@ func runQuotaVector(t *testing.T, v quotaVector, cfg allocation.Config, withRefi
 	var run quotaRun
 	synctest.Test(t, func(t *testing.T) {
 		in := v.Input
-		var objs []runtime.Object
-		for _, n := range in.Nodes {
-			node := registered(n.Name, 0, 0)
-			node.Annotations[annotation.KeyNVIDIARegister] = annotation.Encode(n.Devices)
-			maps.Copy(node.Annotations, n.Annotations)
-			node.Status.Allocatable[annotation.ResourceNVIDIAGPU] = *resource.NewQuantity(10*int64(len(n.Devices)), resource.DecimalSI)
-			objs = append(objs, node)
-		}
+		objs := nodeObjects(in.Nodes)
 		for _, q := range in.Quotas {
 			objs = append(objs, q.object())
 		}
@@ -505,20 +482,8 @@ func checkQuotaVector(t *testing.T, v quotaVector, cfg allocation.Config, got qu
 	}
 	pod := v.Input.Pod.pod(t)
 	for i, want := range v.WantPatches {
-		body := strings.ReplaceAll(string(want.Body), "{unix_now}", strconv.FormatInt(t0.Unix(), 10))
-		var a, b map[string]map[string]map[string]string
-		if err := json.Unmarshal([]byte(body), &a); err != nil {
-			t.Fatal(err)
-		}
-		for _, k := range []string{"hami.io/vgpu-devices-allocated", "hami.io/vgpu-devices-to-allocate"} {
-			if hami, ok := a["metadata"]["annotations"][k]; ok {
-				ruled, fits := vectors.OneEntryPerContainer(hami, gpuContainers(pod, cfg))
-				if !fits {
-					t.Errorf("%s: HAMi's list %q has not one entry per GPU container", k, hami)
-				}
-				a["metadata"]["annotations"][k] = ruled
-			}
-		}
+		a := want.ruled(t, pod, cfg)
+		var b patchBody
 		_ = json.Unmarshal([]byte(got.Patches[i]), &b)
 		if diff := cmp.Diff(a, b); diff != "" {
 			t.Errorf("patch (-HAMi +got):\n%s", diff)

@@ -5,14 +5,11 @@ import (
 	"errors"
 	"maps"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"testing/synctest"
 
 	"github.com/google/go-cmp/cmp"
-	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/hamireg/hamireg/allocation"
@@ -22,22 +19,12 @@ import (
 )
 
 type topologyInput struct {
-	Config struct {
-		GPUPolicy     allocation.Policy `json:"gpu_scheduler_policy"`
-		NodePolicy    allocation.Policy `json:"node_scheduler_policy"`
-		DefaultMemory int32             `json:"default_memory"`
-		DefaultCores  int32             `json:"default_cores"`
-		MemoryFactor  int32             `json:"memory_factor"`
-	} `json:"config"`
-	Quotas []quotaSpec `json:"quotas"`
-	Nodes  []struct {
-		Name        string              `json:"name"`
-		Annotations map[string]string   `json:"annotations"`
-		Devices     []annotation.Device `json:"devices"`
-	} `json:"nodes"`
-	ExistingPods []vectorPod `json:"existing_pods"`
-	Pod          vectorPod   `json:"pod"`
-	NodeNames    []string    `json:"node_names"`
+	Config       vectorConfig `json:"config"`
+	Quotas       []quotaSpec  `json:"quotas"`
+	Nodes        []vectorNode `json:"nodes"`
+	ExistingPods []vectorPod  `json:"existing_pods"`
+	Pod          vectorPod    `json:"pod"`
+	NodeNames    []string     `json:"node_names"`
 }
 
 type topologyFile struct {
@@ -47,9 +34,7 @@ type topologyFile struct {
 		WantFitReason   map[string]string `json:"want_fit_reason"`
 		WantNodeNames   []string          `json:"want_node_names"`
 		WantFailedNodes map[string]string `json:"want_failed_nodes"`
-		WantPatches     []struct {
-			Body json.RawMessage `json:"body"`
-		} `json:"want_patches"`
+		WantPatches     []vectorPatch     `json:"want_patches"`
 	} `json:"vectors"`
 }
 
@@ -66,21 +51,13 @@ func runTopology(t *testing.T, in topologyInput, version allocation.Version) top
 	t.Helper()
 	var out topologyRun
 	synctest.Test(t, func(t *testing.T) {
-		var objs []runtime.Object
-		for _, n := range in.Nodes {
-			node := registered(n.Name, 0, 0)
-			node.Annotations[annotation.KeyNVIDIARegister] = annotation.Encode(n.Devices)
-			maps.Copy(node.Annotations, n.Annotations)
-			node.Status.Allocatable[annotation.ResourceNVIDIAGPU] = *resource.NewQuantity(10*int64(len(n.Devices)), resource.DecimalSI)
-			objs = append(objs, node)
-		}
+		objs := nodeObjects(in.Nodes)
 		for _, p := range in.ExistingPods {
 			objs = append(objs, p.pod(t))
 		}
 		pod := in.Pod.pod(t)
 		objs = append(objs, pod)
-		cfg := allocation.Config{GPUSchedulerPolicy: in.Config.GPUPolicy, NodeSchedulerPolicy: in.Config.NodePolicy,
-			DefaultMemory: in.Config.DefaultMemory, DefaultCores: in.Config.DefaultCores, MemoryFactor: in.Config.MemoryFactor, Version: version}
+		cfg := in.Config.config(version)
 		for _, q := range in.Quotas {
 			objs = append(objs, q.object())
 		}
@@ -144,14 +121,9 @@ func TestConformanceTopology(t *testing.T) {
 				got := runTopology(t, in, version)
 
 				wantNodes, wantFailed, wantReason := v.WantNodeNames, v.WantFailedNodes, v.WantFitReason
-				var want []map[string]map[string]map[string]string
+				var want []patchBody
 				for _, p := range v.WantPatches {
-					body := strings.ReplaceAll(string(p.Body), "{unix_now}", strconv.FormatInt(t0.Unix(), 10))
-					var m map[string]map[string]map[string]string
-					if err := json.Unmarshal([]byte(body), &m); err != nil {
-						t.Fatal(err)
-					}
-					want = append(want, m)
+					want = append(want, p.hami(t))
 				}
 
 				// Rule 1: a malformed score annotation costs the node its scores only.

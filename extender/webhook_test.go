@@ -15,7 +15,8 @@ import (
 	"github.com/hamireg/hamireg/schedcache"
 )
 
-// newWebhookExtender is an extender for Admit alone (no informer runs).
+// newWebhookExtender is an extender on an empty fake clientset whose informers do not run: for
+// Admit, and for the metrics it registers.
 func newWebhookExtender(t *testing.T, opts Options) *Extender {
 	t.Helper()
 	client := fake.NewClientset()
