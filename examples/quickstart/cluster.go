@@ -58,6 +58,7 @@ type quickstart struct {
 	bin         string // the example programs
 	extenderURL string
 	plugin      *proc.Process
+	extender    *proc.Process
 	scores      bool     // the device plugin publishes topology scores
 	metricsURL  string   // the extender's /metrics
 	demoGPUs    []string // the UUIDs of the demo pod's GPUs
@@ -309,6 +310,7 @@ func (q *quickstart) startExtender(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	q.extender = p
 	q.extenderURL = "http://" + addr
 	wctx, cancel := context.WithTimeout(ctx, q.opts.timeout)
 	defer cancel()

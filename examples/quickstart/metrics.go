@@ -36,7 +36,7 @@ func (q *quickstart) metrics(ctx context.Context) error {
 		return len(gpu) == len(q.demoGPUs) && len(vgpu) == len(q.demoGPUs) && len(quota) > 0
 	})
 	if err != nil {
-		return failed(fmt.Errorf("scrape %s: %w (last: %w)", q.metricsURL, err, lastErr), "extender", q.procByName("extender"))
+		return failed(fmt.Errorf("scrape %s: %w (last: %w)", q.metricsURL, err, lastErr), "extender", q.extender)
 	}
 	q.out.item("scrape", "GET %s: %d samples of HAMi's families; those of pod %s/%s's GPUs and of namespace %s:", q.metricsURL, total, demoNamespace, demoPod, quotaNamespace)
 	for _, l := range lines {

@@ -79,7 +79,7 @@ func (q *quickstart) quota(ctx context.Context) error {
 		return err == nil && p.Annotations[allocation.KeyBindPhase] == string(allocation.PhaseSuccess)
 	})
 	if err != nil {
-		return failed(fmt.Errorf("pod %s/%s (%d MiB, under the quota) was not placed: %w%s", quotaNamespace, underPod, underMiB, err, q.podEvents(ctx, under)), "extender", q.procByName("extender"))
+		return failed(fmt.Errorf("pod %s/%s (%d MiB, under the quota) was not placed: %w%s", quotaNamespace, underPod, underMiB, err, q.podEvents(ctx, under)), "extender", q.extender)
 	}
 	q.out.item("placed", "pod %s/%s, 1 GPU with %d MiB: on %s, %s %s, %v after the create", quotaNamespace, underPod, underMiB, final.Spec.NodeName, allocation.KeyBindPhase, allocation.PhaseSuccess, round(time.Since(t)))
 
@@ -98,7 +98,7 @@ func (q *quickstart) quota(ctx context.Context) error {
 	})
 	if err != nil {
 		return failed(fmt.Errorf("pod %s/%s (over the quota) has no %s and %s Events: %w%s", quotaNamespace, overPod,
-			eventFilteringFailed, allocation.ReasonResourceQuotaNotFit, err, q.podEvents(ctx, over)), "extender", q.procByName("extender"))
+			eventFilteringFailed, allocation.ReasonResourceQuotaNotFit, err, q.podEvents(ctx, over)), "extender", q.extender)
 	}
 	p, err := pods.Get(ctx, overPod, metav1.GetOptions{})
 	if err != nil {

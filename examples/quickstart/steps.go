@@ -169,7 +169,7 @@ func (q *quickstart) demo(ctx context.Context) error {
 		return ok
 	})
 	if err != nil {
-		return failed(fmt.Errorf("pod %s/%s was not bound and admitted: %w%s", demoNamespace, demoPod, err, q.podEvents(ctx, created)), "extender", q.procByName("extender"))
+		return failed(fmt.Errorf("pod %s/%s was not bound and admitted: %w%s", demoNamespace, demoPod, err, q.podEvents(ctx, created)), "extender", q.extender)
 	}
 	if a.err != nil {
 		return failed(a.err, "deviceplugin", q.plugin)
@@ -251,16 +251,6 @@ func (q *quickstart) podEvents(ctx context.Context, pod *corev1.Pod) string {
 		fmt.Fprintf(&b, "\n  %s %s: %s", e.Type, e.Reason, e.Message)
 	}
 	return b.String()
-}
-
-// procByName returns the started program named name.
-func (q *quickstart) procByName(name string) interface{ LogTail(int) string } {
-	for _, p := range q.procs {
-		if filepath.Base(p.LogPath()) == name+".log" {
-			return p
-		}
-	}
-	return nil
 }
 
 // doctor is step 5: examples/doctor on the healthy node; then, with the device plugin paused
@@ -395,7 +385,11 @@ func (q *quickstart) keep(ctx context.Context) error {
 	q.out.item("try", "export KUBECONFIG=%s", kc)
 	q.out.item("", "kubectl get node %s -o yaml            # the three channels", q.opts.node)
 	q.out.item("", "kubectl get pods -A -o wide")
+	q.out.item("", "kubectl -n %s describe pod %s               # Pending: over ResourceQuota %s", quotaNamespace, overPod, quotaName)
 	q.out.item("", "go run ./examples/doctor node %s    # from the repository root", q.opts.node)
+	if q.metricsURL != "" {
+		q.out.item("", "curl -s %s | grep ^hami_", q.metricsURL)
+	}
 	q.out.item("", "kill -USR1 %d                         # a critical XID on GPU 0: 10 devices fewer on both channels", q.plugin.Pid())
 	q.out.item("logs", "%s/*.log", q.work)
 	q.out.item("", "GPU pods with schedulerName %s bound to %s get their Allocate here (no container runtime: they stay Pending)", schedulerName, q.opts.node)
