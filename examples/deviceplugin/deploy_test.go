@@ -83,6 +83,10 @@ func TestManifests(t *testing.T) {
 	if v := envs["HOOK_PATH"].Value; v != allocation.DefaultHookPath {
 		t.Errorf("HOOK_PATH = %q, want %q", v, allocation.DefaultHookPath)
 	}
+	// Scores always published: a pod may ask topology-aware by annotation under any default.
+	if v := envs["ENABLE_TOPOLOGY_SCORE"].Value; v != "true" {
+		t.Errorf("ENABLE_TOPOLOGY_SCORE = %q, want \"true\"", v)
+	}
 	hostPaths := map[string]string{}
 	for _, v := range spec.Volumes {
 		if v.HostPath != nil {

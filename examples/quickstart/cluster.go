@@ -58,6 +58,10 @@ type quickstart struct {
 	bin         string // the example programs
 	extenderURL string
 	plugin      *proc.Process
+	extender    *proc.Process
+	scores      bool     // the device plugin publishes topology scores
+	metricsURL  string   // the extender's /metrics
+	demoGPUs    []string // the UUIDs of the demo pod's GPUs
 	objects     []runtime.Object
 }
 
@@ -268,21 +272,34 @@ func (q *quickstart) startExtender(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ports, err := envtest.FreePorts(1)
+	ports, err := envtest.FreePorts(2)
 	if err != nil {
 		return err
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
+	metricsAddr := fmt.Sprintf("127.0.0.1:%d", ports[1])
 	kubeconfig, err := q.cp.ServiceAccountKubeconfig(ctx, mkdir(q.work, "extender"), namespace, schedulerName, schedulerName)
 	if err != nil {
 		return fmt.Errorf("credentials of ServiceAccount %s/%s: %w", namespace, schedulerName, err)
 	}
 	var args []string
+	metricsSet := false
 	for _, a := range ctr.Args {
-		if strings.HasPrefix(a, "--http_bind=") || strings.HasPrefix(a, "--cert_file=") || strings.HasPrefix(a, "--key_file=") {
+		switch {
+		case strings.HasPrefix(a, "--http_bind=") || strings.HasPrefix(a, "--cert_file=") || strings.HasPrefix(a, "--key_file="):
 			continue
+		case strings.HasPrefix(a, "--metrics-bind-address="): // the Pod's :9395, a free loopback port here
+			metricsSet = true
+			if a != "--metrics-bind-address=" { // empty: no /metrics
+				a = "--metrics-bind-address=" + metricsAddr
+				q.metricsURL = "http://" + metricsAddr + "/metrics"
+			}
 		}
 		args = append(args, a)
+	}
+	if !metricsSet { // the extender's default, :9395, could be taken here
+		args = append(args, "--metrics-bind-address="+metricsAddr)
+		q.metricsURL = "http://" + metricsAddr + "/metrics"
 	}
 	args = append(args, "--http_bind="+addr, "--kubeconfig="+kubeconfig, fmt.Sprintf("-v=%d", q.opts.verbosity))
 	po, err := envtest.WithHostname(proc.Options{Name: "extender", Path: filepath.Join(q.bin, "extender"), Args: args}, q.schedulerPod())
@@ -293,6 +310,7 @@ func (q *quickstart) startExtender(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	q.extender = p
 	q.extenderURL = "http://" + addr
 	wctx, cancel := context.WithTimeout(ctx, q.opts.timeout)
 	defer cancel()

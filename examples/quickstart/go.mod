@@ -13,6 +13,7 @@ replace (
 )
 
 require (
+	github.com/google/go-cmp v0.7.0
 	github.com/hamireg/hamireg v0.0.0-00010101000000-000000000000
 	github.com/hamireg/hamireg/envtest v0.0.0-00010101000000-000000000000
 	k8s.io/api v0.37.2
@@ -53,7 +54,6 @@ require (
 	github.com/google/cadvisor/lib v0.60.5 // indirect
 	github.com/google/cel-go v0.29.2 // indirect
 	github.com/google/gnostic-models v0.7.0 // indirect
-	github.com/google/go-cmp v0.7.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/gorilla/websocket v1.5.4-0.20250319132907-e064f32e3674 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect

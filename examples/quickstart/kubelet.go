@@ -251,12 +251,25 @@ func (q *quickstart) startPlugin(ctx context.Context) error {
 		}
 	}
 	args = append(args, "--kubelet-root-dir="+root, "--simulate=dgxa100", "--prepare-state-dir=false", "--kubeconfig="+kubeconfig, fmt.Sprintf("-v=%d", q.opts.verbosity))
+	// The container's literal env (HOOK_PATH, ENABLE_TOPOLOGY_SCORE, …) and NODE_NAME, which
+	// the DaemonSet takes from spec.nodeName, over this process's own.
 	env := []string{"NODE_NAME=" + q.opts.node}
+	manifestEnv := map[string]string{}
+	for _, e := range ctr.Env {
+		if e.ValueFrom == nil && e.Name != "NODE_NAME" {
+			manifestEnv[e.Name] = e.Value
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(manifestEnv)) {
+		env = append(env, k+"="+manifestEnv[k])
+	}
 	for _, e := range os.Environ() {
-		if !strings.HasPrefix(e, "NODE_NAME=") && !strings.HasPrefix(e, "NodeName=") {
+		name, _, _ := strings.Cut(e, "=")
+		if _, set := manifestEnv[name]; !set && name != "NODE_NAME" && name != "NodeName" {
 			env = append(env, e)
 		}
 	}
+	q.scores = publishesScores(args, manifestEnv["ENABLE_TOPOLOGY_SCORE"])
 	if _, err := q.cp.AdminClient().CoreV1().Pods(namespace).Create(ctx, standInPod(q.pluginPod(), ds.Spec.Template, q.opts.node), metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create the device plugin's Pod: %w", err)
 	}
@@ -265,8 +278,9 @@ func (q *quickstart) startPlugin(ctx context.Context) error {
 		return err
 	}
 	q.plugin = p
-	q.out.item("plugin", "examples/deviceplugin with the DaemonSet's arguments and NODE_NAME=%s:", q.opts.node)
+	q.out.item("plugin", "examples/deviceplugin with the DaemonSet's arguments and env, NODE_NAME=%s:", q.opts.node)
 	q.out.item("", "%s", strings.Join(args[:len(args)-2], " "))
+	q.out.item("", "%s", strings.Join(env[1:1+len(manifestEnv)], " "))
 	return nil
 }
 
@@ -277,4 +291,19 @@ func labelString(l map[string]string) string {
 		parts = append(parts, k+"="+l[k])
 	}
 	return strings.Join(parts, ",")
+}
+
+// publishesScores says whether the device plugin publishes topology scores with these
+// arguments and ENABLE_TOPOLOGY_SCORE value (the flag, when given, wins over the variable).
+func publishesScores(args []string, envValue string) bool {
+	on := envValue == "true"
+	for _, a := range args {
+		switch a {
+		case "--topology-score", "-topology-score", "--topology-score=true", "-topology-score=true":
+			on = true
+		case "--topology-score=false", "-topology-score=false":
+			on = false
+		}
+	}
+	return on
 }

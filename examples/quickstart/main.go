@@ -7,18 +7,26 @@
 // The peers are the real ones the e2e tests use: etcd and kube-apiserver (TLS, RBAC),
 // kube-scheduler configured from examples/extender's manifests, and the kubelet's own device
 // manager as the node's kubelet. On them it applies the deploy manifests of examples/extender
-// and examples/deviceplugin, runs examples/extender with the Deployment's arguments and
-// examples/deviceplugin --simulate dgxa100 (8 simulated A100s) with the DaemonSet's, and then:
+// and examples/deviceplugin, runs examples/extender with the Deployment's arguments (its
+// ports moved to free loopback ones) and examples/deviceplugin --simulate dgxa100 (8 simulated
+// A100s on NVSwitches) with the DaemonSet's arguments and env, and then:
 //
 //  1. shows the node's three channels going healthy, each with how long it took: the
-//     register annotation, the device count in allocatable and the handshake;
-//  2. creates a pod asking for 2 GPUs with 10 GiB and 30 % cores each, and shows
-//     kube-scheduler's choice, the pod annotations, the environment the device plugin
-//     returned to the kubelet's Allocate, and the node lock released;
-//  3. runs examples/doctor on the node (healthy), breaks one channel on purpose (the
+//     register annotation (with the topology scores the DaemonSet has it publish), the device
+//     count in allocatable and the handshake;
+//  2. creates a pod asking for 2 GPUs with 10 GiB and 30 % cores each, with the annotation
+//     hami.io/gpu-scheduler-policy: topology-aware, and shows kube-scheduler's choice (the
+//     best-scored pair), the pod annotations, the environment the device plugin returned to
+//     the kubelet's Allocate, and the node lock released;
+//  3. creates a namespace with a ResourceQuota of 20000 MiB of GPU memory
+//     (limits.nvidia.com/gpumem), a pod under it, which is placed, and one over it, which
+//     stays Pending with the extender's FilteringFailed and ResourceQuotaNotFit Events;
+//  4. scrapes examples/extender's /metrics and shows HAMi's gauges for the demo pod's GPUs
+//     and the namespace's quota;
+//  5. runs examples/doctor on the node (healthy), breaks one channel on purpose (the
 //     register annotation deleted by hand) and runs it again (the case and the fix), then
 //     shows the node agent healing it;
-//  4. with --keep, leaves everything running and prints a kubeconfig for kubectl and the
+//  6. with --keep, leaves everything running and prints a kubeconfig for kubectl and the
 //     doctor until Ctrl-C; without it, stops everything and removes what it created.
 //
 // The first run builds kube-apiserver, kube-scheduler and etcd into the user's cache

@@ -100,25 +100,37 @@ func TestChannelStates(t *testing.T) {
 		return n
 	}
 	fresh := handshake.Requesting(now.Add(-time.Second), time.Local)
+	scored := func(n *corev1.Node, value string) *corev1.Node {
+		n.Annotations[annotation.KeyNVIDIAScore] = value
+		return n
+	}
 	for _, tc := range []struct {
-		name string
-		n    *corev1.Node
-		want [3]bool
+		name   string
+		n      *corev1.Node
+		scores bool // the device plugin publishes topology scores
+		want   [3]bool
 	}{
-		{"healthy", node(annotation.Encode(devs), fresh, 80), [3]bool{true, true, true}},
-		{"no annotation", node("", fresh, 80), [3]bool{false, false, true}},
-		{"malformed", node("[{", fresh, 80), [3]bool{false, false, true}},
-		{"seven GPUs", node(annotation.Encode(devs[:7]), fresh, 70), [3]bool{false, true, true}},
+		{"healthy", node(annotation.Encode(devs), fresh, 80), false, [3]bool{true, true, true}},
+		{"no annotation", node("", fresh, 80), false, [3]bool{false, false, true}},
+		{"malformed", node("[{", fresh, 80), false, [3]bool{false, false, true}},
+		{"seven GPUs", node(annotation.Encode(devs[:7]), fresh, 70), false, [3]bool{false, true, true}},
 		// The handshake as HAMi's health check reads it: fresh counts before the device count,
 		// an expired one while allocatable is present ("skipping NodeCleanUp").
-		{"count not yet", node(annotation.Encode(devs), fresh, 0), [3]bool{true, false, true}},
-		{"count short", node(annotation.Encode(devs), fresh, 70), [3]bool{true, false, true}},
-		{"no handshake", node(annotation.Encode(devs), "", 80), [3]bool{true, true, false}},
-		{"stale handshake", node(annotation.Encode(devs), handshake.Requesting(now.Add(-time.Hour), time.Local), 80), [3]bool{true, true, true}},
-		{"stale handshake, no count", node(annotation.Encode(devs), handshake.Requesting(now.Add(-time.Hour), time.Local), 0), [3]bool{true, false, false}},
-		{"deleted handshake", node(annotation.Encode(devs), "Deleted_2026-12-01 11:00:00", 80), [3]bool{true, true, false}},
+		{"count not yet", node(annotation.Encode(devs), fresh, 0), false, [3]bool{true, false, true}},
+		{"count short", node(annotation.Encode(devs), fresh, 70), false, [3]bool{true, false, true}},
+		{"no handshake", node(annotation.Encode(devs), "", 80), false, [3]bool{true, true, false}},
+		{"stale handshake", node(annotation.Encode(devs), handshake.Requesting(now.Add(-time.Hour), time.Local), 80), false, [3]bool{true, true, true}},
+		{"stale handshake, no count", node(annotation.Encode(devs), handshake.Requesting(now.Add(-time.Hour), time.Local), 0), false, [3]bool{true, false, false}},
+		{"deleted handshake", node(annotation.Encode(devs), "Deleted_2026-12-01 11:00:00", 80), false, [3]bool{true, true, false}},
+		// With scores published, the spec channel wants them too (they come in the same patch).
+		{"scores", scored(node(annotation.Encode(devs), fresh, 80), annotation.EncodePairScores(scoresOf(devs))), true, [3]bool{true, true, true}},
+		{"scores missing", node(annotation.Encode(devs), fresh, 80), true, [3]bool{false, true, true}},
+		// HAMi's scheduler drops a node whose score annotation does not decode (annotation.Check).
+		{"scores malformed", scored(node(annotation.Encode(devs), fresh, 80), "[{"), true, [3]bool{false, false, true}},
+		{"scores of other GPUs", scored(node(annotation.Encode(devs), fresh, 80), `[{"uuid":"GPU-x","score":{}}]`), true, [3]bool{false, true, true}},
+		{"scores not wanted", node(annotation.Encode(devs), fresh, 80), false, [3]bool{true, true, true}},
 	} {
-		got := channelStates(tc.n, now)
+		got := channelStates(tc.n, now, tc.scores)
 		for i, c := range got {
 			if c.healthy != tc.want[i] {
 				t.Errorf("%s: %s healthy = %v, want %v (%s)", tc.name, c.name, c.healthy, tc.want[i], c.detail)

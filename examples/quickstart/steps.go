@@ -32,9 +32,12 @@ const (
 	demoGPUs      = 2
 	demoMemMiB    = 10 * 1024
 	demoCores     = 30
+	// settle is how long the register annotation must stay deleted while the plugin is
+	// paused before the doctor looks.
+	settle = 300 * time.Millisecond
 )
 
-// run is the whole quickstart: step 0 (up), the three steps, and --keep.
+// run is the whole quickstart: step 0 (up), the five steps, and --keep.
 func (q *quickstart) run(ctx context.Context) error {
 	if err := q.up(ctx); err != nil {
 		return err
@@ -43,6 +46,12 @@ func (q *quickstart) run(ctx context.Context) error {
 		return err
 	}
 	if err := q.demo(ctx); err != nil {
+		return err
+	}
+	if err := q.quota(ctx); err != nil {
+		return err
+	}
+	if err := q.metrics(ctx); err != nil {
 		return err
 	}
 	if err := q.doctor(ctx); err != nil {
@@ -71,7 +80,7 @@ func (q *quickstart) channels(ctx context.Context) error {
 			lastErr = err
 			return false
 		}
-		for _, c := range channelStates(n, time.Now()) {
+		for _, c := range channelStates(n, time.Now(), q.scores) {
 			if c.healthy && !seen[c.name] {
 				seen[c.name] = true
 				q.out.item(c.name, "healthy after %-7v %s", round(time.Since(t)), c.detail)
@@ -96,9 +105,10 @@ type channel struct {
 }
 
 // channelStates reads the three channels from the Node: the register annotation as HAMi's
-// scheduler decodes it, the device count in allocatable (GPUs × split), and the handshake as
-// HAMi's health check reads it.
-func channelStates(n *corev1.Node, now time.Time) []channel {
+// scheduler decodes it (and, when the device plugin publishes them, the topology scores
+// written in the same patch), the device count in allocatable (GPUs × split), and the
+// handshake as HAMi's health check reads it.
+func channelStates(n *corev1.Node, now time.Time, scores bool) []channel {
 	v := annotation.Check(annotation.NVIDIA(), n.Annotations)
 	spec := channel{name: "spec", healthy: v.Registers && len(v.Devices) == simulatedGPUs}
 	want := int64(0)
@@ -110,6 +120,11 @@ func channelStates(n *corev1.Node, now time.Time) []channel {
 		spec.detail = fmt.Sprintf("%s: %d × %s, %d MiB, split %d, health %v", annotation.KeyNVIDIARegister, len(v.Devices), d.Type, d.Devmem, d.Count, d.Health)
 	} else {
 		spec.detail = fmt.Sprintf("%s: %v", annotation.KeyNVIDIARegister, v.Err)
+	}
+	if scores {
+		summary, ok := scoreSummary(v.Devices, n.Annotations[annotation.KeyNVIDIAScore])
+		spec.healthy = spec.healthy && ok
+		spec.detail += "; " + annotation.KeyNVIDIAScore + ": " + summary
 	}
 	q := n.Status.Allocatable[annotation.ResourceNVIDIAGPU]
 	got := q.Value()
@@ -127,10 +142,11 @@ func channelStates(n *corev1.Node, now time.Time) []channel {
 // kube-scheduler, the extender's filter and bind, the kubelet's Allocate and the device
 // plugin's protocol.
 func (q *quickstart) demo(ctx context.Context) error {
-	q.out.step(2, time.Since(q.start), "pod %s/%s: %d GPUs with %d MiB and %d %% cores each", demoNamespace, demoPod, demoGPUs, demoMemMiB, demoCores)
+	q.out.step(2, time.Since(q.start), "pod %s/%s: %d GPUs with %d MiB and %d %% cores each, %s", demoNamespace, demoPod, demoGPUs, demoMemMiB, demoCores, allocation.PolicyTopologyAware)
 	pods := q.cp.AdminClient().CoreV1().Pods(demoNamespace)
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: demoPod, Namespace: demoNamespace},
+		ObjectMeta: metav1.ObjectMeta{Name: demoPod, Namespace: demoNamespace,
+			Annotations: map[string]string{allocation.KeyGPUSchedulerPolicy: string(allocation.PolicyTopologyAware)}},
 		Spec: corev1.PodSpec{
 			SchedulerName: schedulerName, // the webhook would set it; see apply
 			Containers: []corev1.Container{{Name: "cuda", Image: "nvcr.io/nvidia/cuda:12.6.3-base-ubuntu24.04", Command: []string{"nvidia-smi"},
@@ -153,7 +169,7 @@ func (q *quickstart) demo(ctx context.Context) error {
 		return ok
 	})
 	if err != nil {
-		return failed(fmt.Errorf("pod %s/%s was not bound and admitted: %w%s", demoNamespace, demoPod, err, q.podEvents(ctx, created)), "extender", q.procByName("extender"))
+		return failed(fmt.Errorf("pod %s/%s was not bound and admitted: %w%s", demoNamespace, demoPod, err, q.podEvents(ctx, created)), "extender", q.extender)
 	}
 	if a.err != nil {
 		return failed(a.err, "deviceplugin", q.plugin)
@@ -193,8 +209,18 @@ func (q *quickstart) demo(ctx context.Context) error {
 	for _, ctr := range pd {
 		for _, d := range ctr {
 			q.out.item("GPU", "%s: %d MiB, %d %% cores", d.UUID, d.Usedmem, d.Usedcores)
+			q.demoGPUs = append(q.demoGPUs, d.UUID)
 		}
 	}
+	node, err := q.cp.AdminClient().CoreV1().Nodes().Get(ctx, q.opts.node, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("get node %s: %w", q.opts.node, err)
+	}
+	choice, err := topologyChoice(annotation.Check(annotation.NVIDIA(), node.Annotations).Devices, node.Annotations[annotation.KeyNVIDIAScore], q.demoGPUs)
+	if err != nil {
+		return fmt.Errorf("pod %s/%s: %w", demoNamespace, demoPod, err)
+	}
+	q.out.item("topology", "%s: %s → %s", allocation.KeyGPUSchedulerPolicy, allocation.PolicyTopologyAware, choice)
 	q.out.item("annotations", "the pod's, written by the extender (filter, bind) and the device plugin (Allocate):")
 	for _, k := range slices.Sorted(maps.Keys(final.Annotations)) {
 		if strings.HasPrefix(k, "hami.io/") {
@@ -227,22 +253,12 @@ func (q *quickstart) podEvents(ctx context.Context, pod *corev1.Pod) string {
 	return b.String()
 }
 
-// procByName returns the started program named name.
-func (q *quickstart) procByName(name string) interface{ LogTail(int) string } {
-	for _, p := range q.procs {
-		if filepath.Base(p.LogPath()) == name+".log" {
-			return p
-		}
-	}
-	return nil
-}
-
-// doctor is step 3: examples/doctor on the healthy node; then, with the device plugin paused
+// doctor is step 5: examples/doctor on the healthy node; then, with the device plugin paused
 // (SIGSTOP) so that the doctor sees the broken node before the agent repairs it, the register
 // annotation deleted by hand and the doctor again; then the plugin resumed and the time it
 // takes to heal the annotation.
 func (q *quickstart) doctor(ctx context.Context) error {
-	q.out.step(3, time.Since(q.start), "the doctor on %s, healthy and then with one channel broken", q.opts.node)
+	q.out.step(5, time.Since(q.start), "the doctor on %s, healthy and then with one channel broken", q.opts.node)
 	out, code, err := q.runDoctor(ctx)
 	if err != nil {
 		return err
@@ -273,6 +289,27 @@ func (q *quickstart) doctor(ctx context.Context) error {
 	if _, err := nodes.Patch(ctx, q.opts.node, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "kubectl-annotate"}); err != nil {
 		return fmt.Errorf("delete the register annotation: %w", err)
 	}
+	// A write the plugin sent just before it stopped can still land after the deletion: delete
+	// again until the annotation has stayed away for a moment.
+	var gone time.Time
+	err = q.poll(ctx, func() bool {
+		n, err := nodes.Get(ctx, q.opts.node, metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		if _, back := n.Annotations[annotation.KeyNVIDIARegister]; back {
+			gone = time.Time{}
+			_, _ = nodes.Patch(ctx, q.opts.node, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "kubectl-annotate"})
+			return false
+		}
+		if gone.IsZero() {
+			gone = time.Now()
+		}
+		return time.Since(gone) >= settle
+	})
+	if err != nil {
+		return fmt.Errorf("delete the register annotation: it keeps coming back while the device plugin is paused: %w", err)
+	}
 	out, code, err = q.runDoctor(ctx)
 	if err != nil {
 		return err
@@ -290,7 +327,7 @@ func (q *quickstart) doctor(ctx context.Context) error {
 	q.out.item("heal", "device plugin resumed (SIGCONT); its watch of the Node sees the deletion")
 	err = q.poll(ctx, func() bool {
 		n, err := nodes.Get(ctx, q.opts.node, metav1.GetOptions{})
-		return err == nil && channelStates(n, time.Now())[0].healthy
+		return err == nil && channelStates(n, time.Now(), q.scores)[0].healthy
 	})
 	if err != nil {
 		return failed(fmt.Errorf("the node agent did not heal %s: %w", annotation.KeyNVIDIARegister, err), "deviceplugin", q.plugin)
@@ -327,9 +364,9 @@ func (q *quickstart) runDoctor(ctx context.Context) (string, int, error) {
 	return "", 0, fmt.Errorf("run examples/doctor: %w\n%s", err, out.String())
 }
 
-// keep is --keep: everything stays up until Ctrl-C; the kubelet announces each pod it admits.
+// keep is step 6, --keep: everything stays up until Ctrl-C; the kubelet announces each pod it admits.
 func (q *quickstart) keep(ctx context.Context) error {
-	q.out.step(4, time.Since(q.start), "everything keeps running until Ctrl-C")
+	q.out.step(6, time.Since(q.start), "everything keeps running until Ctrl-C")
 	q.kubelet.mu.Lock()
 	q.kubelet.announce = func(a admission) {
 		switch {
@@ -348,7 +385,11 @@ func (q *quickstart) keep(ctx context.Context) error {
 	q.out.item("try", "export KUBECONFIG=%s", kc)
 	q.out.item("", "kubectl get node %s -o yaml            # the three channels", q.opts.node)
 	q.out.item("", "kubectl get pods -A -o wide")
+	q.out.item("", "kubectl -n %s describe pod %s               # Pending: over ResourceQuota %s", quotaNamespace, overPod, quotaName)
 	q.out.item("", "go run ./examples/doctor node %s    # from the repository root", q.opts.node)
+	if q.metricsURL != "" {
+		q.out.item("", "curl -s %s | grep ^hami_", q.metricsURL)
+	}
 	q.out.item("", "kill -USR1 %d                         # a critical XID on GPU 0: 10 devices fewer on both channels", q.plugin.Pid())
 	q.out.item("logs", "%s/*.log", q.work)
 	q.out.item("", "GPU pods with schedulerName %s bound to %s get their Allocate here (no container runtime: they stay Pending)", schedulerName, q.opts.node)

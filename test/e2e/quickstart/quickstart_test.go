@@ -211,14 +211,18 @@ func TestQuickstart(t *testing.T) {
 		regexp.MustCompile(`(?m)^   scheduler +kube-scheduler .* leads Lease kube-system/hami-scheduler as hami-scheduler-\S+_`),
 		// Step 1: each channel healthy, with its time.
 		regexp.MustCompile(`(?m)^== 1\. node qs-node: its three channels`),
-		regexp.MustCompile(`(?m)^   spec +healthy after \S+ +hami\.io/node-nvidia-register: 8 × .*A100.*, split 10, health true$`),
+		regexp.MustCompile(`(?m)^ +ENABLE_TOPOLOGY_SCORE=true HOOK_PATH=/usr/local `),
+		// The simulated DGX A100 (NVSwitch): 12 NVLinks × 100 plus the PCIe level.
+		regexp.MustCompile(`(?m)^   spec +healthy after \S+ +hami\.io/node-nvidia-register: 8 × .*A100.*, split 10, health true; hami\.io/node-nvidia-score: 28 pairs scored 1240 ×4, 1220 ×8, 1210 ×16$`),
 		regexp.MustCompile(`(?m)^   count +healthy after \S+ +status\.allocatable\[nvidia\.com/gpu\] = 80 `),
 		regexp.MustCompile(`(?m)^   handshake +healthy after \S+ +hami\.io/node-handshake = Requesting_\d{4}-\d\d-\d\d \d\d:\d\d:\d\d `),
 		// Step 2: the choice, the annotations, the env, the lock.
-		regexp.MustCompile(`(?m)^== 2\. pod default/demo: 2 GPUs with 10240 MiB and 30 % cores each`),
+		regexp.MustCompile(`(?m)^== 2\. pod default/demo: 2 GPUs with 10240 MiB and 30 % cores each, topology-aware`),
 		regexp.MustCompile(`(?m)^   scheduled +.*chose node qs-node`),
 		regexp.MustCompile(`(?m)^   GPU +GPU-[0-9a-f-]+: 10240 MiB, 30 % cores\n   GPU +GPU-[0-9a-f-]+: 10240 MiB, 30 % cores$`),
+		regexp.MustCompile(`(?m)^   topology +hami\.io/gpu-scheduler-policy: topology-aware → GPUs (0 and 1|2 and 3|4 and 5|6 and 7), pair score 1240: the node's best \(4 of its 28 choices score 1240\)$`),
 		regexp.MustCompile(`(?m)^ +hami\.io/bind-phase: success$`),
+		regexp.MustCompile(`(?m)^ +hami\.io/gpu-scheduler-policy: topology-aware$`),
 		regexp.MustCompile(`(?m)^ +hami\.io/vgpu-devices-allocated: GPU-[0-9a-f-]+,NVIDIA,10240,30:GPU-[0-9a-f-]+,NVIDIA,10240,30:;$`),
 		regexp.MustCompile(`(?m)^ +hami\.io/vgpu-node: qs-node$`),
 		regexp.MustCompile(`(?m)^ +NVIDIA_VISIBLE_DEVICES=GPU-[0-9a-f-]+,GPU-[0-9a-f-]+$`),
@@ -226,8 +230,21 @@ func TestQuickstart(t *testing.T) {
 		regexp.MustCompile(`(?m)^ +CUDA_DEVICE_MEMORY_LIMIT_1=10240m$`),
 		regexp.MustCompile(`(?m)^ +CUDA_DEVICE_SM_LIMIT=30$`),
 		regexp.MustCompile(`(?m)^   lock +hami\.io/mutex\.lock released by the device plugin`),
-		// Step 3: healthy, the case and its fix, the heal.
-		regexp.MustCompile(`(?m)^== 3\. the doctor on qs-node`),
+		// Step 3: the quota, a pod under it placed, one over it Pending with the reason.
+		regexp.MustCompile(`(?m)^== 3\. namespace team-a: ResourceQuota limits\.nvidia\.com/gpumem = 20000 `),
+		regexp.MustCompile(`(?m)^   placed +pod team-a/small, 1 GPU with 8000 MiB: on qs-node, hami\.io/bind-phase success`),
+		regexp.MustCompile(`(?m)^   pending +pod team-a/big, 2 GPUs with 8000 MiB each: Pending, not bound`),
+		regexp.MustCompile(`(?m)^ +Warning FilteringFailed: 1 nodes ResourceQuotaNotFit\(qs-node\)$`),
+		regexp.MustCompile(`(?m)^ +Warning FilteringFailed: no available node, 1 nodes do not meet$`),
+		regexp.MustCompile(`(?m)^ +Warning ResourceQuotaNotFit: namespace team-a over ResourceQuota gpu-quota limits\.nvidia\.com/gpumem 20000: 8000 MiB used by team-a/small \(8000 MiB\), the pod asks 16000 MiB$`),
+		// Step 4: HAMi's gauges from the extender's /metrics.
+		regexp.MustCompile(`(?m)^== 4\. the extender's /metrics`),
+		regexp.MustCompile(`(?m)^   scrape +GET http://127\.0\.0\.1:\d+/metrics: \d+ samples`),
+		regexp.MustCompile(`(?m)^ +hami_gpu_memory_allocated_bytes\{.*device_uuid="GPU-[0-9a-f-]+",node="qs-node",zone="vGPU"\} 1\.073741824e\+10\n +hami_gpu_memory_allocated_bytes\{.*\} 1\.073741824e\+10$`),
+		regexp.MustCompile(`(?m)^ +hami_vgpu_memory_allocated_bytes\{container_index="0",device_uuid="GPU-[0-9a-f-]+",namespace="default",node="qs-node",pod="demo",zone="vGPU"\} 1\.073741824e\+10$`),
+		regexp.MustCompile(`(?m)^ +hami_resource_quota_used\{limit="20000",namespace="team-a",quota_name="nvidia\.com/gpumem",zone="vGPU"\} 8000$`),
+		// Step 5: healthy, the case and its fix, the heal.
+		regexp.MustCompile(`(?m)^== 5\. the doctor on qs-node`),
 		regexp.MustCompile(`(?m)^   │ Node qs-node: healthy$`),
 		regexp.MustCompile(`(?m)^   │ Node qs-node: case 4: register annotation missing or unusable$`),
 		regexp.MustCompile(`(?m)^   │ +fix: +kubectl -n kube-system logs hami-device-plugin-\S+ -c device-plugin`),
@@ -239,8 +256,8 @@ func TestQuickstart(t *testing.T) {
 			t.Errorf("output has no match for %s", want)
 		}
 	}
-	if strings.Contains(out, "== 4.") {
-		t.Error("step 4 (--keep) ran without --keep")
+	if strings.Contains(out, "== 6.") {
+		t.Error("step 6 (--keep) ran without --keep")
 	}
 	r.wantNothingLeft(t)
 }
@@ -249,7 +266,7 @@ func TestQuickstart(t *testing.T) {
 // exit 0 and everything is stopped and removed.
 func TestQuickstartKeep(t *testing.T) {
 	r := start(t, "--keep", "--node", "qs-keep")
-	r.waitLine(t, "== 4. everything keeps running until Ctrl-C", 5*time.Minute)
+	r.waitLine(t, "== 6. everything keeps running until Ctrl-C", 5*time.Minute)
 	r.waitLine(t, "kubeconfig", 10*time.Second)
 	out := r.output()
 	kc := regexp.MustCompile(`(?m)^   kubeconfig +(/\S+) \(cluster admin\)$`).FindStringSubmatch(out)
