@@ -62,8 +62,8 @@ func (e *Extender) serveBind(w http.ResponseWriter, r *http.Request) {
 // spec.nodeName (HAMi merge-patches them first, one more request; the pod ends up the same).
 // The lock stays for the device plugin to release after Allocate. On a failure after the lock
 // was taken, Bind releases the lock and sets bind-phase "failed" (HAMi leaves "allocating"),
-// records BindingFailed and returns the error; the pod's usage and quota usage count no more
-// until it is filtered again (usage.Tracker.Release).
+// records BindingFailed and returns the error; the pod's devices and quota usage count until
+// it is filtered again or deleted, as HAMi counts them.
 func (e *Extender) Bind(ctx context.Context, args *extenderv1.ExtenderBindingArgs) (err error) {
 	defer func(start time.Time) { e.metrics.bound(start, err) }(e.opts.Clock.Now())
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pod", klog.KRef(args.PodNamespace, args.PodName), "node", args.Node)
@@ -74,9 +74,8 @@ func (e *Extender) Bind(ctx context.Context, args *extenderv1.ExtenderBindingArg
 	}
 	if err := e.bind(ctx, pod, args.Node); err != nil {
 		e.stats.bindErrors.Add(1)
-		// The pod is scheduled anew: what the filter assumed for it, and what its annotations
-		// say, count for nobody until then (HAMi counts them until the next filter).
-		e.usage.Release(podKey(pod.Namespace, pod.Name))
+		// The pod keeps holding what its annotations say until it is filtered again (which
+		// replaces it) or deleted, as HAMi counts it.
 		if e.opts.EventRecorder != nil {
 			e.opts.EventRecorder.Eventf(pod, corev1.EventTypeWarning, EventBindingFailed, "Failed to bind node [%s] to %s/%s: %v", args.Node, pod.Namespace, pod.Name, err)
 		}

@@ -111,7 +111,8 @@
 //     step under the filter's lock, so two filters of one namespace in flight never both pass a
 //     quota only one fits; a re-filtered pod counts once; several ResourceQuota objects of a
 //     namespace combine as the tightest and deleting one leaves the others in force; a
-//     fractional limit limits to its integer part; a failed patch or bind gives the quota back;
+//     fractional limit limits to its integer part; a failed patch gives the quota back (after
+//     a failed bind the pod holds it, as HAMi counts it, until it is filtered again);
 //     a rejection adds after HAMi's words which quota, the limit, the usage and its pods and
 //     the ask (FailedNodes and a ResourceQuotaNotFit Warning Event); a key HAMi ignores
 //     (requests.nvidia.com/gpumem, limits.nvidia.com/gpu, …) gets a GPUQuotaWarning Event on

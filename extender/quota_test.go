@@ -11,6 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/hamireg/hamireg/allocation"
 )
 
 func gpuQuota(ns, name string, hard map[string]string) *corev1.ResourceQuota {
@@ -60,7 +62,9 @@ func TestQuotaConcurrentFilters(t *testing.T) {
 	})
 }
 
-// TestQuotaUndo checks that a failed patch and a failed bind give the quota back.
+// TestQuotaUndo checks that a failed patch gives the quota back, and that after a failed bind
+// the pod keeps its quota until it is filtered again (HAMi's count of its annotations), which
+// counts it once.
 func TestQuotaUndo(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -100,8 +104,11 @@ func TestQuotaUndo(t *testing.T) {
 			t.Fatal("bind did not fail")
 		}
 		synctest.Wait()
-		if res := e.filter(a, "n"); res.NodeNames == nil {
-			t.Fatalf("a refused after b's failed bind: %+v", res)
+		if res := e.filter(a, "n"); res.NodeNames != nil || !strings.Contains(res.FailedNodes["n"], allocation.ReasonResourceQuotaNotFit) {
+			t.Fatalf("a after b's failed bind (b still holds 3000 of 4000 MiB): %+v", res)
+		}
+		if res := e.filter(b, "n"); res.NodeNames == nil {
+			t.Fatalf("b refused when filtered again (it must not count against itself): %+v", res)
 		}
 	})
 }

@@ -11,9 +11,10 @@
 // to [Tracker.DeleteQuota]. A scheduler that places a pod calls [Tracker.Assume] before it
 // answers (or in Reserve), so that the next decision counts the pod before the informer
 // delivers its annotations, and calls the returned undo when the patch or the bind fails
-// (Unreserve); [Tracker.Release] forgets a pod whose bind failed after its annotations were
-// written. For a decision that must see every node and the namespace as of one moment and
-// assume its choice before anything else changes, [Tracker.Lock] returns a [View]:
+// (Unreserve). A pod whose bind failed after its annotations were written keeps holding them,
+// as HAMi counts it, until it is assumed again or deleted. For a decision that must see every
+// node and the namespace as of one moment and assume its choice before anything else changes,
+// [Tracker.Lock] returns a [View]:
 //
 //	v := tracker.Lock()
 //	q := v.Quota(pod.Namespace, usage.Key(pod.Namespace, pod.Name)) // without the pod itself

@@ -105,12 +105,12 @@ func Key(namespace, name string) string {
 
 // PlacementOf reads what pod holds from its annotations, as HAMi's pod cache does: the node of
 // hami.io/vgpu-node and the devices of the vendor's allocated list; false when it holds
-// nothing: no node, Succeeded or Failed, no or undecodable device list, or a bind that failed
-// before the pod got a node (bind-phase "failed" without spec.nodeName: the pod is
-// re-filtered, HAMi counts it until then).
+// nothing: no node, Succeeded or Failed, no or undecodable device list. A pod whose bind
+// failed keeps holding its devices until a scheduler places it again (Assume replaces them)
+// or it is deleted, as HAMi counts it: every HAMi component then sees the same usage.
 func (t *Tracker) PlacementOf(pod *corev1.Pod) (Placement, bool) {
 	node, ok := allocation.PodNode(pod)
-	if !ok || (pod.Spec.NodeName == "" && pod.Annotations[allocation.KeyBindPhase] == string(allocation.PhaseFailed)) {
+	if !ok {
 		return Placement{}, false
 	}
 	pd, ok, err := allocation.Allocated(pod, t.vendor, t.cfg.Version)
@@ -168,12 +168,6 @@ func (t *Tracker) Delete(key string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.setLocked(key, "", nil, nil)
-}
-
-// Release drops what the pod holds until an informer shows it placed again or a scheduler
-// assumes it again: for a bind that failed, after which the pod is scheduled anew.
-func (t *Tracker) Release(key string) {
-	t.Delete(key)
 }
 
 // Assume records that a scheduler placed pod on node with devices pd (one entry per container,

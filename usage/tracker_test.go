@@ -63,14 +63,13 @@ func TestTracker(t *testing.T) {
 			undo := t.Assume(b, "n2", allocation.PodDevices{{{UUID: "h0", Type: "NVIDIA", Usedmem: 2000}}})
 			undo()
 		}, want: want{used: 1000, node: map[string]allocation.Usage{"g0": {Used: 1, Usedmem: 1000, Usedcores: 10}}, onGPU: []string{"team-a/b"}}},
-		"released after a failed bind": {steps: func(t *Tracker) {
+		"a failed bind keeps holding until placed again": {steps: func(t *Tracker) {
 			t.Observe(a)
-			t.Release("team-a/a")
 			failed := a.DeepCopy()
 			failed.Spec.NodeName = ""
 			failed.Annotations[allocation.KeyBindPhase] = string(allocation.PhaseFailed)
 			t.Observe(failed)
-		}, want: want{node: map[string]allocation.Usage{}, onGPU: []string{}}},
+		}, want: want{used: 3000, node: map[string]allocation.Usage{"g0": {Used: 1, Usedmem: 3000, Usedcores: 10}}, onGPU: []string{"team-a/a"}}},
 		"two quotas: the tightest": {steps: func(t *Tracker) { t.SetQuota(quota("small", "3000")); t.SetQuota(quota("big", "8000")) },
 			want: want{node: map[string]allocation.Usage{}, onGPU: []string{}, limit: 3000, limited: true}},
 		"two quotas, one deleted: the other stays": {steps: func(t *Tracker) {

@@ -178,7 +178,9 @@ func newStack(tb testing.TB, opts stackOptions) *stack {
 	})
 	addr := fmt.Sprintf("127.0.0.1:%d", harness.FreePort(tb))
 	s.url = "http://" + addr
-	s.args = []string{"--http_bind=" + addr, "--kubeconfig=" + extenderKubeconfig(tb, s.ns), "--scheduler-name=" + s.name,
+	// No /metrics unless a test asks (its later flag wins): the default :9395 is one port for
+	// every test binary running at once.
+	s.args = []string{"--http_bind=" + addr, "--metrics-bind-address=", "--kubeconfig=" + extenderKubeconfig(tb, s.ns), "--scheduler-name=" + s.name,
 		"--leader-elect=false", "--node-scheduler-policy=binpack", "--gpu-scheduler-policy=spread", "-v=3"}
 	if opts.lockTimeout > 0 {
 		s.args = append(s.args, "--node-lock-timeout="+opts.lockTimeout.String())

@@ -11,6 +11,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"maps"
 	"math/big"
 	"net"
 	"net/http"
@@ -180,6 +181,10 @@ func extenderArgs(tb testing.TB, set map[string]string) []string {
 	}
 	if args == nil {
 		tb.Fatal("deploy/deployment.yaml has no extender container with args")
+	}
+	set = maps.Clone(set)
+	if _, ok := set["metrics-bind-address"]; !ok { // the Deployment's :9395 is one port for every test binary at once
+		set["metrics-bind-address"] = "127.0.0.1:" + strconv.Itoa(harness.FreePort(tb))
 	}
 	var out []string
 	done := map[string]bool{}

@@ -51,7 +51,7 @@ func startExtender(tb testing.TB, extra ...string) string {
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", harness.FreePort(tb))
 	sp := proc.NewSpawner()
-	args := append([]string{"--http_bind", addr, "--kubeconfig", cp.Kubeconfig(), "--leader-elect=false", "-v", "2"}, extra...)
+	args := append([]string{"--http_bind", addr, "--metrics-bind-address=", "--kubeconfig", cp.Kubeconfig(), "--leader-elect=false", "-v", "2"}, extra...)
 	p, err := sp.Start(proc.Options{Name: "extender", Path: extenderBin, Args: args, LogPath: filepath.Join(tb.TempDir(), "extender.log")})
 	if err != nil {
 		sp.Close()
