@@ -78,6 +78,20 @@ func startExtender(tb testing.TB, extra ...string) string {
 	return url
 }
 
+// onlyNodes labels the fixtures' Nodes with one value of harness.TestLabel and returns the
+// extender flag that selects them.
+func onlyNodes(t *testing.T, fixtures ...*fixture) string {
+	t.Helper()
+	value := fixtures[0].node
+	label := fmt.Appendf(nil, `{"metadata":{"labels":{%q:%q}}}`, harness.TestLabel, value)
+	for _, f := range fixtures {
+		if _, err := cp.AdminClient().CoreV1().Nodes().Patch(harness.Context(t), f.node, types.MergePatchType, label, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return "--node-label-selector=" + harness.TestLabel + "=" + value
+}
+
 // TestFullLoop: kube-scheduler configured from examples/extender's manifests calls the
 // extender process, which filters and binds 20 GPU pods onto two nodes, each running
 // examples/deviceplugin against the kubelet's device manager; the test plays the kubelet's
@@ -104,7 +118,9 @@ func TestFullLoop(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	url := startExtender(t, "--node-scheduler-policy", "spread")
+	// The extender registers this test's nodes only: the other tests' nodes of the package's
+	// cluster would be candidates as well.
+	url := startExtender(t, "--node-scheduler-policy", "spread", onlyNodes(t, nodes...))
 	sched, err := cp.StartScheduler(ctx, envtest.SchedulerOptions{Config: schedulerConfig(t, url)})
 	if err != nil {
 		t.Fatal(err)

@@ -55,13 +55,7 @@ func TestTopologyAwarePlacement(t *testing.T) {
 		t.Fatalf("score of GPU 6 to 7 = %d (entry %s), want 250: %+v", got, scores[6].UUID, scores)
 	}
 	makeReady(t, f)
-	// The extender registers this test's node only: the other tests' nodes of the package's
-	// cluster would be candidates as well.
-	label := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, harness.TestLabel, f.node)
-	if _, err := cp.AdminClient().CoreV1().Nodes().Patch(ctx, f.node, types.MergePatchType, []byte(label), metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	url := startExtender(t, "--node-label-selector="+harness.TestLabel+"="+f.node)
+	url := startExtender(t, onlyNodes(t, f)) // this test's node only: the package's other tests have theirs
 	sched, err := cp.StartScheduler(ctx, envtest.SchedulerOptions{Config: schedulerConfig(t, url)})
 	if err != nil {
 		t.Fatal(err)
