@@ -252,7 +252,7 @@ func (e *Extender) decideWith(pod *corev1.Pod, req allocation.PodRequest, names 
 			continue
 		}
 		nu := u.nodeLocked(view, name)
-		nodeAnnotations, cordon := e.nodeAnnotations(nu, name)
+		nodeAnnotations, cordon := nodeAnnotations(info)
 		own := self != nil && self.Node == name
 		var m fitMemo
 		hit, probed := false, probe != nil && !own

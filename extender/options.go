@@ -72,12 +72,11 @@ type Options struct {
 	// extender runs its own over all namespaces in [Extender.Run] (RBAC: resourcequotas list
 	// and watch, see [ClusterRoleRules]).
 	ResourceQuotas coreinformers.ResourceQuotaInformer
-	// Nodes, when set, gives the nodes' annotations to the fit (HAMi master reads
-	// hami.io/device-cordon from them), and the node lock to the bind: it is read there
-	// (nodelock.Options.Nodes). Nil means no node annotations (no GPU is cordoned) and a GET of
-	// the Node per lock try. Use the lister of the node cache's informer (the same factory): a
-	// bind waiting for another pod's lock is woken by that informer's events and then reads
-	// the lock here.
+	// Nodes, when set, gives the node lock to the bind: it is read there
+	// (nodelock.Options.Nodes). Nil means a GET of the Node per lock try. Use the lister of the
+	// node cache's informer (the same factory): a bind waiting for another pod's lock is woken
+	// by that informer's events and then reads the lock here. (The fit reads HAMi master's
+	// hami.io/device-cordon from the node cache's snapshot, schedcache.NodeInfo.Cordon.)
 	Nodes corev1listers.NodeLister
 	// Registerer, when set, receives HAMi's scheduler metric families (the gauges HAMi's
 	// --metrics-bind-address serves, with HAMi's names, help, labels and values, computed at

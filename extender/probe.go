@@ -36,21 +36,13 @@ func (n *nodeUsage) probed(p *allocation.Probe, info *schedcache.NodeInfo, reg *
 	return fitMemo{ok: c.ok, score: c.node.Score()}
 }
 
-// nodeAnnotations are the node's annotations from the Node lister (nil without one) and its
-// hami.io/device-cordon. The cordon is read again only when the lister holds another Node
-// object than last time (an informer's objects are never modified, only replaced).
-func (e *Extender) nodeAnnotations(nu *nodeUsage, name string) (map[string]string, string) {
-	if e.opts.Nodes == nil {
+// nodeAnnotations are what the fit reads of the node's annotations, from the node cache's view
+// of it (no lister lookup per candidate): hami.io/device-cordon, nil without one.
+func nodeAnnotations(info *schedcache.NodeInfo) (map[string]string, string) {
+	if info.Cordon == "" {
 		return nil, ""
 	}
-	n, err := e.opts.Nodes.Get(name)
-	if err != nil {
-		return nil, ""
-	}
-	if nu.node != n {
-		nu.node, nu.cordon = n, n.Annotations[allocation.KeyDeviceCordon]
-	}
-	return n.Annotations, nu.cordon
+	return map[string]string{allocation.KeyDeviceCordon: info.Cordon}, info.Cordon
 }
 
 // exactLocked is the loop of decideWith for one registered node the pod does not hold
@@ -66,7 +58,7 @@ func (e *Extender) exactLocked(view *usage.View, snap *schedcache.Snapshot, pod 
 		return fitMemo{}, false
 	}
 	nu := e.usage.nodeLocked(view, name)
-	nodeAnnotations, cordon := e.nodeAnnotations(nu, name)
+	nodeAnnotations, cordon := nodeAnnotations(info)
 	if m, hit := nu.memo(info, reqKey, cordon); hit {
 		return m, true
 	}

@@ -21,9 +21,6 @@ type nodeUsage struct {
 	memos [memoSize]fitMemo
 	next  int // the memo to replace
 	probe probeCache
-	// node is the Node object the lister last gave, cordon its hami.io/device-cordon.
-	node   *corev1.Node
-	cordon string
 }
 
 // memo returns the fit made for reqKey on this node's current usage and devices, if any.

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/handshake"
 )
@@ -97,6 +98,7 @@ type nodeEntry struct {
 	name     string
 	uid      types.UID
 	selected bool
+	cordon   string // the Node's hami.io/device-cordon
 	vendors  []vendorEntry
 	info     *NodeInfo
 }
@@ -382,8 +384,8 @@ func (c *Cache) onDelete(obj cache.DeletedObject[*corev1.Node]) {
 }
 
 // relevantChange reports whether an update touches what the cache reads: the vendors' register,
-// score and handshake annotations, their allocatable counts, the labels the selector reads, or
-// the node's identity.
+// score and handshake annotations, their allocatable counts, hami.io/device-cordon, the labels
+// the selector reads, or the node's identity.
 func (c *Cache) relevantChange(o, n *corev1.Node) bool {
 	if o == n {
 		return false
@@ -392,6 +394,9 @@ func (c *Cache) relevantChange(o, n *corev1.Node) bool {
 		return true
 	}
 	if c.opts.NodeSelector != nil && c.opts.NodeSelector.Matches(labels.Set(o.Labels)) != c.opts.NodeSelector.Matches(labels.Set(n.Labels)) {
+		return true
+	}
+	if annotationChanged(o, n, allocation.KeyDeviceCordon) {
 		return true
 	}
 	for i := range c.vendors {
@@ -532,6 +537,7 @@ func (c *Cache) apply(ctx context.Context, node *corev1.Node) {
 		c.entries[node.Name] = e
 	}
 	e.selected = c.opts.NodeSelector == nil || c.opts.NodeSelector.Matches(labels.Set(node.Labels))
+	e.cordon = node.Annotations[allocation.KeyDeviceCordon]
 	now := c.opts.Clock.Now()
 	for i := range c.vendors {
 		c.applyVendor(ctx, e, i, node, now)
@@ -784,7 +790,7 @@ func (c *Cache) registration(e *nodeEntry, i int) Registration {
 // publish makes an entry's current state visible to readers if it changed.
 func (c *Cache) publish(e *nodeEntry) {
 	if e.info != nil {
-		same := true
+		same := e.info.Cordon == e.cordon
 		for i := range c.vendors {
 			r := c.registration(e, i)
 			if !r.equal(&e.info.Registrations[i]) {
@@ -796,7 +802,7 @@ func (c *Cache) publish(e *nodeEntry) {
 			return
 		}
 	}
-	info := &NodeInfo{Name: e.name, UID: e.uid, Registrations: make([]Registration, len(c.vendors))}
+	info := &NodeInfo{Name: e.name, UID: e.uid, Cordon: e.cordon, Registrations: make([]Registration, len(c.vendors))}
 	for i := range c.vendors {
 		info.Registrations[i] = c.registration(e, i)
 	}

@@ -111,6 +111,9 @@ type NodeInfo struct {
 	// Name and UID of the Node.
 	Name string
 	UID  types.UID
+	// Cordon is the Node's hami.io/device-cordon annotation (HAMi master: GPUs, by UUID, that
+	// take no new pods), "" without one.
+	Cordon string
 	// Registrations holds one entry per configured vendor.
 	Registrations []Registration
 }
