@@ -57,9 +57,10 @@
 // to its cache at filter too), and is given back if the patch fails; a pod filtered again does
 // not count against itself. A node's fit is reused while the node, its usage and the request
 // are the same, so a filter refits only the nodes that changed. A request of one GPU container
-// (without NUMA binding or topology-aware placement) is not even fitted on every node: an
-// allocation.Probe answers yes or no from a compact copy of each node's GPUs and usage, and
-// the full fit runs on the chosen node only (or, when none fits, on every node for its reason).
+// (without NUMA binding, topology-aware placement or a namespace quota that limits it) is not
+// even fitted on every node: an allocation.Probe answers yes or no from a compact copy of each
+// node's GPUs and usage, and the full fit runs on the chosen node only (or, when none fits, on
+// every node for its reason).
 // BenchmarkFilter compares it with HAMi's way (deep copy of every Node and a recount of every
 // pod per call).
 //
