@@ -104,19 +104,7 @@ func TestFullLoop(t *testing.T) {
 	byName := map[string]*fixture{}
 	for _, f := range nodes {
 		byName[f.node] = f
-		if err := f.dm.UpdateNodeStatus(ctx, cp.AdminClient().CoreV1(), f.node); err != nil { // the kubelet's node status
-			t.Fatal(err)
-		}
-		// Ready, as a kubelet would make it: room for pods, the Ready condition, and without
-		// the not-ready taint that TaintNodesByCondition puts on a new Node.
-		patch := fmt.Appendf(nil, `{"status":{"capacity":{"pods":"110","cpu":"64","memory":"512Gi"},"allocatable":{"pods":"110","cpu":"64","memory":"512Gi"},`+
-			`"conditions":[{"type":"Ready","status":"True","reason":"KubeletReady","lastHeartbeatTime":%q}]}}`, time.Now().UTC().Format(time.RFC3339))
-		if _, err := cp.AdminClient().CoreV1().Nodes().Patch(ctx, f.node, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := cp.AdminClient().CoreV1().Nodes().Patch(ctx, f.node, types.MergePatchType, []byte(`{"spec":{"taints":null}}`), metav1.PatchOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		makeReady(t, f) // the kubelet's node status, Ready, without the not-ready taint
 	}
 	// The extender registers this test's nodes only: the other tests' nodes of the package's
 	// cluster would be candidates as well.
