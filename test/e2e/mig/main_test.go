@@ -44,7 +44,7 @@ var (
 	cp *harness.ControlPlane
 	// agentBin and extenderBin are examples/deviceplugin and examples/extender, built into
 	// cp.Dir() (removed with it); errAgentBuild and errExtenderBuild say why one is missing.
-	agentBin, extenderBin          string
+	agentBin, extenderBin           string
 	errAgentBuild, errExtenderBuild error
 )
 
