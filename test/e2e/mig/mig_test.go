@@ -37,12 +37,13 @@ func TestMIGEndToEnd(t *testing.T) {
 	t.Parallel()
 	s := newStack(t)
 
+	// Every GPU as HAMi master registers it (reported for the first that differs).
 	for uuid, d := range s.gpus {
 		if d.Mode != "mig" || d.Count != 7 || d.Devmem != 40960 || d.Devcore != 100 || !d.Health {
-			t.Errorf("GPU %s registered as %+v, want mode mig, count 7 (the 1g profile's instances), devmem 40960, devcore 100, healthy", uuid, d)
+			t.Fatalf("GPU %s registered as %+v, want mode mig, count 7 (the 1g profile's instances), devmem 40960, devcore 100, healthy", uuid, d)
 		}
 		if diff := cmp.Diff(a100Profiles, d.MIGProfiles); diff != "" {
-			t.Errorf("GPU %s: migProfiles (-want +got):\n%s", uuid, diff)
+			t.Fatalf("GPU %s: migProfiles (-want +got):\n%s", uuid, diff)
 		}
 	}
 	s.checkSim(t, "start")
