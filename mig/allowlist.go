@@ -129,7 +129,7 @@ func SliceCount(profile string) (int, error) {
 type MatchRule int
 
 const (
-	// MatchWord, the SDK's default: a model matches when it occurs in the NVML name at word
+	// MatchWord is the SDK's default: a model matches when it occurs in the NVML name at word
 	// boundaries: the byte before the occurrence (if any) and the byte after it (if any) are
 	// not ASCII letters or digits. So "A100-SXM4-40GB" matches "NVIDIA A100-SXM4-40GB" and
 	// "Mock NVIDIA A100-SXM4-40GB", "A30" matches "NVIDIA A30-PCIE-24GB", but "H20" does not
