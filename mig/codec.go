@@ -41,7 +41,7 @@ func DecodeAllocations(value string) ([]Allocation, error) {
 	}
 	var wire []wireAllocation
 	if err := json.Unmarshal([]byte(value), &wire); err != nil {
-		return nil, fmt.Errorf("decode %s: %w: %w", KeyAllocations, ErrMalformed, err)
+		return nil, decodeError(value, err)
 	}
 	if len(wire) == 0 {
 		return nil, nil
@@ -74,6 +74,21 @@ func DecodeAllocations(value string) ([]Allocation, error) {
 	return out, nil
 }
 
+// decodeError is the error of a value encoding/json refused: when the value is a JSON array,
+// it names the first element that does not decode (encoding/json's message names the field).
+func decodeError(value string, err error) error {
+	var elems []json.RawMessage
+	if json.Unmarshal([]byte(value), &elems) == nil {
+		for i, e := range elems {
+			var w wireAllocation
+			if eerr := json.Unmarshal(e, &w); eerr != nil {
+				return fmt.Errorf("decode %s: %w: MIG allocation %d: %w", KeyAllocations, ErrMalformed, i, eerr)
+			}
+		}
+	}
+	return fmt.Errorf("decode %s: %w: %w", KeyAllocations, ErrMalformed, err)
+}
+
 // checkWire applies HAMi's per-element rules to element i.
 func checkWire(i int, w wireAllocation) error {
 	switch {
@@ -103,8 +118,9 @@ func checkWire(i int, w wireAllocation) error {
 // EncodeAllocations encodes allocs as HAMi master's EncodeMigAllocations writes
 // [KeyAllocations]: a JSON array with the keys containerIndex, deviceIndex, gpuUUID, profile,
 // placement {start, size}, then, when Runtime is set, migUUID, gpuInstanceID and
-// computeInstanceID (an empty MigUUID is omitted, as HAMi's omitempty does). The output is
-// byte-exact with HAMi's for every value [DecodeAllocations] accepts.
+// computeInstanceID (an empty MigUUID is omitted, as HAMi's omitempty does, and the value then
+// has a partial runtime identity: a Runtime needs its MigUUID). The output is byte-exact with
+// HAMi's for every value [DecodeAllocations] accepts.
 //
 // An empty list encodes to "": HAMi writes no [KeyAllocations] at all for a pod without MIG
 // reservations (the scheduler's patch for a non-MIG device carries no such key), so a caller

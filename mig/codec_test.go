@@ -73,12 +73,13 @@ func TestDecodeAllocations(t *testing.T) {
 		},
 		"negative gpuInstanceID": {
 			value:   `[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"G","profile":"1g.5gb","placement":{"start":6,"size":1},"migUUID":"M","gpuInstanceID":-1,"computeInstanceID":0}]`,
-			wantErr: "decode",
+			wantErr: "MIG allocation 0: json: cannot unmarshal number -1 into Go struct field wireAllocation.gpuInstanceID",
 		},
 		"fractional index": {
-			value:   `[{"containerIndex":0.5,"deviceIndex":0,"gpuUUID":"G","profile":"1g.5gb","placement":{"start":6,"size":1}}]`,
-			wantErr: "decode",
+			value:   `[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"G","profile":"1g.5gb","placement":{"start":6,"size":1}},{"containerIndex":0.5,"deviceIndex":0,"gpuUUID":"G","profile":"1g.5gb","placement":{"start":6,"size":1}}]`,
+			wantErr: "MIG allocation 1: json: cannot unmarshal number 0.5 into Go struct field wireAllocation.containerIndex",
 		},
+		"element not an object": {value: `[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"G","profile":"1g.5gb","placement":{"start":6,"size":1}},7]`, wantErr: "MIG allocation 1: json: cannot unmarshal number"},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
