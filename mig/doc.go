@@ -55,19 +55,23 @@
 //     scheduler indexes its geometry with whatever the suffix says and panics on an
 //     out-of-range position. Callers still check the numbers against the geometry.
 //
-// Usage:
+// Usage (the node side: realise each device of a container, record the runtime identity, and
+// pick a GPU's profiles):
 //
-//	allocs, err := mig.DecodeAllocations(pod.Annotations[mig.KeyAllocations])
+//	allocs, err := mig.DecodeAllocations(annotations[mig.KeyAllocations])
 //	if err != nil {
-//		return err // errors.Is(err, mig.ErrMalformed)
+//		return "", nil, err // errors.Is(err, mig.ErrMalformed)
 //	}
 //	for _, a := range mig.Find(allocs, containerIndex) {
 //		if !a.Realized() {
-//			// create the instance of a.Profile at a.Placement on a.GPUUUID, then
+//			// Create the instance of a.Profile at a.Placement on a.GPUUUID, then:
 //			allocs, _ = mig.WithRuntime(allocs, a.ContainerIndex, a.DeviceIndex, runtime)
 //		}
 //	}
 //	value := mig.EncodeAllocations(allocs) // merge-patch it under mig.KeyAllocations
 //
 //	profiles, entry, others := mig.DefaultAllowlist().Match(nvmlName, mig.MatchWord)
+//	if entry < 0 || len(others) > 0 { // no entry, or an ambiguous allowlist
+//		return value, nil, fmt.Errorf("%q matches entry %d and also %v", nvmlName, entry, others)
+//	}
 package mig
