@@ -509,6 +509,9 @@ func (s *stack) checkPlaced(t *testing.T, pod *corev1.Pod, wantProfile string) p
 		t.Fatalf("pod %s: %s = %q (%v), want one reservation in HAMi's shape", pod.Name, mig.KeyAllocations, raw, err)
 	}
 	a := allocs[0]
+	if sdk, err := mig.DecodeAllocations(raw); err != nil || len(sdk) != 1 || sdk[0].Runtime == nil || sdk[0].Runtime.MigUUID != a.MigUUID {
+		t.Errorf("pod %s: mig.DecodeAllocations(%s) = %+v, %v; want the one reservation with its runtime identity", pod.Name, raw, sdk, err)
+	}
 	if a.ContainerIndex != 0 || a.DeviceIndex != 0 || a.GPUUUID != dev.UUID || a.Profile != wantProfile {
 		t.Errorf("pod %s: reservation %s, want container 0 device 0 of %s, profile %s", pod.Name, raw, dev.UUID, wantProfile)
 	}
