@@ -93,18 +93,21 @@ func decodeWire(s string) ([]wireAllocation, error) {
 // overlap check.
 type simState struct {
 	GPUs []simGPU `json:"gpus"`
-	// Overlap is the simulation's MIGOverlaps() error text, "" when no two live instances
+	// Overlaps is the simulation's MIGOverlaps() error text, "" when no two live instances
 	// overlap.
-	Overlap string `json:"overlap"`
+	Overlaps string `json:"overlaps"`
 }
 
 type simGPU struct {
-	Index     int           `json:"index"`
-	UUID      string        `json:"uuid"`
+	Index int    `json:"index"`
+	UUID  string `json:"uuid"`
+	// MIGMode is NVML's current MIG mode: 1 on.
+	MIGMode   int           `json:"migMode"`
 	Instances []simInstance `json:"instances"`
 }
 
 type simInstance struct {
+	Profile           string        `json:"profile"`
 	ProfileID         uint32        `json:"profileID"`
 	Placement         wirePlacement `json:"placement"`
 	GPUInstanceID     uint32        `json:"gpuInstanceID"`
@@ -468,6 +471,8 @@ type placed struct {
 	profile string
 	at      mig.Placement
 	migUUID string
+	// gi and ci are the reservation's gpuInstanceID and computeInstanceID.
+	gi, ci uint32
 }
 
 // waitPlaced waits for pod name's bind-phase success and checks everything a placed MIG pod
@@ -548,7 +553,11 @@ func (s *stack) checkPlaced(t *testing.T, pod *corev1.Pod, wantProfile string) p
 			return cp.GetNode(t, s.node).Annotations[nodelock.Key] == ""
 		})
 	}
-	return placed{name: pod.Name, gpu: dev.UUID, profile: a.Profile, at: a.Placement.mig(), migUUID: a.MigUUID}
+	out := placed{name: pod.Name, gpu: dev.UUID, profile: a.Profile, at: a.Placement.mig(), migUUID: a.MigUUID}
+	if a.GPUInstanceID != nil && a.ComputeInstanceID != nil {
+		out.gi, out.ci = *a.GPUInstanceID, *a.ComputeInstanceID
+	}
+	return out
 }
 
 // sim reads the simulation's live instances.
@@ -602,11 +611,17 @@ func (st simState) live() map[string]struct {
 func (s *stack) checkSim(t *testing.T, step string, pods ...placed) {
 	t.Helper()
 	st := s.sim(t)
-	if st.Overlap != "" {
-		t.Errorf("%s: the simulation reports overlapping instances: %s", step, st.Overlap)
+	if st.Overlaps != "" {
+		t.Errorf("%s: the simulation reports overlapping instances: %s", step, st.Overlaps)
+	}
+	if len(st.GPUs) != gpus {
+		t.Errorf("%s: the simulation lists %d GPUs, want %d", step, len(st.GPUs), gpus)
 	}
 	n := 0
 	for _, g := range st.GPUs {
+		if g.MIGMode != 1 {
+			t.Errorf("%s: GPU %s: MIG mode %d, want 1 (on)", step, g.UUID, g.MIGMode)
+		}
 		n += len(g.Instances)
 		for i, a := range g.Instances {
 			for _, b := range g.Instances[i+1:] {
@@ -622,8 +637,10 @@ func (s *stack) checkSim(t *testing.T, step string, pods ...placed) {
 		switch {
 		case !ok:
 			t.Errorf("%s: pod %s's MIG device %s is not among the simulation's instances %+v", step, p.name, p.migUUID, st.GPUs)
-		case in.gpu != p.gpu || in.Placement.mig() != p.at:
-			t.Errorf("%s: pod %s: the simulation has %s on %s at %+v, the reservation says %s at %+v", step, p.name, p.migUUID, in.gpu, in.Placement, p.gpu, p.at)
+		case in.gpu != p.gpu || in.Placement.mig() != p.at || in.Profile != p.profile:
+			t.Errorf("%s: pod %s: the simulation has %s (%s) on %s at %+v, the reservation says %s on %s at %+v", step, p.name, p.migUUID, in.Profile, in.gpu, in.Placement, p.profile, p.gpu, p.at)
+		case in.GPUInstanceID != p.gi || in.ComputeInstanceID != p.ci:
+			t.Errorf("%s: pod %s: the simulation's %s is GPU instance %d compute instance %d, the reservation says %d and %d", step, p.name, p.migUUID, in.GPUInstanceID, in.ComputeInstanceID, p.gi, p.ci)
 		}
 	}
 	if n != len(pods) {
