@@ -1,0 +1,70 @@
+package allocation
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/hamireg/hamireg/mig"
+)
+
+// The reservation codec the tests use. TODO(merge): mig.DecodeAllocations and
+// mig.EncodeAllocations replace these once package mig has them.
+var (
+	decodeAllocations = standinDecodeAllocations
+	encodeAllocations = standinEncodeAllocations
+)
+
+type standinPlacement struct {
+	Start uint32 `json:"start"`
+	Size  uint32 `json:"size"`
+}
+
+type standinAllocation struct {
+	ContainerIndex    int              `json:"containerIndex"`
+	DeviceIndex       int              `json:"deviceIndex"`
+	GPUUUID           string           `json:"gpuUUID"`
+	Profile           string           `json:"profile"`
+	Placement         standinPlacement `json:"placement"`
+	MigUUID           string           `json:"migUUID,omitempty"`
+	GPUInstanceID     *uint32          `json:"gpuInstanceID,omitempty"`
+	ComputeInstanceID *uint32          `json:"computeInstanceID,omitempty"`
+}
+
+func standinDecodeAllocations(value string) ([]mig.Allocation, error) {
+	var in []standinAllocation
+	if err := json.Unmarshal([]byte(value), &in); err != nil {
+		return nil, fmt.Errorf("%w: %v", mig.ErrMalformed, err)
+	}
+	var out []mig.Allocation
+	seen := map[[2]int]bool{}
+	for _, a := range in {
+		runtime := a.MigUUID != "" || a.GPUInstanceID != nil || a.ComputeInstanceID != nil
+		full := a.MigUUID != "" && a.GPUInstanceID != nil && a.ComputeInstanceID != nil
+		key := [2]int{a.ContainerIndex, a.DeviceIndex}
+		if a.ContainerIndex < 0 || a.DeviceIndex < 0 || a.GPUUUID == "" || a.Profile == "" || a.Placement.Size == 0 || runtime != full || seen[key] {
+			return nil, fmt.Errorf("%w: %+v", mig.ErrMalformed, a)
+		}
+		seen[key] = true
+		m := mig.Allocation{ContainerIndex: a.ContainerIndex, DeviceIndex: a.DeviceIndex, GPUUUID: a.GPUUUID, Profile: a.Profile,
+			Placement: mig.Placement(a.Placement)}
+		if full {
+			m.Runtime = &mig.Runtime{MigUUID: a.MigUUID, GPUInstanceID: *a.GPUInstanceID, ComputeInstanceID: *a.ComputeInstanceID}
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+func standinEncodeAllocations(allocs []mig.Allocation) string {
+	out := make([]standinAllocation, len(allocs))
+	for i, a := range allocs {
+		out[i] = standinAllocation{ContainerIndex: a.ContainerIndex, DeviceIndex: a.DeviceIndex, GPUUUID: a.GPUUUID, Profile: a.Profile,
+			Placement: standinPlacement(a.Placement)}
+		if a.Runtime != nil {
+			gi, ci := a.Runtime.GPUInstanceID, a.Runtime.ComputeInstanceID
+			out[i].MigUUID, out[i].GPUInstanceID, out[i].ComputeInstanceID = a.Runtime.MigUUID, &gi, &ci
+		}
+	}
+	data, _ := json.Marshal(out)
+	return string(data)
+}
