@@ -1,17 +1,13 @@
-package allocation
+// Package migstandin stands in for package mig's reservation codec (DecodeAllocations,
+// EncodeAllocations) until it is merged: the same signatures and rules. TODO(merge): replace
+// every use with mig.DecodeAllocations / mig.EncodeAllocations and delete this package.
+package migstandin
 
 import (
 	"encoding/json"
 	"fmt"
 
 	"github.com/hamireg/hamireg/mig"
-)
-
-// The reservation codec the tests use. TODO(merge): mig.DecodeAllocations and
-// mig.EncodeAllocations replace these once package mig has them.
-var (
-	decodeAllocations = standinDecodeAllocations
-	encodeAllocations = standinEncodeAllocations
 )
 
 type standinPlacement struct {
@@ -30,7 +26,11 @@ type standinAllocation struct {
 	ComputeInstanceID *uint32          `json:"computeInstanceID,omitempty"`
 }
 
-func standinDecodeAllocations(value string) ([]mig.Allocation, error) {
+// DecodeAllocations is mig.DecodeAllocations.
+func DecodeAllocations(value string) ([]mig.Allocation, error) {
+	if value == "" || value == "null" || value == "[]" {
+		return nil, nil
+	}
 	var in []standinAllocation
 	if err := json.Unmarshal([]byte(value), &in); err != nil {
 		return nil, fmt.Errorf("%w: %v", mig.ErrMalformed, err)
@@ -55,7 +55,11 @@ func standinDecodeAllocations(value string) ([]mig.Allocation, error) {
 	return out, nil
 }
 
-func standinEncodeAllocations(allocs []mig.Allocation) string {
+// EncodeAllocations is mig.EncodeAllocations.
+func EncodeAllocations(allocs []mig.Allocation) string {
+	if len(allocs) == 0 {
+		return ""
+	}
 	out := make([]standinAllocation, len(allocs))
 	for i, a := range allocs {
 		out[i] = standinAllocation{ContainerIndex: a.ContainerIndex, DeviceIndex: a.DeviceIndex, GPUUUID: a.GPUUUID, Profile: a.Profile,
