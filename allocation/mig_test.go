@@ -11,7 +11,6 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/hamireg/hamireg/annotation"
-	"github.com/hamireg/hamireg/internal/migstandin"
 	"github.com/hamireg/hamireg/internal/vectors"
 	"github.com/hamireg/hamireg/mig"
 )
@@ -114,7 +113,7 @@ func TestConformanceMIGFit(t *testing.T) {
 				u := nodeUsage(node)
 				withSlots := pd
 				if value, has := p.Annotations[mig.KeyAllocations]; has {
-					allocs, err := migstandin.DecodeAllocations(value)
+					allocs, err := mig.DecodeAllocations(value)
 					if err == nil {
 						withSlots, err = WithMIG(pd, allocs)
 					}
@@ -215,7 +214,7 @@ func TestConformanceMIGFit(t *testing.T) {
 			var want []mig.Allocation
 			if value, ok := annos[mig.KeyAllocations]; ok {
 				var err error
-				if want, err = migstandin.DecodeAllocations(value); err != nil {
+				if want, err = mig.DecodeAllocations(value); err != nil {
 					t.Fatalf("%s: HAMi's reservation: %v", name, err)
 				}
 				for i := range want {

@@ -21,7 +21,6 @@ import (
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/hamireg/hamireg/allocation"
-	"github.com/hamireg/hamireg/internal/migstandin"
 	"github.com/hamireg/hamireg/mig"
 	"github.com/hamireg/hamireg/schedcache"
 )
@@ -141,7 +140,7 @@ func (e *Extender) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) (r
 		e.recordFailure(pod, d.failed)
 		return failedResult(d.failed)
 	}
-	if err := e.patchFilter(ctx, pod, d.node, allocation.EncodePodDevices(d.devices), migstandin.EncodeAllocations(allocation.MIGAllocations(d.devices))); err != nil {
+	if err := e.patchFilter(ctx, pod, d.node, allocation.EncodePodDevices(d.devices), mig.EncodeAllocations(allocation.MIGAllocations(d.devices))); err != nil {
 		d.undo()
 		return &extenderv1.ExtenderFilterResult{Error: err.Error()}
 	}

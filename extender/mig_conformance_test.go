@@ -16,7 +16,6 @@ import (
 
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
-	"github.com/hamireg/hamireg/internal/migstandin"
 	"github.com/hamireg/hamireg/internal/vectors"
 	"github.com/hamireg/hamireg/mig"
 )
@@ -54,7 +53,7 @@ func unknownPlacement(t *testing.T, p *corev1.Pod, devs []annotation.Device) boo
 	if err != nil || !ok {
 		return false
 	}
-	allocs, err := migstandin.DecodeAllocations(p.Annotations[mig.KeyAllocations])
+	allocs, err := mig.DecodeAllocations(p.Annotations[mig.KeyAllocations])
 	if err == nil {
 		pd, err = allocation.WithMIG(pd, allocs)
 	}
@@ -213,7 +212,7 @@ func TestConformanceMIGFilter(t *testing.T) {
 // containerIndex names the container its entry of HAMi's device list belongs to.
 func ruledReservation(t *testing.T, value, devices string, gpu []bool) string {
 	t.Helper()
-	allocs, err := migstandin.DecodeAllocations(value)
+	allocs, err := mig.DecodeAllocations(value)
 	if err != nil {
 		t.Fatalf("HAMi's reservation %q: %v", value, err)
 	}
@@ -224,7 +223,7 @@ func ruledReservation(t *testing.T, value, devices string, gpu []bool) string {
 		}
 		allocs[i].ContainerIndex = ci
 	}
-	return migstandin.EncodeAllocations(allocs)
+	return mig.EncodeAllocations(allocs)
 }
 
 func patchesOf(e *env) []string {
@@ -246,7 +245,7 @@ func reservationPatched(t *testing.T, e *env) []mig.Allocation {
 		if err := json.Unmarshal([]byte(p), &b); err != nil {
 			t.Fatal(err)
 		}
-		allocs, err := migstandin.DecodeAllocations(b["metadata"]["annotations"][mig.KeyAllocations])
+		allocs, err := mig.DecodeAllocations(b["metadata"]["annotations"][mig.KeyAllocations])
 		if err != nil {
 			t.Fatalf("patched reservation: %v", err)
 		}

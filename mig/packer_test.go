@@ -7,6 +7,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
+func at(start, size uint32) Placement { return Placement{Start: start, Size: size} }
+
 // a100 is the A100-SXM4-40GB as HAMi master publishes it (mig-fit.json).
 func a100() []Profile {
 	ones := make([]Placement, 7)
@@ -44,11 +46,11 @@ func TestOrderedPlacements(t *testing.T) {
 		p    Profile
 		want []Placement
 	}{
-		"1g descends": {Profile{Name: "1g.5gb", Placements: []Placement{{0, 1}, {1, 1}, {2, 1}}}, []Placement{{2, 1}, {1, 1}, {0, 1}}},
-		"3g descends": {Profile{Name: "3g.20gb", Placements: []Placement{{0, 4}, {4, 4}}}, []Placement{{4, 4}, {0, 4}}},
-		"2g ascends":  {Profile{Name: "2g.10gb", Placements: []Placement{{4, 2}, {0, 2}, {2, 2}}}, []Placement{{0, 2}, {2, 2}, {4, 2}}},
-		"1g+me too":   {Profile{Name: "1g.5gb+me", Placements: []Placement{{0, 1}, {6, 1}}}, []Placement{{6, 1}, {0, 1}}},
-		"10g ascends": {Profile{Name: "10g.x", Placements: []Placement{{1, 1}, {0, 1}}}, []Placement{{0, 1}, {1, 1}}},
+		"1g descends": {Profile{Name: "1g.5gb", Placements: []Placement{at(0, 1), at(1, 1), at(2, 1)}}, []Placement{at(2, 1), at(1, 1), at(0, 1)}},
+		"3g descends": {Profile{Name: "3g.20gb", Placements: []Placement{at(0, 4), at(4, 4)}}, []Placement{at(4, 4), at(0, 4)}},
+		"2g ascends":  {Profile{Name: "2g.10gb", Placements: []Placement{at(4, 2), at(0, 2), at(2, 2)}}, []Placement{at(0, 2), at(2, 2), at(4, 2)}},
+		"1g+me too":   {Profile{Name: "1g.5gb+me", Placements: []Placement{at(0, 1), at(6, 1)}}, []Placement{at(6, 1), at(0, 1)}},
+		"10g ascends": {Profile{Name: "10g.x", Placements: []Placement{at(1, 1), at(0, 1)}}, []Placement{at(0, 1), at(1, 1)}},
 		"none":        {Profile{Name: "1g.5gb"}, nil},
 	}
 	for name, tc := range tests {
@@ -70,21 +72,21 @@ func TestSelect(t *testing.T) {
 		wantAt      Placement
 		wantOK      bool
 	}{
-		"4000 MiB: 1g at the top":         {mem: 4000, wantProfile: "1g.5gb", wantAt: Placement{6, 1}, wantOK: true},
-		"5 GiB is no 1g.5gb":              {mem: 5120, wantProfile: "2g.10gb", wantAt: Placement{0, 2}, wantOK: true},
-		"8000 MiB: 2g at the bottom":      {mem: 8000, wantProfile: "2g.10gb", wantAt: Placement{0, 2}, wantOK: true},
-		"15000 MiB: 3g at the top":        {mem: 15000, wantProfile: "3g.20gb", wantAt: Placement{4, 4}, wantOK: true},
-		"20480 MiB: 7g":                   {mem: 20480, wantProfile: "7g.40gb", wantAt: Placement{0, 8}, wantOK: true},
+		"4000 MiB: 1g at the top":         {mem: 4000, wantProfile: "1g.5gb", wantAt: at(6, 1), wantOK: true},
+		"5 GiB is no 1g.5gb":              {mem: 5120, wantProfile: "2g.10gb", wantAt: at(0, 2), wantOK: true},
+		"8000 MiB: 2g at the bottom":      {mem: 8000, wantProfile: "2g.10gb", wantAt: at(0, 2), wantOK: true},
+		"15000 MiB: 3g at the top":        {mem: 15000, wantProfile: "3g.20gb", wantAt: at(4, 4), wantOK: true},
+		"20480 MiB: 7g":                   {mem: 20480, wantProfile: "7g.40gb", wantAt: at(0, 8), wantOK: true},
 		"above every profile":             {mem: 40500},
-		"next free 1g":                    {occupied: []Placement{{6, 1}, {5, 1}}, mem: 1, wantProfile: "1g.5gb", wantAt: Placement{4, 1}, wantOK: true},
-		"3g taken: the other 3g":          {occupied: []Placement{{4, 4}}, mem: 15000, wantProfile: "3g.20gb", wantAt: Placement{0, 4}, wantOK: true},
-		"3g over {0,4}: 4g too, so 7g no": {occupied: []Placement{{4, 4}, {1, 1}}, mem: 15000},
-		"fragmented":                      {occupied: []Placement{{6, 1}, {3, 1}}, mem: 15000},
-		"the top 1g taken: the next one":  {occupied: []Placement{{6, 1}}, mem: 4000, wantProfile: "1g.5gb", wantAt: Placement{5, 1}, wantOK: true},
-		"every slice taken":               {occupied: []Placement{{0, 4}, {4, 4}}, mem: 0},
-		"cores pick a larger profile":     {mem: 4000, cores: 20, wantProfile: "2g.10gb", wantAt: Placement{0, 2}, wantOK: true},
-		"cores above the free profiles":   {occupied: []Placement{{1, 1}, {2, 1}, {3, 1}, {4, 1}, {5, 1}, {6, 1}}, mem: 4000, cores: 20},
-		"only 1g left, no cores asked":    {occupied: []Placement{{1, 1}, {2, 1}, {3, 1}, {4, 1}, {5, 1}, {6, 1}}, mem: 4000, wantProfile: "1g.5gb", wantAt: Placement{0, 1}, wantOK: true},
+		"next free 1g":                    {occupied: []Placement{at(6, 1), at(5, 1)}, mem: 1, wantProfile: "1g.5gb", wantAt: at(4, 1), wantOK: true},
+		"3g taken: the other 3g":          {occupied: []Placement{at(4, 4)}, mem: 15000, wantProfile: "3g.20gb", wantAt: at(0, 4), wantOK: true},
+		"3g over {0,4}: 4g too, so 7g no": {occupied: []Placement{at(4, 4), at(1, 1)}, mem: 15000},
+		"fragmented":                      {occupied: []Placement{at(6, 1), at(3, 1)}, mem: 15000},
+		"the top 1g taken: the next one":  {occupied: []Placement{at(6, 1)}, mem: 4000, wantProfile: "1g.5gb", wantAt: at(5, 1), wantOK: true},
+		"every slice taken":               {occupied: []Placement{at(0, 4), at(4, 4)}, mem: 0},
+		"cores pick a larger profile":     {mem: 4000, cores: 20, wantProfile: "2g.10gb", wantAt: at(0, 2), wantOK: true},
+		"cores above the free profiles":   {occupied: []Placement{at(1, 1), at(2, 1), at(3, 1), at(4, 1), at(5, 1), at(6, 1)}, mem: 4000, cores: 20},
+		"only 1g left, no cores asked":    {occupied: []Placement{at(1, 1), at(2, 1), at(3, 1), at(4, 1), at(5, 1), at(6, 1)}, mem: 4000, wantProfile: "1g.5gb", wantAt: at(0, 1), wantOK: true},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -39,7 +39,6 @@
 //     placements, which allocation's fit counts as occupying the whole MIG GPU (HAMi drops the
 //     error and marks the GPU unhealthy for every pod). A reservation naming a GPU that is not
 //     in MIG mode is kept, and only MIG GPUs read it.
-//
 //   - A re-scheduled pod counts once: Assume replaces what it held, and [View.Quota] leaves the
 //     pod itself out (HAMi v2.9.0 counts it twice and then refuses it, until restart).
 //   - Several ResourceQuota objects of a namespace combine as the tightest limit, and deleting

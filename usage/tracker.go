@@ -9,7 +9,6 @@ import (
 
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
-	"github.com/hamireg/hamireg/internal/migstandin"
 	"github.com/hamireg/hamireg/mig"
 )
 
@@ -133,7 +132,7 @@ func (t *Tracker) PlacementOf(pod *corev1.Pod) (Placement, bool) {
 		return Placement{}, false
 	}
 	if value, has := pod.Annotations[mig.KeyAllocations]; has {
-		allocs, err := migstandin.DecodeAllocations(value)
+		allocs, err := mig.DecodeAllocations(value)
 		if err == nil {
 			pd, err = allocation.WithMIG(pd, allocs)
 		}

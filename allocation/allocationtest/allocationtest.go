@@ -36,7 +36,6 @@ import (
 
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
-	"github.com/hamireg/hamireg/internal/migstandin"
 	"github.com/hamireg/hamireg/mig"
 	"github.com/hamireg/hamireg/nodelock"
 )
@@ -106,7 +105,7 @@ func (s *Scheduler) Filter(ctx context.Context, pod *corev1.Pod, node string, de
 		s.opts.Vendor.AllocatedKey:  value,
 	}
 	if allocs := allocation.MIGAllocations(devices); len(allocs) > 0 {
-		annotations[mig.KeyAllocations] = migstandin.EncodeAllocations(allocs)
+		annotations[mig.KeyAllocations] = mig.EncodeAllocations(allocs)
 	}
 	return s.patchPod(ctx, pod, map[string]any{"metadata": map[string]any{
 		"annotations": annotations,

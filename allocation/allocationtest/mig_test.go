@@ -13,7 +13,6 @@ import (
 
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/allocation/allocationtest"
-	"github.com/hamireg/hamireg/internal/migstandin"
 	"github.com/hamireg/hamireg/internal/vectors"
 	"github.com/hamireg/hamireg/mig"
 )
@@ -49,7 +48,7 @@ func TestFilterWritesHAMiMIGReservation(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			allocs, err := migstandin.DecodeAllocations(want[mig.KeyAllocations])
+			allocs, err := mig.DecodeAllocations(want[mig.KeyAllocations])
 			if err != nil {
 				t.Fatal(err)
 			}

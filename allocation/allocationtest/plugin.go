@@ -13,7 +13,6 @@ import (
 
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
-	"github.com/hamireg/hamireg/internal/migstandin"
 	"github.com/hamireg/hamireg/mig"
 	"github.com/hamireg/hamireg/nodelock"
 )
@@ -117,7 +116,7 @@ func (p *Plugin) Allocate(ctx context.Context, count int) (Allocation, error) {
 		return fail(fmt.Errorf("pod %s: %w", a.Pod, err))
 	}
 	if reservation, has := pod.Annotations[mig.KeyAllocations]; has {
-		allocs, err := migstandin.DecodeAllocations(reservation)
+		allocs, err := mig.DecodeAllocations(reservation)
 		if err == nil {
 			pd, err = allocation.WithMIG(pd, allocs)
 		}
