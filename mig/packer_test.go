@@ -2,6 +2,7 @@ package mig
 
 import (
 	"encoding/binary"
+	"fmt"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -174,4 +175,12 @@ func FuzzSelect(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A 15000 MiB device on an A100-40GB whose top 3g placement is taken: the first profile by
+// memory with enough of it and a free placement.
+func ExampleSelect() {
+	p, at, ok := Select(a100(), []Placement{{Start: 4, Size: 4}}, 15000, 0)
+	fmt.Println(p.Name, at.Start, at.Size, ok)
+	// Output: 3g.20gb 0 4 true
 }
