@@ -470,3 +470,16 @@ func TestFitMIGHAMiCoreGPU(t *testing.T) {
 		t.Errorf("the entry's memory counts: %v, %q", ok, reason)
 	}
 }
+
+func TestProbeNodeMIG(t *testing.T) {
+	t.Parallel()
+	var n ProbeNode
+	n.Set([]annotation.Device{{ID: "a", Mode: "hami-core"}}, nil)
+	if n.MIG() {
+		t.Error("a hami-core node has MIG")
+	}
+	n.Set([]annotation.Device{{ID: "a", Mode: "hami-core"}, migGPU("m")}, nil)
+	if !n.MIG() {
+		t.Error("a node with a MIG GPU has none")
+	}
+}
