@@ -46,9 +46,6 @@ const (
 	gpus = 8
 	// agentRole is the ClusterRole the agent runs with: exactly nodeagent.ClusterRoleRules().
 	agentRole = "e2e-mig-nodeagent"
-	// HAMi master's reasons the scenario expects (the extender reports HAMi's words).
-	reasonInsufficientMemory    = "CardInsufficientMemory"
-	reasonMigTopologyInfeasible = "CardMigTopologyInfeasible"
 	// waitPod bounds a pod's way from creation to bind-phase success (kube-scheduler's
 	// backoff after a lock conflict included); waitReconcile the agent's destruction of a
 	// deleted pod's instance (its reconcile runs every few seconds).

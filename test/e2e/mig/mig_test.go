@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/mig"
 	"github.com/hamireg/hamireg/test/e2e/harness"
@@ -73,9 +74,9 @@ func TestMIGEndToEnd(t *testing.T) {
 		// devmem (the memory check comes first); a whole GPU (100 % = devmem 40960) is above
 		// the 7g profile's 40192.
 		s.createPod(t, "mem-41000", 41000, 0)
-		s.waitPending(t, "mem-41000", reasonInsufficientMemory)
+		s.waitPending(t, "mem-41000", allocation.ReasonCardInsufficientMemory)
 		s.createPod(t, "whole-gpu", 0, 0)
-		s.waitPending(t, "whole-gpu", reasonMigTopologyInfeasible)
+		s.waitPending(t, "whole-gpu", allocation.ReasonCardMigTopologyInfeasible)
 		s.checkSim(t, "pending", got...)
 		s.deleteAll(t, "profiles")
 	})
