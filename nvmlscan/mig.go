@@ -3,8 +3,6 @@ package nvmlscan
 import (
 	"fmt"
 	"math"
-	"strconv"
-	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"k8s.io/klog/v2"
@@ -64,21 +62,6 @@ func computeProfile(slices uint32) (int, bool) {
 	default:
 		return 0, false
 	}
-}
-
-// profileSlices is the slice count of a profile name: N of "<N>g.<anything>" (HAMi's
-// profileSliceKey is the text before the first '.').
-func profileSlices(name string) (int, bool) {
-	key, _, ok := strings.Cut(name, ".")
-	if !ok {
-		return 0, false
-	}
-	digits, ok := strings.CutSuffix(key, "g")
-	if !ok {
-		return 0, false
-	}
-	n, err := strconv.Atoi(digits)
-	return n, err == nil && n > 0
 }
 
 // profileSuffix is the attribute suffix nvidia-smi appends to the name of a GPU instance
@@ -253,12 +236,14 @@ func (s *Scanner) discoverMIG(logger klog.Logger, dev nvml.Device, uuid, name st
 				continue
 			}
 		default:
-			slices, ok := profileSlices(pname)
-			if ok {
-				enum, ok = baseProfile(slices)
+			slices, err := mig.SliceCount(pname)
+			if err != nil {
+				skip(pname, "profile-id", err)
+				continue
 			}
-			if !ok {
-				skip(pname, "profile-id", fmt.Errorf("no GPU instance profile of slice count %q", pname))
+			var ok bool
+			if enum, ok = baseProfile(slices); !ok {
+				skip(pname, "profile-id", fmt.Errorf("no GPU instance profile of %d slices", slices))
 				continue
 			}
 			var ret nvml.Return
