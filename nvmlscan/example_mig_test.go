@@ -37,7 +37,8 @@ func ExampleScanner_Scan_mig() {
 		fmt.Println(p.Name, p.MemoryMB, "MiB", p.Core, "%", p.SliceCount, "slices", len(p.Placements), "placements")
 	}
 	value := annotation.Encode(res.Devices[:1]) // hami.io/node-nvidia-register, HAMi master's shape
-	fmt.Println(value[strings.Index(value, `"mode"`):][:120])
+	_, profiles, _ := strings.Cut(value, `"type":"NVIDIA-Mock NVIDIA A100-SXM4-40GB",`)
+	fmt.Println(profiles[:120])
 	// Output:
 	// NVIDIA-Mock NVIDIA A100-SXM4-40GB mig count 7 devmem 40960 devcore 100
 	// 1g.5gb 4864 MiB 15 % 1 slices 7 placements

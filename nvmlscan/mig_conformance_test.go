@@ -124,6 +124,7 @@ func TestMIGRegisterConformance(t *testing.T) {
 }
 
 func checkRegisterVector(t *testing.T, f vectors.Folder, v registerVector) {
+	t.Helper()
 	allow := v.allowlist(t)
 	if strings.HasPrefix(v.Input.Config.AllowlistSource, "chart default") {
 		if diff := cmp.Diff(mig.ChartAllowlist(), allow, cmpopts.EquateEmpty()); diff != "" {

@@ -62,9 +62,10 @@ func migScanner(t *testing.T, lib nvml.Interface, opts nvmlscan.Options) *nvmlsc
 	return s
 }
 
-func inst(profile string, id uint32, start, size uint32, gi, ci uint32, migUUID string) mig.Instance {
+// inst is a MIG device on GPU 0 (the compute instance is always 0: one per GPU instance).
+func inst(profile string, id uint32, start, size uint32, gi uint32, migUUID string) mig.Instance {
 	return mig.Instance{GPUUUID: gpu0, Profile: profile, ProfileID: id, Placement: mig.Placement{Start: start, Size: size},
-		Runtime: mig.Runtime{MigUUID: migUUID, GPUInstanceID: gi, ComputeInstanceID: ci}}
+		Runtime: mig.Runtime{MigUUID: migUUID, GPUInstanceID: gi}}
 }
 
 const (
@@ -78,9 +79,8 @@ const (
 func TestMIGManagerCreate(t *testing.T) {
 	t.Parallel()
 	taken := vecInstance{GPUInstanceID: 3, ComputeInstanceID: 0, MigUUID: migUUID3, Placement: mig.Placement{Start: 0, Size: 2}, Profile: nvml.GPU_INSTANCE_PROFILE_2_SLICE}
-	rev := mig.Allowlist{}
-	var err error
-	if rev, err = mig.ParseAllowlist([]byte(`[{"models": ["A100-SXM4-40GB"], "profiles": ["1g.5gb", "1g.10gb", "2g.10gb"]}]`)); err != nil {
+	rev, err := mig.ParseAllowlist([]byte(`[{"models": ["A100-SXM4-40GB"], "profiles": ["1g.5gb", "1g.10gb", "2g.10gb"]}]`))
+	if err != nil {
 		t.Fatal(err)
 	}
 	tests := map[string]struct {
@@ -99,15 +99,15 @@ func TestMIGManagerCreate(t *testing.T) {
 	}{
 		"2g at 0 (single_2g_on_idle_mig_gpu)": {
 			profile: "2g.10gb", placement: mig.Placement{Start: 0, Size: 2},
-			want: inst("2g.10gb", 14, 0, 2, 1, 0, migUUID1),
+			want: inst("2g.10gb", 14, 0, 2, 1, migUUID1),
 		},
 		"1g at 6 (single_1g_at_highest_placement)": {
 			profile: "1g.5gb", placement: mig.Placement{Start: 6, Size: 1},
-			want: inst("1g.5gb", 19, 6, 1, 1, 0, migUUID1),
+			want: inst("1g.5gb", 19, 6, 1, 1, migUUID1),
 		},
 		"MIG off is switched on (mig_mode_disabled_is_enabled_on_allocate)": {
 			modes: []int{0}, profile: "2g.10gb", placement: mig.Placement{Start: 0, Size: 2},
-			want: inst("2g.10gb", 14, 0, 2, 1, 0, migUUID1),
+			want: inst("2g.10gb", 14, 0, 2, 1, migUUID1),
 		},
 		"mode change pending (mig_mode_enable_pending_fails)": {
 			modes: []int{0}, pending: 1, profile: "2g.10gb", placement: mig.Placement{Start: 0, Size: 2},
@@ -116,18 +116,18 @@ func TestMIGManagerCreate(t *testing.T) {
 		"placement taken (placement_taken_by_untracked_instance)": {
 			existing: []vecInstance{taken}, profile: "1g.5gb", placement: mig.Placement{Start: 1, Size: 1},
 			wantErr: nvmlscan.ErrPlacementTaken, errText: "2g.10gb at 0+2 (MIG device " + migUUID3,
-			wantLive: []mig.Instance{inst("", 14, 0, 2, 3, 0, migUUID3)},
+			wantLive: []mig.Instance{inst("", 14, 0, 2, 3, migUUID3)},
 		},
 		"placement not possible (reserved_placement_not_possible_for_profile)": {
 			profile: "2g.10gb", placement: mig.Placement{Start: 1, Size: 2}, wantErr: nvmlscan.ErrPlacementNotPossible,
 		},
 		"REV name realised as the base profile published (rev_profile_name_realized_as_base_profile)": {
 			opts: nvmlscan.Options{MIGAllowlist: rev}, profile: "1g.10gb", placement: mig.Placement{Start: 6, Size: 1},
-			want: inst("1g.10gb", 19, 6, 1, 1, 0, migUUID1),
+			want: inst("1g.10gb", 19, 6, 1, 1, migUUID1),
 		},
 		"REV name realised as its own profile with all-profile discovery": {
 			opts: nvmlscan.Options{MIGAllowlist: rev, MIGProfileDiscovery: nvmlscan.MIGDiscoveryAllProfiles}, profile: "1g.10gb",
-			placement: mig.Placement{Start: 6, Size: 2}, want: inst("1g.10gb", 15, 6, 2, 1, 0, migUUID1),
+			placement: mig.Placement{Start: 6, Size: 2}, want: inst("1g.10gb", 15, 6, 2, 1, migUUID1),
 		},
 		"REV placement of the base profile refused with all-profile discovery": {
 			opts: nvmlscan.Options{MIGAllowlist: rev, MIGProfileDiscovery: nvmlscan.MIGDiscoveryAllProfiles}, profile: "1g.10gb",
@@ -233,7 +233,7 @@ func TestMIGManagerLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	untracked := inst("2g.10gb", 14, 0, 2, 3, 0, migUUID3)
+	untracked := inst("2g.10gb", 14, 0, 2, 3, migUUID3)
 	want := []mig.Instance{untracked, a, b} // NVML's order: GPU instance id (3, then 4 and 5)
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Instances (-want +got):\n%s", diff)
