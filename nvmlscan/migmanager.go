@@ -182,29 +182,34 @@ func (m *MIGManager) describe(dev, md nvml.Device, gpuUUID string) (mig.Instance
 }
 
 // ensureMIGMode switches a GPU with MIG off (current and pending) on, and fails when a mode
-// change waits for a GPU reset.
-func (m *MIGManager) ensureMIGMode(logger klog.Logger, dev nvml.Device, uuid string) error {
+// change waits for a GPU reset. It returns the GPU's handle, fetched again after a mode
+// change (as HAMi does).
+func (m *MIGManager) ensureMIGMode(logger klog.Logger, dev nvml.Device, uuid string) (nvml.Device, error) {
 	current, pending, ret := dev.GetMigMode()
 	if ret == nvml.ERROR_NOT_SUPPORTED {
-		return fmt.Errorf("%w: GPU %s: %w", ErrMIGNotSupported, uuid, ret)
+		return nil, fmt.Errorf("%w: GPU %s: %w", ErrMIGNotSupported, uuid, ret)
 	}
 	if ret != nvml.SUCCESS {
-		return fmt.Errorf("get MIG mode of GPU %s: %w", uuid, ret)
+		return nil, fmt.Errorf("get MIG mode of GPU %s: %w", uuid, ret)
 	}
 	if current == nvml.DEVICE_MIG_DISABLE && pending == nvml.DEVICE_MIG_DISABLE {
 		activation, ret := dev.SetMigMode(nvml.DEVICE_MIG_ENABLE)
 		if ret != nvml.SUCCESS {
-			return fmt.Errorf("enable MIG mode of GPU %s: %w", uuid, ret)
+			return nil, fmt.Errorf("enable MIG mode of GPU %s: %w", uuid, ret)
 		}
 		logger.Info("Enabled MIG mode of GPU", "gpuUUID", uuid, "activation", activation.Error())
+		var err error
+		if dev, err = m.handle(uuid); err != nil {
+			return nil, err
+		}
 		if current, pending, ret = dev.GetMigMode(); ret != nvml.SUCCESS {
-			return fmt.Errorf("get MIG mode of GPU %s: %w", uuid, ret)
+			return nil, fmt.Errorf("get MIG mode of GPU %s: %w", uuid, ret)
 		}
 	}
 	if current != pending || current != nvml.DEVICE_MIG_ENABLE {
-		return fmt.Errorf("GPU %s: MIG mode current %d, pending %d: %w", uuid, current, pending, ErrMIGModePending)
+		return nil, fmt.Errorf("GPU %s: MIG mode current %d, pending %d: %w", uuid, current, pending, ErrMIGModePending)
 	}
-	return nil
+	return dev, nil
 }
 
 // Create makes a GPU instance of the named profile at exactly placement on the GPU gpuUUID,
@@ -236,7 +241,7 @@ func (m *MIGManager) create(logger klog.Logger, gpuUUID, profile string, placeme
 	if err != nil {
 		return inst, err
 	}
-	if err := m.ensureMIGMode(logger, dev, gpuUUID); err != nil {
+	if dev, err = m.ensureMIGMode(logger, dev, gpuUUID); err != nil {
 		return inst, err
 	}
 	g, err := m.discover(logger, dev, gpuUUID)

@@ -60,7 +60,8 @@ type Options struct {
 	// [ErrMemoryNotSupported]. Must be within [0, 2^31-1].
 	PreConfiguredMemory int64
 	// Mode is the node's operating mode, published as "mode": [ModeHAMiCore], [ModeMIG] or
-	// [ModeMPS]. "" means [ModeHAMiCore].
+	// [ModeMPS]. "" means [ModeHAMiCore]. In [ModeMIG] each GPU also publishes its MIG
+	// profiles (MIGVersion, MIGAllowlist, MIGModelMatch, MIGProfileDiscovery).
 	Mode string
 	// ExcludeUUIDs lists GPUs, by UUID, that are not registered (filterdevices.uuid). Default
 	// none.
