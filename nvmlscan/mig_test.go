@@ -8,6 +8,8 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
 
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/mig"
@@ -161,5 +163,32 @@ func TestMIGOptionsInvalid(t *testing.T) {
 				t.Errorf("nvml initialised %d times for invalid options", inits)
 			}
 		})
+	}
+}
+
+// TestScanMIGMatchWarnings: the word-bounded match says at V(2) when HAMi's substring rule
+// would give the GPU another entry's profiles, and when several entries match.
+func TestScanMIGMatchWarnings(t *testing.T) {
+	t.Parallel()
+	allow, err := mig.ParseAllowlist([]byte(`[{"models": ["H20"], "profiles": ["1g.12gb"]}, {"models": ["H200"], "profiles": ["1g.18gb"]}, {"models": ["NVIDIA H200"], "profiles": ["7g.141gb"]}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true), ktesting.Verbosity(2)))
+	ctx := klog.NewContext(t.Context(), logger)
+	lib := migNode(t, []string{"H200"}, []int{1})
+	s := migScanner(t, lib, nvmlscan.Options{MIGAllowlist: allow})
+	res := scan(ctx, t, s)
+	if len(res.Devices) != 1 || len(res.Devices[0].MIGProfiles) != 1 || res.Devices[0].MIGProfiles[0].Name != "1g.18gb" {
+		t.Fatalf("devices %+v", res.Devices)
+	}
+	logs := logger.GetSink().(ktesting.Underlier).GetBuffer().String()
+	for _, want := range []string{
+		`Several MIG allowlist entries match the GPU, the first one is used gpuUUID="` + gpu0 + `" name="NVIDIA H200" entry=1 others=[2]`,
+		`HAMi's substring model match would use another MIG allowlist entry for this GPU gpuUUID="` + gpu0 + `" name="NVIDIA H200" entry=1 hamiEntry=0`,
+	} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("logs lack %s:\n%s", want, logs)
+		}
 	}
 }
