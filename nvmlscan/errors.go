@@ -27,7 +27,38 @@ var (
 	ErrOutOfRange = errors.New("value out of range")
 	// ErrInvalidOptions means [New] rejected its Options.
 	ErrInvalidOptions = errors.New("invalid options")
+
+	// ErrNoMIGProfile means a GPU in MIG mode has no MIG profile to publish (no allowlist
+	// entry matches its NVML name, or none of the entry's profiles exists on it), so a scan
+	// skips it ([OpMIGProfiles]); HAMi drops such a GPU silently. The fix is an allowlist
+	// entry (Options.MIGAllowlist, the chart's migProfileAllowlist) whose models name the
+	// GPU's NVML name, with profiles the GPU has.
+	ErrNoMIGProfile = errors.New("no MIG profile discovered")
+	// ErrUnknownGPU means the MIG manager was given a GPU UUID that NVML does not know.
+	ErrUnknownGPU = errors.New("unknown GPU")
+	// ErrMIGNotSupported means the GPU cannot run MIG (NVML answers ERROR_NOT_SUPPORTED).
+	ErrMIGNotSupported = errors.New("MIG not supported by the GPU")
+	// ErrMIGModePending means the GPU's pending MIG mode differs from its current mode: a GPU
+	// reset is outstanding, and no instance can be created until it happened.
+	ErrMIGModePending = errors.New("MIG mode change pending: a GPU reset is outstanding")
+	// ErrUnknownProfile means a MIG profile name is not one the GPU publishes.
+	ErrUnknownProfile = errors.New("MIG profile not published by the GPU")
+	// ErrPlacementNotPossible means a placement is not among the profile's possible
+	// placements on the GPU.
+	ErrPlacementNotPossible = errors.New("MIG placement not possible for the profile")
+	// ErrPlacementTaken means another GPU instance occupies (part of) the placement.
+	ErrPlacementTaken = errors.New("MIG placement taken by another instance")
 )
+
+// noProfileError is the cause of an [OpMIGProfiles] failure, naming the fix.
+func noProfileError(name string, entry int) error {
+	if entry < 0 {
+		return fmt.Errorf("%w: no MIG allowlist entry matches the NVML name %q: add it to the models of an entry (migProfileAllowlist)",
+			ErrNoMIGProfile, name)
+	}
+	return fmt.Errorf("%w: none of the profiles of MIG allowlist entry %d exists on the GPU %q: list profiles the GPU has (nvidia-smi mig -lgip)",
+		ErrNoMIGProfile, entry, name)
+}
 
 // InitError is returned by [New] when nvmlInit fails. It unwraps to [ErrInit] and to the
 // [nvml.Return] code. Its text starts with HAMi's wording ("nvml Init err: ERROR_…"), so
@@ -84,6 +115,8 @@ const (
 	OpIndex  Op = "get index"
 	OpMemory Op = "get memory"
 	OpName   Op = "get name"
+	// OpMIGProfiles is the discovery of a MIG GPU's profiles ([ErrNoMIGProfile]).
+	OpMIGProfiles Op = "discover MIG profiles"
 )
 
 // DeviceError reports a GPU that a scan skipped. The other GPUs of the node still register.

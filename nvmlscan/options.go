@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/hamireg/hamireg/annotation"
+	"github.com/hamireg/hamireg/mig"
 )
 
 // Operating modes of a node, written as the devices' "mode" (HAMi's per-node
@@ -59,7 +60,8 @@ type Options struct {
 	// [ErrMemoryNotSupported]. Must be within [0, 2^31-1].
 	PreConfiguredMemory int64
 	// Mode is the node's operating mode, published as "mode": [ModeHAMiCore], [ModeMIG] or
-	// [ModeMPS]. "" means [ModeHAMiCore].
+	// [ModeMPS]. "" means [ModeHAMiCore]. In [ModeMIG] each GPU also publishes its MIG
+	// profiles (MIGVersion, MIGAllowlist, MIGModelMatch, MIGProfileDiscovery).
 	Mode string
 	// ExcludeUUIDs lists GPUs, by UUID, that are not registered (filterdevices.uuid). Default
 	// none.
@@ -79,6 +81,58 @@ type Options struct {
 	// those, NVSwitch links (HAMi master); annotation.VersionV290 counts direct NVLinks only,
 	// so NVSwitch systems score from PCIe alone (HAMi v2.9.0).
 	TopologyVersion annotation.Version
+	// MIGVersion selects what a scan publishes in [ModeMIG] (see the package doc, "MIG"):
+	// annotation.VersionMaster (the default) discovers each GPU's MIG profiles through NVML
+	// and publishes them as "migProfiles", with count = the largest instance count (HAMi
+	// master); annotation.VersionV290 publishes mode "mig" and count = SplitCount only, and
+	// makes no MIG query (HAMi v2.9.0, whose scheduler brings its own geometries).
+	MIGVersion annotation.Version
+	// MIGAllowlist is the migProfileAllowlist: which profile names to publish for which
+	// GPU models, in [ModeMIG] with MIGVersion master. nil means mig.DefaultAllowlist(); an
+	// empty non-nil list publishes no profile, so every MIG GPU is skipped (as HAMi). It is
+	// validated by [New] (errors.Is [ErrInvalidOptions] and mig.ErrInvalidAllowlist).
+	MIGAllowlist mig.Allowlist
+	// MIGModelMatch is how an allowlist model is matched against a GPU's NVML name: the
+	// zero value mig.MatchWord matches it at word boundaries ("H20" does not match
+	// "NVIDIA H200"); mig.MatchSubstring is HAMi's strings.Contains. The first matching
+	// entry is used either way. A log line at V(2) says when other entries match too, and
+	// when the substring rule would have chosen another entry.
+	MIGModelMatch mig.MatchRule
+	// MIGProfileDiscovery is how an allowlisted profile name is resolved to an NVML GPU
+	// instance profile: [MIGDiscoveryBaseSlices] (the default, HAMi's) or
+	// [MIGDiscoveryAllProfiles] (REV profiles with their own memory and placements). The
+	// MIG manager ([Scanner.MIG]) resolves names by the same rule.
+	MIGProfileDiscovery MIGDiscovery
+}
+
+// MIGDiscovery says how a MIG profile name of the allowlist is resolved to one of NVML's
+// GPU instance profiles (see the package doc, "MIG").
+type MIGDiscovery int
+
+const (
+	// MIGDiscoveryBaseSlices maps the name's slice prefix ("1g" of "1g.10gb+me") to the
+	// base profile of that many slices (GPU_INSTANCE_PROFILE_1_SLICE), as HAMi master does:
+	// wire compatible with HAMi, but a REV profile name (1g.10gb on an A100-40GB,
+	// 1g.5gb+me) is published with the base profile's memory and placements. The default.
+	MIGDiscoveryBaseSlices MIGDiscovery = iota
+	// MIGDiscoveryAllProfiles asks NVML for every GPU instance profile
+	// (0 … GPU_INSTANCE_PROFILE_COUNT-1), names each as nvidia-smi does
+	// ("<slices>g.<GB>gb" plus "+me", "+me.all", "+gfx" or "-me") and publishes an
+	// allowlisted name with the memory, SMs and placements of the profile of that name. A
+	// name no profile of the GPU has is not published (logged at V(2)).
+	MIGDiscoveryAllProfiles
+)
+
+// String returns "base" or "all".
+func (d MIGDiscovery) String() string {
+	switch d {
+	case MIGDiscoveryBaseSlices:
+		return "base"
+	case MIGDiscoveryAllProfiles:
+		return "all"
+	default:
+		return fmt.Sprintf("MIGDiscovery(%d)", int(d))
+	}
 }
 
 // HealthOptions configures the XID health watch and its recovery rule (see [Scanner.Run]).
@@ -117,6 +171,11 @@ type config struct {
 	clock          clock.WithTicker
 
 	topologyVersion annotation.Version
+
+	migVersion   annotation.Version
+	migAllowlist mig.Allowlist
+	migMatch     mig.MatchRule
+	migDiscovery MIGDiscovery
 
 	healthDisabled bool
 	ignored        map[uint64]bool
@@ -184,6 +243,31 @@ func (o Options) config() (*config, error) {
 		c.topologyVersion = o.TopologyVersion
 	default:
 		return nil, invalid("unknown topology version %d", int(o.TopologyVersion))
+	}
+	switch o.MIGVersion {
+	case annotation.VersionMaster, annotation.VersionV290:
+		c.migVersion = o.MIGVersion
+	default:
+		return nil, invalid("unknown MIG version %d", int(o.MIGVersion))
+	}
+	c.migAllowlist = o.MIGAllowlist
+	if c.migAllowlist == nil {
+		c.migAllowlist = mig.DefaultAllowlist()
+	}
+	if err := c.migAllowlist.Validate(); err != nil {
+		return nil, fmt.Errorf("MIG allowlist: %w: %w", err, ErrInvalidOptions)
+	}
+	switch o.MIGModelMatch {
+	case mig.MatchWord, mig.MatchSubstring:
+		c.migMatch = o.MIGModelMatch
+	default:
+		return nil, invalid("unknown MIG model match rule %d", int(o.MIGModelMatch))
+	}
+	switch o.MIGProfileDiscovery {
+	case MIGDiscoveryBaseSlices, MIGDiscoveryAllProfiles:
+		c.migDiscovery = o.MIGProfileDiscovery
+	default:
+		return nil, invalid("unknown MIG profile discovery %d", int(o.MIGProfileDiscovery))
 	}
 	if c.sysfs == nil {
 		c.sysfs = os.DirFS("/sys")

@@ -129,6 +129,11 @@ func (s *Scanner) isClosed() bool {
 // unless it starts with "NVIDIA", NUMA node from sysfs (0 when negative or unreadable),
 // health from the XID watch (see [Scanner.Run]), NVML index and the operating mode.
 //
+// In [ModeMIG] with Options.MIGVersion master, each GPU also publishes the MIG profiles
+// discovered through NVML ("migProfiles") and count = the largest instance count of those
+// profiles; a GPU with no profile is skipped with [ErrNoMIGProfile] (see the package doc,
+// "MIG").
+//
 // A GPU whose handle, UUID, index, memory or name query fails is skipped and reported in
 // Result.Failed as a [*DeviceError] (HAMi's agent panics instead); the other GPUs are still
 // returned. A GPU whose memory query is not supported gets Options.PreConfiguredMemory, or is
@@ -156,6 +161,9 @@ func (s *Scanner) Scan(ctx context.Context) (Result, error) {
 		}
 		dev, excluded, err := s.scanDevice(logger, i, mig)
 		switch {
+		case err != nil && err.Op == OpMIGProfiles:
+			logger.Error(err, "skip MIG device with no discovered profile capacity", "index", err.Index, "gpuUUID", err.UUID)
+			res.Failed = append(res.Failed, err)
 		case err != nil:
 			logger.Error(err, "Skipping GPU", "index", err.Index, "gpuUUID", err.UUID)
 			res.Failed = append(res.Failed, err)
@@ -209,7 +217,7 @@ func (s *Scanner) scanDevice(logger klog.Logger, i int, mig bool) (annotation.De
 	if err != nil {
 		return fail(OpMemory, uuid, err)
 	}
-	return annotation.Device{
+	d := annotation.Device{
 		ID:      uuid,
 		Index:   uint(index),
 		Count:   s.cfg.splitCount,
@@ -218,8 +226,17 @@ func (s *Scanner) scanDevice(logger klog.Logger, i int, mig bool) (annotation.De
 		Type:    deviceType(model),
 		Numa:    s.numa(logger, dev, uuid, index),
 		Mode:    s.cfg.mode,
-		Health:  s.answered(logger, uuid),
-	}, false, nil
+	}
+	if mig && s.cfg.migVersion == annotation.VersionMaster {
+		g := s.discoverMIG(logger, dev, uuid, model, total)
+		if len(g.profiles) == 0 {
+			return fail(OpMIGProfiles, uuid, noProfileError(model, g.entry))
+		}
+		d.Count = g.count()
+		d.MIGProfiles = g.published()
+	}
+	d.Health = s.answered(logger, uuid)
+	return d, false, nil
 }
 
 // memoryBytes is the GPU's total memory, or Options.PreConfiguredMemory when the query is not

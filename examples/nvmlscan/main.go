@@ -6,9 +6,14 @@
 //	nvmlscan
 //	nvmlscan -split-count 4 -memory-scaling 1.5 -core-scaling 0.5 -shape v2.9.0
 //	nvmlscan -watch 1m   # watch for XID errors for a minute before scanning
+//	nvmlscan -mode mig -mig-allowlist allowlist.yaml -mig-model-match substring -mig-profiles all
 //
 // The flags mirror HAMi's chart (deviceSplitCount, deviceMemoryScaling, deviceCoreScaling,
-// preConfiguredDeviceMemory, operatingmode, filterdevices). GPUs whose NVML queries fail are
+// preConfiguredDeviceMemory, operatingmode, filterdevices, migProfileAllowlist). In mig mode
+// the MIG profiles each GPU publishes are listed too (master shape; the v2.9.0 shape
+// publishes none); -mig-allowlist reads the allowlist as HAMi's device ConfigMap holds it
+// (YAML: the migProfileAllowlist list, or the document around it), the SDK's default
+// allowlist otherwise. GPUs whose NVML queries fail are
 // listed with the error and left out, as the SDK's device plugin would do; HAMi's would crash.
 //
 // Exit status: 0 when at least one GPU would register; 1 when NVML cannot be initialised (the
@@ -35,6 +40,7 @@ import (
 	"k8s.io/klog/v2/textlogger"
 
 	"github.com/hamireg/hamireg/annotation"
+	"github.com/hamireg/hamireg/mig"
 	"github.com/hamireg/hamireg/nvmlscan"
 )
 
@@ -59,6 +65,9 @@ func run(ctx context.Context, args []string, lib nvml.Interface, stdout, stderr 
 	sysfs := flags.String("sysfs", "/sys", "sysfs root, for the GPUs' NUMA nodes")
 	shape := flags.String("shape", "master", "wire shape: master (HAMi v2.10+) or v2.9.0")
 	watch := flags.Duration("watch", 0, "watch for XID errors this long before scanning (0: scan at once)")
+	migAllowlist := flags.String("mig-allowlist", "", "YAML file with the migProfileAllowlist (default: the SDK's default allowlist)")
+	migMatch := flags.String("mig-model-match", "word", "how allowlist models match NVML names: word (word-bounded) or substring (HAMi's)")
+	migProfiles := flags.String("mig-profiles", "base", "MIG profile discovery: base (HAMi's base-slice profiles) or all (every profile id, REV profiles correct)")
 	verbosity := flags.Int("v", 0, "log verbosity (logs go to stderr)")
 	if err := flags.Parse(args); err != nil {
 		return 2
@@ -81,6 +90,12 @@ func run(ctx context.Context, args []string, lib nvml.Interface, stdout, stderr 
 		fmt.Fprintf(stderr, "nvmlscan: -split-count: split count %d is not within [0, %d]\n", *splitCount, math.MaxInt32)
 		return 2
 	}
+	migOpts, err := parseMIG(*migAllowlist, *migMatch, *migProfiles)
+	if err != nil {
+		fmt.Fprintf(stderr, "nvmlscan: %v\n", err)
+		return 2
+	}
+	migOpts.MIGVersion = wireShape
 	indexes, err := parseIndexes(*excludeIndexes)
 	if err != nil {
 		fmt.Fprintf(stderr, "nvmlscan: -exclude-indexes: %v\n", err)
@@ -89,16 +104,16 @@ func run(ctx context.Context, args []string, lib nvml.Interface, stdout, stderr 
 	logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(*verbosity), textlogger.Output(stderr)))
 	ctx = klog.NewContext(ctx, logger)
 
-	s, err := nvmlscan.New(lib, nvmlscan.Options{
-		SplitCount:          int32(*splitCount),
-		MemoryScaling:       memScaling,
-		CoreScaling:         coreScaling,
-		PreConfiguredMemory: *preConfigured,
-		Mode:                *mode,
-		ExcludeUUIDs:        splitList(*excludeUUIDs),
-		ExcludeIndexes:      indexes,
-		Sysfs:               os.DirFS(*sysfs),
-	})
+	opts := migOpts
+	opts.SplitCount = int32(*splitCount)
+	opts.MemoryScaling = memScaling
+	opts.CoreScaling = coreScaling
+	opts.PreConfiguredMemory = *preConfigured
+	opts.Mode = *mode
+	opts.ExcludeUUIDs = splitList(*excludeUUIDs)
+	opts.ExcludeIndexes = indexes
+	opts.Sysfs = os.DirFS(*sysfs)
+	s, err := nvmlscan.New(lib, opts)
 	if errors.Is(err, nvmlscan.ErrInvalidOptions) {
 		fmt.Fprintf(stderr, "nvmlscan: %v\n", err)
 		return 2
@@ -147,6 +162,22 @@ func printResult(w io.Writer, res nvmlscan.Result, unhealthy []nvmlscan.DeviceHe
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", d.Index, d.ID, d.Type, d.Devmem, d.Devcore, d.Count, d.Numa, d.Mode, h)
 	}
 	_ = tw.Flush()
+	for _, d := range res.Devices {
+		if len(d.MIGProfiles) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "\nMIG profiles of GPU %d (%s):\n", d.Index, d.ID)
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "PROFILE\tMEMORY (MiB)\tCORE\tSLICES\tPLACEMENTS")
+		for _, p := range d.MIGProfiles {
+			pls := make([]string, len(p.Placements))
+			for i, pl := range p.Placements {
+				pls[i] = fmt.Sprintf("%d+%d", pl.Start, pl.Size)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\n", p.Name, p.MemoryMB, p.Core, p.SliceCount, strings.Join(pls, " "))
+		}
+		_ = tw.Flush()
+	}
 	if len(res.Failed) > 0 {
 		fmt.Fprintf(w, "\nGPUs left out because NVML failed (%d):\n", len(res.Failed))
 		for _, f := range res.Failed {
@@ -161,6 +192,40 @@ func printResult(w io.Writer, res nvmlscan.Result, unhealthy []nvmlscan.DeviceHe
 	}
 	value := annotation.EncodeShape(res.Devices, shape)
 	fmt.Fprintf(w, "\nAnnotation %s (HAMi %s shape, %d bytes):\n%s\n", annotation.KeyNVIDIARegister, shape, len(value), value)
+}
+
+// parseMIG turns the MIG flags into the scanner's MIG options.
+func parseMIG(allowlistFile, match, profiles string) (nvmlscan.Options, error) {
+	var opts nvmlscan.Options
+	if allowlistFile != "" {
+		data, err := os.ReadFile(allowlistFile)
+		if err != nil {
+			return opts, fmt.Errorf("-mig-allowlist: %w", err)
+		}
+		if opts.MIGAllowlist, err = mig.ParseAllowlist(data); err != nil {
+			return opts, fmt.Errorf("-mig-allowlist %s: %w", allowlistFile, err)
+		}
+		if opts.MIGAllowlist == nil {
+			opts.MIGAllowlist = mig.Allowlist{} // an empty file: no profile for any GPU
+		}
+	}
+	switch match {
+	case "word":
+		opts.MIGModelMatch = mig.MatchWord
+	case "substring":
+		opts.MIGModelMatch = mig.MatchSubstring
+	default:
+		return opts, fmt.Errorf("-mig-model-match %q is neither word nor substring", match)
+	}
+	switch profiles {
+	case "base":
+		opts.MIGProfileDiscovery = nvmlscan.MIGDiscoveryBaseSlices
+	case "all":
+		opts.MIGProfileDiscovery = nvmlscan.MIGDiscoveryAllProfiles
+	default:
+		return opts, fmt.Errorf("-mig-profiles %q is neither base nor all", profiles)
+	}
+	return opts, nil
 }
 
 func splitList(s string) []string {

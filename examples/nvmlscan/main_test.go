@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -45,6 +46,19 @@ func lastLine(s string) string {
 	return lines[len(lines)-1]
 }
 
+// allowlistFiles are allowlist files TestRun writes for the arguments that name them.
+var allowlistFiles = map[string]string{
+	// HAMi's chart: no H100 model string matches "NVIDIA H100 80GB HBM3".
+	"CHART": `nvidia:
+  migProfileAllowlist:
+    - models: ["H100-PCIE-80GB", "H100-SXM5-80GB"]
+      profiles: ["1g.10gb", "2g.20gb", "3g.40gb", "7g.80gb"]
+`,
+	"BAD": `- models: ["H100"]
+  profiles: ["10gb"]
+`,
+}
+
 func TestRun(t *testing.T) {
 	t.Parallel()
 	tests := map[string]struct {
@@ -72,6 +86,29 @@ func TestRun(t *testing.T) {
 			stdout:  []string{`"devmem":81920`, `"mode":"mig"`},
 			devices: 8,
 		},
+		"mig profiles": {
+			args: []string{"-mode", "mig", "-mig-profiles", "all"},
+			code: 0,
+			stdout: []string{"MIG profiles of GPU 0", "1g.10gb  10240", "0+1 1+1 2+1 3+1 4+1 5+1 6+1", "7g.80gb", `"count":7`,
+				`"migProfiles":[{"name":"1g.10gb","memoryMB":10240,"core":15,"sliceCount":1,"placements":[{"start":0,"size":1}`},
+			devices: 8,
+		},
+		"mig v2.9.0 shape": {
+			args:    []string{"-mode", "mig", "-shape", "v2.9.0"},
+			code:    0,
+			stdout:  []string{`"count":10`, `"mode":"mig"`},
+			devices: 8,
+		},
+		"mig allowlist file, HAMi's match": {
+			args:   []string{"-mode", "mig", "-mig-allowlist", "CHART", "-mig-model-match", "substring"},
+			code:   1,
+			stdout: []string{"GPUs that would register (0):", `no MIG allowlist entry matches the NVML name "NVIDIA H100 80GB HBM3"`},
+			stderr: []string{"skip MIG device with no discovered profile capacity"},
+		},
+		"bad mig match":     {args: []string{"-mig-model-match", "exact"}, code: 2, stderr: []string{"neither word nor substring"}},
+		"bad mig profiles":  {args: []string{"-mig-profiles", "some"}, code: 2, stderr: []string{"neither base nor all"}},
+		"no allowlist file": {args: []string{"-mig-allowlist", "/nonexistent.yaml"}, code: 2, stderr: []string{"-mig-allowlist"}},
+		"bad allowlist":     {args: []string{"-mig-allowlist", "BAD"}, code: 2, stderr: []string{"invalid MIG profile allowlist"}},
 		"one GPU fails": {
 			broken:  true,
 			code:    0,
@@ -103,8 +140,17 @@ func TestRun(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			node, sysfs := h100Node(t, tc.broken)
+			args := slices.Clone(tc.args)
+			for i, a := range args {
+				if content, ok := allowlistFiles[a]; ok {
+					args[i] = filepath.Join(t.TempDir(), "allowlist.yaml")
+					if err := os.WriteFile(args[i], []byte(content), 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
 			var stdout, stderr bytes.Buffer
-			code := run(t.Context(), append([]string{"-sysfs", sysfs}, tc.args...), node.Server, &stdout, &stderr)
+			code := run(t.Context(), append([]string{"-sysfs", sysfs}, args...), node.Server, &stdout, &stderr)
 			t.Logf("stdout:\n%s", stdout.String())
 			if code != tc.code {
 				t.Errorf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", code, tc.code, stdout.String(), stderr.String())
