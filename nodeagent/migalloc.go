@@ -1,7 +1,6 @@
 package nodeagent
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -61,8 +60,10 @@ type migRealisation struct {
 	// created are the instances created in this call: destroyed again when the Allocate
 	// fails.
 	created []mig.Instance
-	// container is the entry index (the reservations' containerIndex).
-	container int
+	// container is the entry index (the reservations' containerIndex); reservations are the
+	// container's, in deviceIndex order, as read.
+	container    int
+	reservations []mig.Allocation
 }
 
 // migClaim is a reservation of a live pod.
@@ -150,13 +151,7 @@ func (a *Agent) realiseMIG(ctx context.Context, b bound, ci int, ctr *corev1.Con
 	if err != nil {
 		return nil, &AllocateError{Kind: ErrMalformed, Detail: "annotation " + mig.KeyAllocations, Err: err}
 	}
-	var mine []mig.Allocation
-	for _, al := range allocs {
-		if al.ContainerIndex == ci {
-			mine = append(mine, al)
-		}
-	}
-	slices.SortFunc(mine, func(x, y mig.Allocation) int { return cmp.Compare(x.DeviceIndex, y.DeviceIndex) })
+	mine := mig.Find(allocs, ci)
 	if len(mine) != len(entry) { // HAMi's words
 		return nil, &AllocateError{Kind: ErrMIG, Detail: fmt.Sprintf("container %s has %d MIG reservations, requested %d devices", ctr.Name, len(mine), len(entry))}
 	}
@@ -170,7 +165,7 @@ func (a *Agent) realiseMIG(ctx context.Context, b bound, ci int, ctr *corev1.Con
 	if err != nil {
 		return nil, &AllocateError{Kind: ErrMIG, Detail: "list the node's MIG devices", Err: err}
 	}
-	r := &migRealisation{container: ci}
+	r := &migRealisation{container: ci, reservations: mine}
 	defer func() {
 		if aerr != nil {
 			a.undoMIG(ctx, r)
@@ -293,9 +288,10 @@ func (a *Agent) recordMIG(ctx context.Context, b bound, r *migRealisation) error
 		}
 		changed := false
 		for k, inst := range r.instances {
-			j := slices.IndexFunc(allocs, func(al mig.Allocation) bool { return al.ContainerIndex == r.container && al.DeviceIndex == k })
+			dev := r.reservations[k].DeviceIndex
+			j := slices.IndexFunc(allocs, func(al mig.Allocation) bool { return al.ContainerIndex == r.container && al.DeviceIndex == dev })
 			if j < 0 || allocs[j].GPUUUID != inst.GPUUUID || allocs[j].Placement != inst.Placement {
-				return fmt.Errorf("the reservation of container %d device %d changed while it was realised", r.container, k)
+				return fmt.Errorf("the reservation of container %d device %d changed while it was realised", r.container, dev)
 			}
 			rt := inst.Runtime
 			if allocs[j].Runtime == nil || *allocs[j].Runtime != rt {
