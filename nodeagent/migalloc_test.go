@@ -45,9 +45,16 @@ func migDevices() []annotation.Device {
 // release loop's period is an hour: tests call reconcileMIG themselves.
 func newMIGFixture(t *testing.T, fm *fakeMIG, opts Options, objs ...runtime.Object) *fixture {
 	t.Helper()
-	_, ctx := ktesting.NewTestContext(t)
 	all := append([]runtime.Object{&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode}}}, objs...)
-	cs := clienttest.NewClientset(all...)
+	return startMIGAgent(t, testNode, migDevices(), fm, opts, all...)
+}
+
+// startMIGAgent runs an agent of node on devs with the MIG manager fm (nil: none) against a
+// clientset holding objs, and returns once it registered with the fake kubelet.
+func startMIGAgent(t *testing.T, node string, devs []annotation.Device, fm *fakeMIG, opts Options, objs ...runtime.Object) *fixture {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	cs := clienttest.NewClientset(objs...)
 	k := kubelettest.Start(t)
 	rec := record.NewFakeRecorder(100)
 	opts.EventRecorder, opts.Kubelet.PluginDir = rec, k.Dir()
@@ -56,7 +63,7 @@ func newMIGFixture(t *testing.T, fm *fakeMIG, opts Options, objs ...runtime.Obje
 	if fm != nil {
 		opts.MIG = fm
 	}
-	a, err := New(cs, testNode, staticSource(migDevices()), opts)
+	a, err := New(cs, node, staticSource(devs), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
