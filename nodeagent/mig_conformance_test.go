@@ -63,7 +63,7 @@ type migAllocateVector struct {
 	Name  string `json:"name"`
 	Input struct {
 		AllocateCalls []vectorCall `json:"allocate_calls"`
-		Config struct {
+		Config        struct {
 			DeviceIDStrategy   string `json:"device_id_strategy"`
 			DeviceListStrategy string `json:"device_list_strategy"`
 		} `json:"config"`
@@ -72,10 +72,10 @@ type migAllocateVector struct {
 		Pods           []vectorPod `json:"pods"`
 	} `json:"input"`
 	Calls []struct {
-		WantError              *string `json:"want_error"`
-		WantPanic              any     `json:"want_panic"`
+		WantError              *string          `json:"want_error"`
+		WantPanic              any              `json:"want_panic"`
 		WantContainerResponses []vectorResponse `json:"want_container_responses"`
-		Patches []struct {
+		Patches                []struct {
 			Body     json.RawMessage `json:"body"`
 			Name     string          `json:"name"`
 			Resource string          `json:"resource"`
@@ -294,6 +294,7 @@ func TestMIGAllocateConformance(t *testing.T) {
 }
 
 func runMIGVector(t *testing.T, v290 bool, version annotation.Version, v migAllocateVector) {
+	t.Helper()
 	const node = "node1"
 	fm := v.Input.NVML.fake(t)
 	objs := []runtime.Object{&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, Annotations: map[string]string{nodelock.Key: v.Input.NodeLockBefore}}}}
@@ -407,7 +408,7 @@ func runMIGVector(t *testing.T, v290 bool, version annotation.Version, v migAllo
 					continue
 				}
 				if !slices.ContainsFunc(claims, func(c migClaim) bool {
-					return !(c.pod == owner && c.alloc.ContainerIndex == i) && c.owns(inst)
+					return (c.pod != owner || c.alloc.ContainerIndex != i) && c.owns(inst)
 				}) {
 					unowned = append(unowned, inst)
 				}
@@ -502,14 +503,15 @@ func runMIGVector(t *testing.T, v290 bool, version annotation.Version, v migAllo
 // compareMIGCall compares one call where the SDK does what HAMi does.
 func compareMIGCall(t *testing.T, k int, wantErr *string, err error, resp *pluginapi.AllocateResponse, wantResp []vectorResponse, wantPatches, gotPatches []string, wantAnn, gotAnn map[string]map[string]string, wantLock, gotLock string) {
 	t.Helper()
-	if wantErr != nil {
+	switch {
+	case wantErr != nil:
 		cause := (*wantErr)[strings.LastIndex(*wantErr, ": ")+2:]
 		if err == nil || !strings.Contains(message(err), cause) {
 			t.Errorf("call %d: err %v, want one naming %q (HAMi: %q)", k, err, cause, *wantErr)
 		}
-	} else if err != nil {
+	case err != nil:
 		t.Fatalf("call %d: %v", k, err)
-	} else {
+	default:
 		var got []map[string]any
 		for _, r := range resp.GetContainerResponses() {
 			ms := []string{}
@@ -551,6 +553,7 @@ func compareMIGCall(t *testing.T, k int, wantErr *string, err error, resp *plugi
 // GPUs and keeps busy ones whole; enabling MIG mode is the MIG manager's (at Create), not the
 // release's.
 func runMIGStartup(t *testing.T, v migStartupVector) {
+	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	fm := v.Input.NVML.fake(t)
 	var objs []runtime.Object
