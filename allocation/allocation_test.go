@@ -207,9 +207,14 @@ func TestFitReasons(t *testing.T) {
 	devs[0].Health = false
 	devs[1].Mode = "mig"
 	used := map[string]Usage{"GPU-c": {Used: 10}}
+	// A MIG GPU without profiles: master places nothing there, v2.9.0 places no MIG at all.
 	_, reason, ok := Fit(WithUsage(devs, used), one(100, 10), nil, nil, Config{})
-	if ok || reason != "1/3 CardNotFoundCustomFilterRule, 1/3 CardNotHealth, 1/3 CardTimeSlicingExhausted" {
+	if ok || reason != "1/3 CardMigTopologyInfeasible, 1/3 CardNotHealth, 1/3 CardTimeSlicingExhausted" {
 		t.Errorf("Fit = %v, %q", ok, reason)
+	}
+	_, reason, ok = Fit(WithUsage(devs, used), one(100, 10), nil, nil, Config{Version: VersionV290})
+	if ok || reason != "1/3 CardNotFoundCustomFilterRule, 1/3 CardNotHealth, 1/3 CardTimeSlicingExhausted" {
+		t.Errorf("v2.9.0: Fit = %v, %q", ok, reason)
 	}
 	// Cordoned GPUs: master only.
 	node := map[string]string{KeyDeviceCordon: " GPU-a , GPU-b"}

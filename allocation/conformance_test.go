@@ -41,7 +41,7 @@ func podDevices(in [][]vectorContainerDevice) PodDevices {
 	for i, c := range in {
 		pd[i] = ContainerDevices{}
 		for _, d := range c {
-			pd[i] = append(pd[i], ContainerDevice(d))
+			pd[i] = append(pd[i], ContainerDevice{UUID: d.UUID, Type: d.Type, Usedmem: d.Usedmem, Usedcores: d.Usedcores})
 		}
 	}
 	return pd

@@ -89,9 +89,49 @@
 // Kubernetes compares quota (HAMi ignores it); keys that name a GPU resource in a form HAMi
 // ignores, and suffixed memory limits, come back as classified [QuotaError]s.
 //
-// Not implemented: MIG placement (a GPU in "mig" mode is skipped with
-// CardNotFoundCustomFilterRule) and MIG instance identity (which MIG UUID a device names),
-// and CDI device list strategies.
+// MIG (HAMi master, v2.10): on a GPU in [ModeMIG] [Fit] chooses a profile and a placement
+// of the GPU's published migProfiles as HAMi's scheduler does (mig.Select: profiles by memory
+// then slice count, the first with a free placement, "1g" and "3g" from the top), after
+// HAMi's checks in HAMi's order (slots, then memory); the device entry gets the profile's
+// memory and cores (what HAMi's AddResourceUsage writes) and its [MIGSlot]; a failure counts
+// [ReasonCardMigTopologyInfeasible]. A request that asks for more devices than the node has
+// GPUs may still fit there (HAMi's isMIGRequest: the node has a MIG GPU and the pod's
+// nvidia.com/vgpu-mode allows mig), and after a device on a MIG GPU the same GPU is tried
+// again for the next, so several devices of one container stack on one GPU.
+// [MIGAllocations] is the hami.io/vgpu-mig-allocations the scheduler writes next to the
+// device lists, [WithMIG] reads it back onto a pod's devices, and [PodDevices.MIGUsage] and
+// [SetMIGUsage] carry the placements pods hold into the fit. The deliberate differences,
+// each a rule asserted by TestFitMIGRules and TestConformanceMIGFit:
+//
+//   - a. Cores: HAMi rounds profile cores up (A100: 15, 29, 43, 100) and checks the GPU's
+//     100 % against their sum, so three 2g.10gb and one 1g.5gb (102) refuse even a request
+//     of 0 cores, and six 1g.5gb (90) a request of 20 with a 1g placement free. Here the
+//     placement decides: on a MIG GPU the GPU-level core checks are replaced by "the chosen
+//     profile has at least the requested cores" (mig.Select's cores), the memory check is
+//     kept. The annotations keep HAMi's per-device memory and cores, so HAMi reads the same
+//     usage; a full GPU is refused by both (here CardMigTopologyInfeasible, in HAMi
+//     CardInsufficientCore or CardTimeSlicingExhausted).
+//   - b. No informer race: the devices a scheduler chose carry their slots, so a pod assumed
+//     before its annotations arrive occupies its placements at once (HAMi marks the GPU
+//     unhealthy: CardNotHealth with six placements free).
+//   - c. A device on a MIG GPU whose placement is unknown (its pod's reservation does not
+//     decode or does not match its device list, or it has none) occupies every placement of
+//     that GPU: a GPU with more device entries ([Usage].Used) than known placements
+//     ([DeviceUsage].MIG) takes nothing more. It is not made unhealthy (HAMi: CardNotHealth
+//     for every pod). The usage tracker reports such pods (usage.Options.DecodeFailed).
+//   - d. A reservation naming a GPU that is not in MIG mode is ignored there (the device
+//     entry counts as usual) and the GPU stays healthy (HAMi marks it unhealthy).
+//   - e. A whole-GPU request (100 % of devmem, more than the largest profile's memory) is
+//     refused with CardMigTopologyInfeasible, as HAMi does.
+//
+// With [VersionV290] MIG GPUs are not fitted: HAMi v2.9.0's knownMigGeometries model (whole-GPU
+// geometries from the scheduler's config, the "[template-position]" UUID suffix) is read but
+// not reproduced, so a v2.9.0 MIG GPU is refused with CardNotFoundCustomFilterRule (what
+// v2.9.0 itself says when no geometry fits). Its pods' suffixed entries count as usage of the
+// physical GPU ([ContainerDevice.GPU]), whatever the position (v2.9.0 panics on one out of
+// range).
+//
+// Not implemented: CDI device list strategies.
 //
 // Everything here is a pure function of its arguments, safe for concurrent use.
 package allocation

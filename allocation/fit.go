@@ -189,6 +189,10 @@ func take(devices []DeviceUsage, picked ContainerDevices) {
 		for i := range devices {
 			if devices[i].ID == p.UUID {
 				devices[i].Usage = devices[i].Add(Usage{Used: 1, Usedmem: int64(p.Usedmem), Usedcores: int64(p.Usedcores)})
+				if !p.MIG.IsZero() {
+					// devices is a shallow copy of the caller's: never append in place.
+					devices[i].MIG = append(slices.Clip(devices[i].MIG), p.MIG.Placement)
+				}
 			}
 		}
 	}
@@ -208,7 +212,7 @@ type fitter struct {
 
 // container places one container's request on devices, which it sorts in place.
 func (f *fitter) container(devices []DeviceUsage, r Request) (ContainerDevices, string, bool) {
-	if int(r.Count) > len(devices) {
+	if int(r.Count) > len(devices) && !f.isMIGRequest(devices, r) {
 		return nil, ReasonNodeInsufficientDevice, false
 	}
 	f.sort(devices, r)
@@ -257,6 +261,22 @@ func (f *fitter) container(devices []DeviceUsage, r Request) (ContainerDevices, 
 			reasons[ReasonResourceQuotaNotFit]++
 			continue
 		}
+		if d.Mode == ModeMIG && f.c.Version == VersionMaster {
+			dev, reason, ok := f.migDevice(d, r, picked, mem, cores)
+			if !ok {
+				reasons[reason]++
+				continue
+			}
+			picked = append(picked, dev)
+			if f.topology {
+				continue
+			}
+			if need--; need == 0 {
+				return picked, "", true
+			}
+			i++ // the same GPU again for the next device, as HAMi master (PR #2724)
+			continue
+		}
 		switch {
 		case int64(d.Devmem)-d.Usedmem < int64(mem):
 			reasons[ReasonCardInsufficientMemory]++
@@ -270,8 +290,8 @@ func (f *fitter) container(devices []DeviceUsage, r Request) (ContainerDevices, 
 		case d.Devcore != 0 && d.Usedcores == int64(d.Devcore) && cores == 0:
 			reasons[ReasonCardComputeUnitsExhausted]++
 			continue
-		case d.Mode == "mig":
-			reasons[ReasonCardNotFoundCustomFilterRule]++ // MIG geometries are not placed here
+		case d.Mode == ModeMIG:
+			reasons[ReasonCardNotFoundCustomFilterRule]++ // v2.9.0's MIG geometries are not placed here
 			continue
 		}
 		if f.topology {

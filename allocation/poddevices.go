@@ -16,6 +16,11 @@ type ContainerDevice struct {
 	Usedmem int32
 	// Usedcores is the percentage of the GPU's cores the container may use.
 	Usedcores int32
+	// MIG is the device's MIG reservation on a GPU in [ModeMIG] (HAMi master); zero for any
+	// other device. It is not part of the device list: [EncodePodDevices] leaves it out and
+	// [DecodePodDevices] leaves it zero; it travels in mig.KeyAllocations ([MIGAllocations],
+	// [WithMIG]).
+	MIG MIGSlot
 }
 
 // GPU returns the physical GPU's UUID: UUID without a MIG suffix "[…]".

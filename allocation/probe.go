@@ -22,6 +22,10 @@ import (
 // Probe knows nothing of ResourceQuota: a caller that checks quotas with the fit does not use
 // one for a pod a quota applies to.
 //
+// A Probe does not model MIG placement either: it counts a GPU in [ModeMIG] as one that
+// does not fit, which is [Fit]'s answer only for v2.9.0 and for a GPU without profiles. Fit a
+// node with a MIG GPU with [Fit] ([ProbeNode.MIG] says whether it has one).
+//
 // A Probe is not safe for concurrent use (it keeps the type checks it made).
 type Probe struct {
 	f      fitter
@@ -111,6 +115,16 @@ func (n *ProbeNode) Set(devices []annotation.Device, used map[string]Usage) {
 		slots, cores, mem = slots+int64(d.Count), cores+int64(d.Devcore), mem+int64(d.Devmem)
 	}
 	n.score = 10 * (ratio(sum.Used, slots) + ratio(sum.Usedcores, cores) + ratio(sum.Usedmem, mem)) // as NodeScore
+}
+
+// MIG reports whether one of the node's GPUs is in [ModeMIG], which a [Probe] does not model.
+func (n *ProbeNode) MIG() bool {
+	for i := range n.gpus {
+		if n.gpus[i].mig {
+			return true
+		}
+	}
+	return false
 }
 
 // Score is the node's [NodeScore].

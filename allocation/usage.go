@@ -4,6 +4,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/hamireg/hamireg/annotation"
+	"github.com/hamireg/hamireg/mig"
 )
 
 // Usage is what pods hold of one GPU: how many of its split slots, how much memory (MiB) and how
@@ -44,6 +45,10 @@ type DeviceUsage struct {
 	// when the node publishes none. Only the topology-aware policy reads them; see
 	// [SetPairScores].
 	PairScores map[string]int
+	// MIG are the placements pods hold on the GPU, when it is in [ModeMIG]: one per device
+	// entry of a pod whose reservation is known ([PodDevices.MIGUsage]; see [SetMIGUsage]).
+	// Fit treats a GPU with more device entries (Used) than placements as fully occupied.
+	MIG []mig.Placement
 }
 
 // WithUsage pairs a node's devices, in the order of its register annotation, with what pods

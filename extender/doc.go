@@ -61,8 +61,23 @@
 // even fitted on every node: an allocation.Probe answers yes or no from a compact copy of each
 // node's GPUs and usage, and the full fit runs on the chosen node only (or, when none fits, on
 // every node for its reason).
+// A node with a GPU in MIG mode is never probed (a Probe does not model placements): it is
+// fitted.
 // BenchmarkFilter compares it with HAMi's way (deep copy of every Node and a recount of every
 // pod per call).
+//
+// # MIG
+//
+// GPUs in MIG mode (HAMi master's migProfiles) are fitted by allocation's MIG fit (see its
+// package doc: the profile and placement per device, CardMigTopologyInfeasible, the rules a-e)
+// and the filter patch carries hami.io/vgpu-mig-allocations next to the device lists, as HAMi
+// master writes it (mig-fit.json); a pod re-placed without MIG devices has an earlier
+// reservation removed. A pod's reservation counts from the informer and, for the pod just
+// filtered, at once (no informer race: HAMi reports CardNotHealth for the GPU meanwhile). A
+// reservation that does not decode, or does not match the pod's devices, is logged as an error
+// and recorded as a Warning MIGReservationInvalid Event on the pod; its devices then occupy
+// every placement of their MIG GPUs. With Options.Config.Version v2.9.0 MIG GPUs are not
+// fitted (CardNotFoundCustomFilterRule).
 //
 // # Metrics
 //
@@ -145,7 +160,7 @@
 // FilteringSucceed "find fit node(<node>), <k> nodes not fit, <m> nodes fit(<node>:<score>,…)",
 // FilteringFailed "<n> nodes <Word>(<nodes>)" per reason word and "no available node, <N> nodes
 // do not meet", BindingSucceed "Successfully binding node [<node>] to <ns>/<pod>" and
-// BindingFailed.
+// BindingFailed; and the SDK's MIGReservationInvalid (Warning).
 //
 // Usage (see Example; the snippet is Example_usage). Without Options.Nodes the fit sees no node
 // annotations, so hami.io/device-cordon cordons nothing:

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/hamireg/hamireg/mig"
 	"github.com/hamireg/hamireg/nodelock"
 	"github.com/hamireg/hamireg/schedcache"
 )
@@ -116,6 +117,16 @@ func New(client kubernetes.Interface, c *schedcache.Cache, opts Options) (*Exten
 	return e, nil
 }
 
+// reservationInvalid logs and records on the pod that its MIG reservation does not decode or
+// does not match its devices: the pod's devices then occupy every placement of their MIG GPUs
+// (allocation's rule c) until it is corrected or the pod is gone.
+func (e *Extender) reservationInvalid(logger klog.Logger, pod *corev1.Pod, err error) {
+	logger.Error(err, "MIG reservation unusable, its devices occupy every placement of their MIG GPUs", "pod", klog.KObj(pod))
+	if e.opts.EventRecorder != nil {
+		e.opts.EventRecorder.Eventf(pod, corev1.EventTypeWarning, EventMIGReservationInvalid, "%s unusable, its devices occupy every placement of their MIG GPUs: %v", mig.KeyAllocations, err)
+	}
+}
+
 // trimPod drops what neither usage nor bind reads and what dominates a Pod's size.
 func trimPod(obj any) (any, error) {
 	if p, ok := obj.(*corev1.Pod); ok {
@@ -143,6 +154,7 @@ func (e *Extender) Run(ctx context.Context) error {
 		return fmt.Errorf("run extender: %w", ErrAlreadyRunning)
 	}
 	logger := klog.FromContext(ctx)
+	e.usage.migFailed = func(pod *corev1.Pod, err error) { e.reservationInvalid(logger, pod, err) }
 	reg, err := cache.NewTypedSharedIndexInformer[*corev1.Pod](e.pods).AddTypedEventHandler(cache.TypedResourceEventHandlerFuncs[*corev1.Pod]{
 		AddFunc: e.usage.Observe,
 		UpdateFunc: func(o, p *corev1.Pod) {

@@ -21,6 +21,7 @@ import (
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/hamireg/hamireg/allocation"
+	"github.com/hamireg/hamireg/mig"
 	"github.com/hamireg/hamireg/schedcache"
 )
 
@@ -34,6 +35,9 @@ const (
 	EventFilteringFailed  = "FilteringFailed"
 	EventBindingSucceed   = "BindingSucceed"
 	EventBindingFailed    = "BindingFailed"
+	// EventMIGReservationInvalid (the SDK's, Warning): the pod's hami.io/vgpu-mig-allocations
+	// does not decode or does not match its devices.
+	EventMIGReservationInvalid = "MIGReservationInvalid"
 )
 
 // decodeFilterArgs reads an ExtenderArgs and checks that it names a pod.
@@ -136,7 +140,7 @@ func (e *Extender) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) (r
 		e.recordFailure(pod, d.failed)
 		return failedResult(d.failed)
 	}
-	if err := e.patchFilter(ctx, pod, d.node, allocation.EncodePodDevices(d.devices)); err != nil {
+	if err := e.patchFilter(ctx, pod, d.node, allocation.EncodePodDevices(d.devices), mig.EncodeAllocations(allocation.MIGAllocations(d.devices))); err != nil {
 		d.undo()
 		return &extenderv1.ExtenderFilterResult{Error: err.Error()}
 	}
@@ -257,16 +261,17 @@ func (e *Extender) decideWith(pod *corev1.Pod, req allocation.PodRequest, names 
 		var m fitMemo
 		hit, probed := false, probe != nil && !own
 		if probed {
-			m = nu.probed(probe, info, reg, reqKey, cordon)
-		} else {
+			m, probed = nu.probed(probe, info, reg, reqKey, cordon)
+		}
+		if !probed {
 			m, hit = nu.memo(info, reqKey, cordon)
 		}
 		if !probed && (own || !hit) {
-			used := nu.used
+			used, placements := nu.used, nu.mig
 			if own {
-				used = minus(used, self.GPUs)
+				used, placements = minus(used, self.GPUs), minusMIG(placements, self.MIG)
 			}
-			devs := allocation.SetPairScores(allocation.WithUsage(reg.Devices, used), reg.PairScores)
+			devs := allocation.SetPairScores(allocation.SetMIGUsage(allocation.WithUsage(reg.Devices, used), placements), reg.PairScores)
 			pd, reason, fits := allocation.FitWith(devs, req, pod.Annotations, nodeAnnotations, cfg, fo)
 			m = fitMemo{valid: true, info: info, ver: nu.ver, reqKey: reqKey, cordon: cordon,
 				devices: pd, reason: reason, ok: fits, score: allocation.NodeScore(devs)}
@@ -337,6 +342,24 @@ func minus(used, self map[string]allocation.Usage) map[string]allocation.Usage {
 	return out
 }
 
+// minusMIG is placements without one occurrence of each of self's, in new slices.
+func minusMIG(placements, self map[string][]mig.Placement) map[string][]mig.Placement {
+	if len(self) == 0 {
+		return placements
+	}
+	out := maps.Clone(placements)
+	for gpu, ps := range self {
+		left := slices.Clone(out[gpu])
+		for _, p := range ps {
+			if i := slices.Index(left, p); i >= 0 {
+				left = slices.Delete(left, i, i+1)
+			}
+		}
+		out[gpu] = left
+	}
+	return out
+}
+
 func hasPolicy(p, want allocation.Policy) bool {
 	return slices.Contains(strings.Split(string(p), ","), string(want))
 }
@@ -344,7 +367,7 @@ func hasPolicy(p, want allocation.Policy) bool {
 // writtenKeys are the pod annotations the scheduler and the device plugin write; they do not
 // steer the fit, so a re-filtered pod and its siblings share fits.
 var writtenKeys = []string{allocation.KeyNode, allocation.KeyTime, allocation.KeyBindPhase, allocation.KeyBindTime,
-	"hami.io/vgpu-devices-to-allocate", "hami.io/vgpu-devices-allocated"}
+	"hami.io/vgpu-devices-to-allocate", "hami.io/vgpu-devices-allocated", mig.KeyAllocations}
 
 // requestKey identifies what a fit depends on besides the node: the request and the pod's
 // annotations.
@@ -364,16 +387,24 @@ func requestKey(req allocation.PodRequest, annotations map[string]string) string
 	return string(b)
 }
 
-// patchFilter writes HAMi's filter annotations (spec §4.1) in one merge patch.
-func (e *Extender) patchFilter(ctx context.Context, pod *corev1.Pod, node, devices string) error {
+// patchFilter writes HAMi's filter annotations (spec §4.1) in one merge patch, with HAMi
+// master's MIG reservation (mig.KeyAllocations) when the pod got MIG devices; a reservation
+// left from an earlier placement is removed when it got none.
+func (e *Extender) patchFilter(ctx context.Context, pod *corev1.Pod, node, devices, reservation string) error {
+	annotations := map[string]any{
+		allocation.KeyNode:          node,
+		allocation.KeyTime:          strconv.FormatInt(e.opts.Clock.Now().Unix(), 10),
+		e.opts.Vendor.ToAllocateKey: devices,
+		e.opts.Vendor.AllocatedKey:  devices,
+	}
+	if reservation != "" {
+		annotations[mig.KeyAllocations] = reservation
+	} else if _, stale := pod.Annotations[mig.KeyAllocations]; stale {
+		annotations[mig.KeyAllocations] = nil // null deletes it
+	}
 	patch := map[string]any{"metadata": map[string]any{
-		"annotations": map[string]string{
-			allocation.KeyNode:          node,
-			allocation.KeyTime:          strconv.FormatInt(e.opts.Clock.Now().Unix(), 10),
-			e.opts.Vendor.ToAllocateKey: devices,
-			e.opts.Vendor.AllocatedKey:  devices,
-		},
-		"labels": map[string]string{allocation.KeyNode: node},
+		"annotations": annotations,
+		"labels":      map[string]string{allocation.KeyNode: node},
 	}}
 	return e.patchPod(ctx, pod.Namespace, pod.Name, patch)
 }

@@ -1,9 +1,12 @@
 package extender
 
 import (
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/hamireg/hamireg/allocation"
+	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/schedcache"
 	"github.com/hamireg/hamireg/usage"
 )
@@ -17,14 +20,24 @@ type probeCache struct {
 	info *schedcache.NodeInfo
 	ver  uint64
 	node allocation.ProbeNode
+	// mig: the node has a GPU in MIG mode, which a Probe does not model (placements).
+	mig bool
 
 	reqKey, cordon string
 	asked, ok      bool
 }
 
-// probed is the probe's answer on the node: ok and score only, no devices and no reason.
-func (n *nodeUsage) probed(p *allocation.Probe, info *schedcache.NodeInfo, reg *schedcache.Registration, reqKey, cordon string) fitMemo {
+// probed is the probe's answer on the node: ok and score only, no devices and no reason;
+// false when the node has a GPU in MIG mode (Fit it instead).
+func (n *nodeUsage) probed(p *allocation.Probe, info *schedcache.NodeInfo, reg *schedcache.Registration, reqKey, cordon string) (fitMemo, bool) {
 	c := &n.probe
+	if c.info != info {
+		c.mig = slices.ContainsFunc(reg.Devices, func(d annotation.Device) bool { return d.Mode == allocation.ModeMIG })
+	}
+	if c.mig {
+		c.info = info
+		return fitMemo{}, false
+	}
 	if c.info != info || c.ver != n.ver {
 		c.node.Set(reg.Devices, n.used)
 		c.info, c.ver, c.asked = info, n.ver, false
@@ -33,7 +46,7 @@ func (n *nodeUsage) probed(p *allocation.Probe, info *schedcache.NodeInfo, reg *
 		c.reqKey, c.cordon, c.asked = reqKey, cordon, true
 		c.ok = p.Fits(&c.node, cordon)
 	}
-	return fitMemo{ok: c.ok, score: c.node.Score()}
+	return fitMemo{ok: c.ok, score: c.node.Score()}, true
 }
 
 // nodeAnnotations are what the fit reads of the node's annotations, from the node cache's view
@@ -62,7 +75,7 @@ func (e *Extender) exactLocked(view *usage.View, snap *schedcache.Snapshot, pod 
 	if m, hit := nu.memo(info, reqKey, cordon); hit {
 		return m, true
 	}
-	devs := allocation.WithUsage(reg.Devices, nu.used)
+	devs := allocation.SetMIGUsage(allocation.WithUsage(reg.Devices, nu.used), nu.mig)
 	pd, reason, fits := allocation.Fit(devs, req, pod.Annotations, nodeAnnotations, e.opts.Config)
 	m := fitMemo{valid: true, info: info, ver: nu.ver, reqKey: reqKey, cordon: cordon,
 		devices: pd, reason: reason, ok: fits, score: allocation.NodeScore(devs)}

@@ -1,10 +1,13 @@
 package extender
 
 import (
+	"errors"
+
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
+	"github.com/hamireg/hamireg/mig"
 	"github.com/hamireg/hamireg/schedcache"
 	"github.com/hamireg/hamireg/usage"
 )
@@ -17,7 +20,8 @@ const memoSize = 4
 // there.
 type nodeUsage struct {
 	used  map[string]allocation.Usage // the tracker's, valid while its lock is held
-	ver   uint64                      // changes whenever used changes
+	mig   map[string][]mig.Placement  // the tracker's MIG placements, likewise
+	ver   uint64                      // changes whenever used or mig changes
 	memos [memoSize]fitMemo
 	next  int // the memo to replace
 	probe probeCache
@@ -63,11 +67,20 @@ type usageIndex struct {
 	// decodeFailed, when set (before Run), is called for a pod whose device annotation does
 	// not decode.
 	decodeFailed func()
+	// migFailed, when set (before Run), is called for a pod whose MIG reservation does not
+	// decode or apply (its devices then occupy every placement of their MIG GPUs).
+	migFailed func(pod *corev1.Pod, err error)
 }
 
 func newUsageIndex(v annotation.Vendor, cfg allocation.Config) *usageIndex {
 	u := &usageIndex{memos: map[string]*nodeUsage{}}
-	u.Tracker = usage.New(usage.Options{Vendor: v, Config: cfg, DecodeFailed: func(*corev1.Pod, error) {
+	u.Tracker = usage.New(usage.Options{Vendor: v, Config: cfg, DecodeFailed: func(pod *corev1.Pod, err error) {
+		if errors.Is(err, mig.ErrMalformed) {
+			if u.migFailed != nil {
+				u.migFailed(pod, err)
+			}
+			return
+		}
 		if u.decodeFailed != nil {
 			u.decodeFailed()
 		}
@@ -83,6 +96,7 @@ func (u *usageIndex) nodeLocked(view *usage.View, name string) *nodeUsage {
 		u.memos[name] = n
 	}
 	n.used, n.ver = view.Node(name)
+	n.mig = view.MIG(name)
 	return n
 }
 

@@ -19,7 +19,8 @@
 //	v := tracker.Lock()
 //	q := v.Quota(pod.Namespace, usage.Key(pod.Namespace, pod.Name)) // without the pod itself
 //	used, _ := v.Node(node)
-//	_, _, fits := allocation.FitWith(allocation.WithUsage(devices, used), req, pod.Annotations, nil, cfg, allocation.FitOptions{Quota: &q})
+//	devs := allocation.SetMIGUsage(allocation.WithUsage(devices, used), v.MIG(node)) // MIG placements held
+//	_, _, fits := allocation.FitWith(devs, req, pod.Annotations, nil, cfg, allocation.FitOptions{Quota: &q})
 //	var undo func()
 //	if fits {
 //		undo = v.Assume(pod, node, pd)
@@ -27,9 +28,17 @@
 //	v.Unlock()
 //
 // Usage is read as HAMi's scheduler reads it: from the pod's hami.io/vgpu-node annotation and
-// the vendor's allocated device list, while the pod has not Succeeded or Failed. Where HAMi
-// is wrong, the tracker differs (each in a test):
+// the vendor's allocated device list, while the pod has not Succeeded or Failed, and, for
+// MIG, the placements of its hami.io/vgpu-mig-allocations reservation ([View.MIG],
+// [Tracker.MIG]). Where HAMi is wrong, the tracker differs (each in a test):
 //
+//   - A pod assumed with MIG devices holds their placements at once (HAMi's cache keeps the
+//     chosen devices without the reservation, and the next filter marks the GPU unhealthy).
+//   - A reservation that does not decode, or names a device the pod's list does not have, is
+//     reported to [Options].DecodeFailed and the pod keeps its devices with unknown
+//     placements, which allocation's fit counts as occupying the whole MIG GPU (HAMi drops the
+//     error and marks the GPU unhealthy for every pod). A reservation naming a GPU that is not
+//     in MIG mode is kept, and only MIG GPUs read it.
 //   - A re-scheduled pod counts once: Assume replaces what it held, and [View.Quota] leaves the
 //     pod itself out (HAMi v2.9.0 counts it twice and then refuses it, until restart).
 //   - Several ResourceQuota objects of a namespace combine as the tightest limit, and deleting

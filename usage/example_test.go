@@ -19,7 +19,8 @@ func Example_decide() {
 		v := tracker.Lock()
 		q := v.Quota(pod.Namespace, usage.Key(pod.Namespace, pod.Name)) // without the pod itself
 		used, _ := v.Node(node)
-		_, _, fits := allocation.FitWith(allocation.WithUsage(devices, used), req, pod.Annotations, nil, cfg, allocation.FitOptions{Quota: &q})
+		devs := allocation.SetMIGUsage(allocation.WithUsage(devices, used), v.MIG(node)) // MIG placements held
+		_, _, fits := allocation.FitWith(devs, req, pod.Annotations, nil, cfg, allocation.FitOptions{Quota: &q})
 		var undo func()
 		if fits {
 			undo = v.Assume(pod, node, pd)

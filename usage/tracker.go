@@ -9,6 +9,7 @@ import (
 
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
+	"github.com/hamireg/hamireg/mig"
 )
 
 // Options configure a [Tracker]. The zero value is HAMi's chart with master's rules and NVIDIA's
@@ -23,7 +24,10 @@ type Options struct {
 	Config allocation.Config
 	// DecodeFailed, when set, is called (outside the tracker's lock, on the informer's
 	// goroutine) for a pod whose device annotation does not decode; the pod then holds
-	// nothing. A metric or a log line belongs here.
+	// nothing. It is also called, with an error wrapping mig.ErrMalformed, for a pod whose
+	// MIG reservation (mig.KeyAllocations) does not decode or does not match its devices; the
+	// pod then holds its devices with unknown placements, which occupy every placement of a
+	// MIG GPU (allocation's rule c). A metric, a log line or an Event belongs here.
 	DecodeFailed func(pod *corev1.Pod, err error)
 }
 
@@ -33,8 +37,12 @@ type Placement struct {
 	Node  string
 	GPUs  map[string]allocation.Usage
 	Quota allocation.QuotaAmount
-	// Devices are the pod's device entries the usage was summed from, one per container.
+	// Devices are the pod's device entries the usage was summed from, one per container,
+	// with the MIG slots of its reservation.
 	Devices allocation.PodDevices
+	// MIG are the MIG placements the pod holds, by GPU UUID ([allocation.PodDevices.MIGUsage]
+	// of Devices); nil when none.
+	MIG map[string][]mig.Placement
 }
 
 // podEntry is one pod's contribution: what the informer last showed, else what a scheduler
@@ -53,6 +61,7 @@ func (p *podEntry) effective() *Placement {
 
 type nodeEntry struct {
 	used map[string]allocation.Usage
+	mig  map[string][]mig.Placement // GPU → placements held; never appended to in place
 	pods map[string]map[string]bool // GPU → pod keys
 	ver  uint64
 }
@@ -104,7 +113,9 @@ func Key(namespace, name string) string {
 }
 
 // PlacementOf reads what pod holds from its annotations, as HAMi's pod cache does: the node of
-// hami.io/vgpu-node and the devices of the vendor's allocated list; false when it holds
+// hami.io/vgpu-node and the devices of the vendor's allocated list, with the MIG slots of its
+// mig.KeyAllocations reservation ([allocation.WithMIG]; one that does not decode or apply is
+// reported to Options.DecodeFailed and leaves the devices without slots); false when it holds
 // nothing: no node, Succeeded or Failed, no or undecodable device list. A pod whose bind
 // failed keeps holding its devices until a scheduler places it again (Assume replaces them)
 // or it is deleted, as HAMi counts it: every HAMi component then sees the same usage.
@@ -120,6 +131,15 @@ func (t *Tracker) PlacementOf(pod *corev1.Pod) (Placement, bool) {
 	if err != nil || !ok {
 		return Placement{}, false
 	}
+	if value, has := pod.Annotations[mig.KeyAllocations]; has {
+		allocs, err := mig.DecodeAllocations(value)
+		if err == nil {
+			pd, err = allocation.WithMIG(pd, allocs)
+		}
+		if err != nil && t.decodeFailed != nil {
+			t.decodeFailed(pod, err)
+		}
+	}
 	return t.placement(node, pd, len(pod.Spec.InitContainers))
 }
 
@@ -128,17 +148,18 @@ func (t *Tracker) placement(node string, pd allocation.PodDevices, init int) (Pl
 	if len(used) == 0 {
 		return Placement{}, false
 	}
-	return Placement{Node: node, GPUs: used, Quota: allocation.QuotaUsage(pd, init, t.cfg.Version), Devices: pd}, true
+	return Placement{Node: node, GPUs: used, Quota: allocation.QuotaUsage(pd, init, t.cfg.Version), Devices: pd, MIG: pd.MIGUsage()}, true
 }
 
 // Changed reports whether an update from o to n touches what the tracker reads: the phase, the
-// node, the bind phase and the vendor's allocated devices. An informer's update handler can
-// skip the others.
+// node, the bind phase, the vendor's allocated devices and the MIG reservation. An informer's
+// update handler can skip the others.
 func (t *Tracker) Changed(o, n *corev1.Pod) bool {
 	return o.Status.Phase != n.Status.Phase || o.Spec.NodeName != n.Spec.NodeName ||
 		o.Annotations[allocation.KeyNode] != n.Annotations[allocation.KeyNode] ||
 		o.Annotations[allocation.KeyBindPhase] != n.Annotations[allocation.KeyBindPhase] ||
-		o.Annotations[t.vendor.AllocatedKey] != n.Annotations[t.vendor.AllocatedKey]
+		o.Annotations[t.vendor.AllocatedKey] != n.Annotations[t.vendor.AllocatedKey] ||
+		o.Annotations[mig.KeyAllocations] != n.Annotations[mig.KeyAllocations]
 }
 
 // Observe applies a pod add or update from an informer. A pod that holds nothing by its
@@ -171,8 +192,8 @@ func (t *Tracker) Delete(key string) {
 }
 
 // Assume records that a scheduler placed pod on node with devices pd (one entry per container,
-// init containers first), so that the next decision counts it before the informer delivers the
-// pod's annotations. It replaces whatever the pod held (a re-scheduled pod counts once). It
+// init containers first, with the MIG slots it chose), so that the next decision counts it,
+// and the MIG placements it took, before the informer delivers the pod's annotations. It replaces whatever the pod held (a re-scheduled pod counts once). It
 // returns a function that undoes it, for a failed patch or bind; the undo does nothing once an
 // informer showed the pod placed or the pod was assumed again.
 func (t *Tracker) Assume(pod *corev1.Pod, node string, pd allocation.PodDevices) (undo func()) {
@@ -207,6 +228,20 @@ func (t *Tracker) PodsOnGPU(node, gpu string) []string {
 		out = append(out, k)
 	}
 	slices.Sort(out)
+	return out
+}
+
+// MIG returns the MIG placements the pods hold on node, GPU UUID → placements, in a new map
+// (the slices are shared: do not modify them).
+func (t *Tracker) MIG(node string) map[string][]mig.Placement {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := map[string][]mig.Placement{}
+	if n := t.nodes[node]; n != nil {
+		for k, v := range n.mig {
+			out[k] = v
+		}
+	}
 	return out
 }
 
@@ -319,6 +354,16 @@ func (v *View) Pod(key string) (*Placement, bool) {
 func (v *View) Node(node string) (map[string]allocation.Usage, uint64) {
 	n := v.t.nodeLocked(node)
 	return n.used, n.ver
+}
+
+// MIG returns the MIG placements the pods hold on node, GPU UUID → placements, shared (do not
+// modify it, do not keep it past Unlock; nil when none): what [allocation.SetMIGUsage] takes.
+// It changes with the version [View.Node] returns.
+func (v *View) MIG(node string) map[string][]mig.Placement {
+	if n := v.t.nodes[node]; n != nil {
+		return n.mig
+	}
+	return nil
 }
 
 // Pods yields every pod that holds something, by key, with what it holds (informed, else
@@ -456,6 +501,19 @@ func (t *Tracker) addLocked(key, namespace string, p *Placement, sign int64) {
 			n.used[gpu] = cur
 		}
 	}
+	for gpu, ps := range p.MIG {
+		if sign > 0 {
+			if n.mig == nil {
+				n.mig = map[string][]mig.Placement{}
+			}
+			n.mig[gpu] = append(slices.Clip(n.mig[gpu]), ps...)
+			continue
+		}
+		n.mig[gpu] = withoutPlacements(n.mig[gpu], ps)
+		if len(n.mig[gpu]) == 0 {
+			delete(n.mig, gpu)
+		}
+	}
 	t.ver++
 	n.ver = t.ver
 	ns := t.namespaceLocked(namespace)
@@ -499,4 +557,15 @@ func (t *Tracker) pruneLocked(name string, ns *namespaceEntry) {
 	if len(ns.pods) == 0 && len(ns.quotas) == 0 {
 		delete(t.namespaces, name)
 	}
+}
+
+// withoutPlacements returns a new slice of held without one occurrence of each of ps.
+func withoutPlacements(held, ps []mig.Placement) []mig.Placement {
+	out := slices.Clone(held)
+	for _, p := range ps {
+		if i := slices.Index(out, p); i >= 0 {
+			out = slices.Delete(out, i, i+1)
+		}
+	}
+	return out
 }

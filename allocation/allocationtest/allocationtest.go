@@ -7,7 +7,9 @@
 // success, lock released) without a kubelet.
 //
 // At filter ([Scheduler.Filter]) one JSON merge patch of the pod sets hami.io/vgpu-node,
-// hami.io/vgpu-time and the vendor's two device lists, and the label hami.io/vgpu-node. At
+// hami.io/vgpu-time and the vendor's two device lists, and the label hami.io/vgpu-node; when
+// devices carry MIG slots (allocation.MIGSlot), also HAMi master's MIG reservation
+// hami.io/vgpu-mig-allocations (allocation.MIGAllocations). At
 // bind ([Scheduler.Bind]) the node lock is taken (package nodelock), one merge patch sets
 // hami.io/bind-phase: allocating and hami.io/bind-time, and the pods/binding subresource is
 // created. [Schedule] does both. Times are Unix seconds from Options.Clock.
@@ -34,6 +36,7 @@ import (
 
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
+	"github.com/hamireg/hamireg/mig"
 	"github.com/hamireg/hamireg/nodelock"
 )
 
@@ -90,18 +93,23 @@ func (s *Scheduler) Schedule(ctx context.Context, pod *corev1.Pod, node string, 
 }
 
 // Filter writes what HAMi's scheduler writes when its filter chooses node and devices for pod:
-// one merge patch of the node annotation, the time and both device lists (identical), and the
-// node label. It returns the patched pod.
+// one merge patch of the node annotation, the time and both device lists (identical), the MIG
+// reservation of the devices with a MIG slot (HAMi master; none without), and the node label.
+// It returns the patched pod.
 func (s *Scheduler) Filter(ctx context.Context, pod *corev1.Pod, node string, devices allocation.PodDevices) (*corev1.Pod, error) {
 	value := allocation.EncodePodDevices(devices)
+	annotations := map[string]string{
+		allocation.KeyNode:          node,
+		allocation.KeyTime:          unix(s.opts.Clock),
+		s.opts.Vendor.ToAllocateKey: value,
+		s.opts.Vendor.AllocatedKey:  value,
+	}
+	if allocs := allocation.MIGAllocations(devices); len(allocs) > 0 {
+		annotations[mig.KeyAllocations] = mig.EncodeAllocations(allocs)
+	}
 	return s.patchPod(ctx, pod, map[string]any{"metadata": map[string]any{
-		"annotations": map[string]string{
-			allocation.KeyNode:          node,
-			allocation.KeyTime:          unix(s.opts.Clock),
-			s.opts.Vendor.ToAllocateKey: value,
-			s.opts.Vendor.AllocatedKey:  value,
-		},
-		"labels": map[string]string{allocation.KeyNode: node},
+		"annotations": annotations,
+		"labels":      map[string]string{allocation.KeyNode: node},
 	}})
 }
 

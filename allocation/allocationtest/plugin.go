@@ -13,6 +13,7 @@ import (
 
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
+	"github.com/hamireg/hamireg/mig"
 	"github.com/hamireg/hamireg/nodelock"
 )
 
@@ -51,7 +52,7 @@ type Allocation struct {
 	// Pod is the pod served, zero when none was found.
 	Pod types.NamespacedName
 	// Container is the name of the container whose entry was served ("" when not known) and
-	// Devices its devices.
+	// Devices its devices, with their MIG slots when the pod has a MIG reservation.
 	Container string
 	Devices   allocation.ContainerDevices
 	// Last is true when the entry was the pod's last: bind-phase success was set and the node
@@ -70,7 +71,10 @@ type Allocation struct {
 //     hami.io/vgpu-node naming the node (HAMi's fallback); without one, [ErrNoBindingPod]. A
 //     lock it cannot read is [ErrMalformedLock], and nothing is written.
 //  2. It GETs the pod and decodes its to-allocate list (Options.Vendor.ToAllocateKey) as HAMi
-//     does, takes the first entry with devices and checks its size.
+//     does, takes the first entry with devices and checks its size. A MIG reservation
+//     (hami.io/vgpu-mig-allocations, HAMi master) is read onto the devices
+//     (allocation.WithMIG); one that does not decode or does not match the list fails the
+//     call (an error wrapping mig.ErrMalformed). The instances themselves are not played.
 //  3. It writes the list back with that entry emptied, re-encoded as HAMi re-encodes it: HAMi
 //     keeps the empty piece after the last ';' as an entry, so every write adds one ';'
 //     ("a:;b:;" becomes ";b:;;", then ";;;;").
@@ -110,6 +114,15 @@ func (p *Plugin) Allocate(ctx context.Context, count int) (Allocation, error) {
 	pd, err := allocation.DecodePodDevices(value, p.opts.Version)
 	if err != nil {
 		return fail(fmt.Errorf("pod %s: %w", a.Pod, err))
+	}
+	if reservation, has := pod.Annotations[mig.KeyAllocations]; has {
+		allocs, err := mig.DecodeAllocations(reservation)
+		if err == nil {
+			pd, err = allocation.WithMIG(pd, allocs)
+		}
+		if err != nil {
+			return fail(fmt.Errorf("pod %s: %w", a.Pod, err))
+		}
 	}
 	i, ok := pd.Next()
 	if !ok {
