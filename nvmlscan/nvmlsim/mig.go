@@ -102,8 +102,12 @@ func (n *Node) SetMIGActivation(i int, ret nvml.Return) {
 func (n *Node) MIGInstances(i int) []MIGInstance {
 	n.migMu.Lock()
 	defer n.migMu.Unlock()
-	var out []MIGInstance
-	for _, gi := range n.mig[i].gis {
+	return n.mig[i].instances()
+}
+
+func (g *migGPU) instances() []MIGInstance {
+	out := []MIGInstance{}
+	for _, gi := range g.gis {
 		base := MIGInstance{Profile: gi.profile.name, ProfileID: gi.profile.info.Id, GPUInstanceID: gi.info.Id,
 			Placement: mig.Placement{Start: gi.info.Placement.Start, Size: gi.info.Placement.Size}}
 		if len(gi.cis) == 0 {
@@ -126,6 +130,10 @@ func (n *Node) MIGInstances(i int) []MIGInstance {
 func (n *Node) MIGOverlaps() error {
 	n.migMu.Lock()
 	defer n.migMu.Unlock()
+	return n.overlaps()
+}
+
+func (n *Node) overlaps() error {
 	for _, g := range n.mig {
 		for a, x := range g.gis {
 			for _, y := range g.gis[a+1:] {
@@ -664,4 +672,39 @@ func (n *Node) wireMIGLibrary() {
 	}
 	s.ComputeInstanceGetInfoFunc = func(ci nvml.ComputeInstance) (nvml.ComputeInstanceInfo, nvml.Return) { return ci.GetInfo() }
 	s.ComputeInstanceDestroyFunc = func(ci nvml.ComputeInstance) nvml.Return { return ci.Destroy() }
+}
+
+// MIGState is a snapshot of a node's MIG state, as a program's debug endpoint serves it in
+// JSON (examples/deviceplugin's /debug/nvmlsim/mig).
+type MIGState struct {
+	// GPUs lists every GPU of the node, by index.
+	GPUs []MIGGPUState `json:"gpus"`
+	// Overlaps is the error [Node.MIGOverlaps] returns, "" when no two live instances
+	// overlap.
+	Overlaps string `json:"overlaps,omitempty"`
+}
+
+// MIGGPUState is one GPU of a [MIGState].
+type MIGGPUState struct {
+	Index int    `json:"index"`
+	UUID  string `json:"uuid"`
+	// MIGMode is the current MIG mode: 1 on, 0 off.
+	MIGMode int `json:"migMode"`
+	// Instances are the GPU's live instances, as [Node.MIGInstances] lists them.
+	Instances []MIGInstance `json:"instances"`
+}
+
+// MIGState returns a consistent snapshot of the node's MIG state: every GPU's mode and live
+// instances, and whether any two overlap.
+func (n *Node) MIGState() MIGState {
+	n.migMu.Lock()
+	defer n.migMu.Unlock()
+	var s MIGState
+	for i, g := range n.mig {
+		s.GPUs = append(s.GPUs, MIGGPUState{Index: i, UUID: n.UUID(i), MIGMode: g.current, Instances: g.instances()})
+	}
+	if err := n.overlaps(); err != nil {
+		s.Overlaps = err.Error()
+	}
+	return s
 }

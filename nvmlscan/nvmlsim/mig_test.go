@@ -471,3 +471,33 @@ func TestMIGConcurrent(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestMIGState checks the snapshot a debug endpoint serves: every GPU, its mode and instances.
+func TestMIGState(t *testing.T) {
+	t.Parallel()
+	n, err := nvmlsim.New("dgxh100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := n.Device(5)
+	if _, ret := d.SetMigMode(nvml.DEVICE_MIG_ENABLE); ret != nvml.SUCCESS {
+		t.Fatal(ret)
+	}
+	createMIG(t, d, nvml.GPU_INSTANCE_PROFILE_3_SLICE, 0)
+	s := n.MIGState()
+	if len(s.GPUs) != 8 || s.Overlaps != "" {
+		t.Fatalf("MIGState = %+v", s)
+	}
+	for i, g := range s.GPUs {
+		wantMode, wantInstances := 0, 0
+		if i == 5 {
+			wantMode, wantInstances = 1, 1
+		}
+		if g.Index != i || g.UUID != n.UUID(i) || g.MIGMode != wantMode || len(g.Instances) != wantInstances || g.Instances == nil {
+			t.Errorf("GPU %d: %+v", i, g)
+		}
+	}
+	if got := s.GPUs[5].Instances[0]; got.Profile != "3g.40gb" || got.Placement != (mig.Placement{Start: 0, Size: 4}) || got.MigUUID == "" {
+		t.Errorf("instance %+v", got)
+	}
+}
