@@ -2,6 +2,7 @@ package allocation
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"path"
 	"slices"
@@ -94,7 +95,8 @@ type Mount struct {
 // or the volume-mounts entries), with no HAMi-core limit, mount or preload and no StateDir, as
 // HAMi's plugin answers in mig mode (both versions): HAMi-core does not run on MIG instances,
 // which isolate by themselves. Which MIG instance a device names (HAMi resolves it to a MIG
-// UUID) is not decided here: the entry's IDs are listed as for any GPU. It fails for an empty
+// UUID) is not decided here: the entry's IDs are listed as for any GPU; a node agent that
+// realised the MIG devices answers with [MIGResponse] instead. It fails for an empty
 // entry, for a device the index strategy cannot find, and for an entry whose devices are on
 // GPUs of both modes ([ErrMixedModes]).
 func ContainerResponse(devs ContainerDevices, c Container, gpus []annotation.Device, opts EnvOptions) (Response, error) {
@@ -171,6 +173,35 @@ func ContainerResponse(devs ContainerDevices, c Container, gpus []annotation.Dev
 			Mount{ContainerPath: "/usr/bin/vgpuvalidator", HostPath: path.Join(vgpu, "vgpuvalidator"), ReadOnly: true},
 		)
 	}
+	return r, nil
+}
+
+// MIGResponse builds the answer HAMi master's device plugin gives a container whose devices
+// are MIG devices (realised instances of its hami.io/vgpu-mig-allocations reservations):
+// NVIDIA_VISIBLE_DEVICES lists the MIG UUIDs, in order, comma-joined; with
+// [DeviceListVolumeMounts] it is [ContainerDevicesDir] and each MIG UUID is a /dev/null mount
+// under it. Nothing else: no HAMi-core limit, mount, preload or StateDir (HAMi-core does not
+// run on MIG devices, which isolate by themselves). The device ID strategy does not change
+// the list: with [DeviceIDIndex] HAMi answers an empty list in MIG mode (it looks the MIG
+// UUIDs up among the kubelet's replica IDs and finds none); MIGResponse lists the MIG UUIDs,
+// which the container runtime resolves under either strategy. It fails for an empty list and
+// for an empty UUID.
+func MIGResponse(migUUIDs []string, opts EnvOptions) (Response, error) {
+	if len(migUUIDs) == 0 {
+		return Response{}, errors.New("MIG response: no MIG devices")
+	}
+	if slices.Contains(migUUIDs, "") {
+		return Response{}, fmt.Errorf("MIG response: an empty MIG UUID in %q", migUUIDs)
+	}
+	r := Response{Envs: map[string]string{}}
+	if opts.DeviceListStrategy == DeviceListVolumeMounts {
+		r.Envs["NVIDIA_VISIBLE_DEVICES"] = ContainerDevicesDir
+		for _, id := range migUUIDs {
+			r.Mounts = append(r.Mounts, Mount{ContainerPath: path.Join(ContainerDevicesDir, id), HostPath: "/dev/null"})
+		}
+		return r, nil
+	}
+	r.Envs["NVIDIA_VISIBLE_DEVICES"] = strings.Join(migUUIDs, ",")
 	return r, nil
 }
 

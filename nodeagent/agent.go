@@ -136,6 +136,17 @@ type Options struct {
 	// broadcaster of its own sends them to the client's Events API (source component
 	// [EventComponent]). Pass &record.FakeRecorder{} to record none.
 	EventRecorder record.EventRecorder
+	// MIG realises the MIG devices of containers whose devices are on GPUs in MIG mode (the
+	// scanned devices' Mode "mig"): nvmlscan's MIG manager on a node. Allocate creates each
+	// reservation of hami.io/vgpu-mig-allocations through it, and the agent releases the MIG
+	// devices no live reservation owns every MIGReconcilePeriod (see the package
+	// documentation: the agent owns every MIG device on the GPUs it registers in MIG mode).
+	// Default nil: a container whose devices are on a GPU in MIG mode fails with [ErrMIG]
+	// naming Options.MIG.
+	MIG MIGInstances
+	// MIGReconcilePeriod is how often the MIG devices no live reservation owns are released
+	// (with Options.MIG). Default [DefaultMIGReconcilePeriod] (5 s, HAMi's).
+	MIGReconcilePeriod time.Duration
 	// Registerer, when set, receives the agent's metrics: hamireg_nodeagent_allocations_total,
 	// hamireg_nodeagent_allocate_errors_total by kind (the Allocate class), scans_total by
 	// result, device_failures_total and annotation_decode_failures_total, labelled with the
@@ -180,6 +191,11 @@ type Agent struct {
 	events *forwardRecorder
 	// backoff is the retry schedule of Allocate's requests (apiBackoff; shorter in tests).
 	backoff wait.Backoff
+	// mig realises MIG devices (Options.MIG), nil without; migPeriod is the release period.
+	mig       MIGInstances
+	migPeriod time.Duration
+	// devices are the devices of the last scan, nil before the first.
+	devices atomic.Pointer[[]annotation.Device]
 
 	running atomic.Bool
 	// allocMu serialises Allocate calls: each reads and rewrites the pod's annotations.
@@ -232,6 +248,9 @@ func New(client kubernetes.Interface, nodeName string, source Source, opts Optio
 	if opts.Period < 0 {
 		return nil, invalid("negative Period %v", opts.Period)
 	}
+	if opts.MIGReconcilePeriod < 0 {
+		return nil, invalid("negative MIGReconcilePeriod %v", opts.MIGReconcilePeriod)
+	}
 	if opts.Kubelet.Allocate != nil || opts.Kubelet.GetPreferredAllocation != nil || opts.Kubelet.PreStartContainer != nil {
 		return nil, invalid("the Kubelet callbacks are the agent's: leave Kubelet.Allocate, GetPreferredAllocation and PreStartContainer unset and give the container's answer as Options.Allocator (the agent runs HAMi's protocol around it)")
 	}
@@ -246,6 +265,9 @@ func New(client kubernetes.Interface, nodeName string, source Source, opts Optio
 		clock:   opts.Clock,
 		events:  &forwardRecorder{},
 		backoff: apiBackoff,
+
+		mig:       opts.MIG,
+		migPeriod: cmp.Or(opts.MIGReconcilePeriod, DefaultMIGReconcilePeriod),
 
 		cleanupKick: make(chan struct{}, 1),
 	}
@@ -356,6 +378,8 @@ func (a *Agent) Stats() Stats {
 //   - registers with the kubelet only once the annotation carries the first scan, so that
 //     the scheduler never sees a device count without the devices behind it;
 //   - serves Allocate with HAMi's protocol (see the package documentation);
+//   - with Options.MIG, releases every MIGReconcilePeriod the MIG devices no live reservation
+//     owns;
 //   - runs the source, if it is a [Runner].
 //
 // Calling Run while another Run has not returned gives [ErrAlreadyRunning].
@@ -415,6 +439,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	})
 	part(func(ctx context.Context) error { a.scanLoop(ctx); return nil })
 	part(func(ctx context.Context) error { a.cleanupLoop(ctx); return nil })
+	if a.mig != nil {
+		part(func(ctx context.Context) error { a.migLoop(ctx); return nil })
+	}
 	wg.Wait()
 	return first
 }
@@ -490,6 +517,7 @@ func (a *Agent) scan(ctx context.Context) error {
 	}
 	logger.V(3).Info("Scanned devices", "devices", len(devs), "healthy", healthy, "failed", len(failed))
 	devs = slices.Clone(devs)
+	a.devices.Store(&devs)
 	if a.topology != nil {
 		a.publishWithScores(ctx, devs)
 	} else {

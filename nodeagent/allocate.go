@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -21,6 +22,7 @@ import (
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/kubeletplugin"
+	"github.com/hamireg/hamireg/mig"
 	"github.com/hamireg/hamireg/nodelock"
 )
 
@@ -216,10 +218,39 @@ func (a *Agent) allocateContainer(ctx context.Context, devices []annotation.Devi
 	if !sameGPUs(entry, ids) {
 		logger.V(2).Info("The kubelet chose other replicas than the scheduler's GPUs; serving the scheduler's", "kubelet", ids, "scheduler", entryUUIDs(entry))
 	}
-	resp, aerr := a.answer(ctx, ContainerRequest{Pod: pod, Container: ctr, Devices: entry, NodeDevices: devices, DeviceIDs: ids})
+	isMIG, err := migEntry(entry, devices)
+	if err != nil {
+		return nil, failure(ErrMIG, ctr.Name, "devices "+strings.Join(entryUUIDs(entry), ","), err)
+	}
+	var realised *migRealisation
+	if a.version == annotation.VersionV290 && (isMIG || legacyMIGEntry(entry)) {
+		return nil, failure(ErrMIG, ctr.Name, fmt.Sprintf(
+			"the entry %v is HAMi v2.9.0 MIG (a GPU in MIG mode, \"[template-position]\" geometries of nvidia-mig-parted), which this agent does not serve: run HAMi master's dynamic MIG (Options.Version VersionMaster, reservations in %s)",
+			entryUUIDs(entry), mig.KeyAllocations), nil)
+	}
+	if isMIG {
+		r, aerr := a.realiseMIG(ctx, b, i, ctr, entry)
+		if aerr != nil {
+			aerr.Node, aerr.Pod, aerr.Container = a.node, b.owner, ctr.Name
+			return nil, a.fail(ctx, b, aerr)
+		}
+		realised = r
+	}
+	req := ContainerRequest{Pod: pod, Container: ctr, Devices: entry, NodeDevices: devices, DeviceIDs: ids}
+	if realised != nil {
+		req.MIG = realised.instances
+	}
+	resp, aerr := a.answer(ctx, req)
 	if aerr != nil {
+		a.undoMIG(ctx, realised)
 		aerr.Node, aerr.Pod, aerr.Container = a.node, b.owner, ctr.Name
 		return nil, a.fail(ctx, b, aerr)
+	}
+	if realised != nil {
+		if err := a.recordMIG(ctx, b, realised); err != nil {
+			a.undoMIG(ctx, realised)
+			return nil, failure(ErrAPI, ctr.Name, "record the MIG devices' runtime identity in "+mig.KeyAllocations, err)
+		}
 	}
 	rest := pd.Consume(i)
 	patch := map[string]string{key: allocation.EncodePodDevices(rest)}
@@ -228,6 +259,7 @@ func (a *Agent) allocateContainer(ctx context.Context, devices []annotation.Devi
 		patch[allocation.KeyBindPhase] = string(allocation.PhaseSuccess)
 	}
 	if err := a.patchPod(ctx, b.owner, patch); err != nil {
+		a.undoMIG(ctx, realised)
 		return nil, failure(ErrAPI, ctr.Name, "write back "+key, err)
 	}
 	logger.V(2).Info("Allocated container devices", "container", ctr.Name, "devices", entryUUIDs(entry))

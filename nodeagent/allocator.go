@@ -13,6 +13,7 @@ import (
 
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
+	"github.com/hamireg/hamireg/mig"
 )
 
 // Allocator gives one container what it receives for its devices ("devices in, container
@@ -58,15 +59,20 @@ type ContainerRequest struct {
 	// kubelet picks replicas by itself when GetPreferredAllocation's hint is not taken):
 	// serve Devices, the scheduler's choice.
 	DeviceIDs []string
+	// MIG are the MIG devices the agent realised for Devices on GPUs in MIG mode, one per
+	// device, in entry order (the reservations' deviceIndex order), with their MIG UUIDs; nil
+	// for devices on GPUs in another mode.
+	MIG []mig.Instance
 }
 
 // HAMiCore is the default Allocator: HAMi-core's environment and mounts for NVIDIA GPUs
 // (allocation.ContainerResponse: NVIDIA_VISIBLE_DEVICES, CUDA_DEVICE_MEMORY_LIMIT_<i>,
 // CUDA_DEVICE_SM_LIMIT, the libvgpu.so and ld.so.preload mounts, ...) and, with
-// PrepareStateDir, the container's state folder created on the host. For devices on GPUs in
-// "mig" mode (NodeDevices' Mode) the answer is the device list alone, no limit, mount, preload
-// or state folder, as HAMi's plugin answers in mig mode. The zero value is HAMi's chart without
-// the state folder.
+// PrepareStateDir, the container's state folder created on the host. For the MIG devices the
+// agent realised (ContainerRequest.MIG) the answer is their MIG UUIDs alone
+// (allocation.MIGResponse: NVIDIA_VISIBLE_DEVICES, or the volume-mounts entries), no limit,
+// mount, preload or state folder, as HAMi master's plugin answers in mig mode. The zero value
+// is HAMi's chart without the state folder.
 type HAMiCore struct {
 	// Env shapes the container environment (HOOK_PATH, device list strategy, memory scaling,
 	// ...). The zero value is the chart's.
@@ -85,6 +91,13 @@ var _ Allocator = HAMiCore{}
 func (h HAMiCore) Allocate(_ context.Context, req ContainerRequest) (allocation.Response, error) {
 	if req.Pod == nil || req.Container == nil {
 		return allocation.Response{}, errors.New("HAMi-core's answer needs the pod and the container, which a vendor without a to-allocate annotation does not give: set Options.Allocator")
+	}
+	if len(req.MIG) > 0 {
+		uuids := make([]string, len(req.MIG))
+		for i, inst := range req.MIG {
+			uuids[i] = inst.MigUUID
+		}
+		return allocation.MIGResponse(uuids, h.Env)
 	}
 	c := allocation.Container{PodUID: string(req.Pod.UID), Name: req.Container.Name, Env: req.Container.Env, CacheID: string(uuid.NewUUID())}
 	r, err := allocation.ContainerResponse(req.Devices, c, req.NodeDevices, h.Env)

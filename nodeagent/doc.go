@@ -85,7 +85,8 @@
 // [HAMiCore], HAMi-core's environment and mounts for NVIDIA (NVIDIA_VISIBLE_DEVICES,
 // CUDA_DEVICE_MEMORY_LIMIT_<i>, CUDA_DEVICE_SM_LIMIT, the libvgpu.so and ld.so.preload
 // mounts, ...; with HAMiCore.PrepareStateDir the container's state folder on the host; for
-// a GPU whose Mode is "mig" only NVIDIA_VISIBLE_DEVICES, as HAMi's plugin in mig mode). An
+// the MIG devices of a GPU in MIG mode only NVIDIA_VISIBLE_DEVICES with their MIG UUIDs, as
+// HAMi's plugin in mig mode, see MIG below). An
 // Allocator's error, or an answer the kubelet cannot use, fails the pod as every failure
 // above does, as [ErrAllocator] ([ErrHost] for HAMi-core's state folder); see
 // [ExampleAllocator] for a vendor's device nodes and env.
@@ -97,6 +98,72 @@
 // them as Devices (Usedmem and Usedcores 0) and without a pod or container. An ID that names
 // no device of the node is [ErrMalformed].
 //
+// # MIG
+//
+// A container whose devices are on GPUs in MIG mode (the scanned devices' Mode "mig", as
+// nvmlscan registers a MIG-enabled GPU) is served as HAMi master (v2.10) serves it, through
+// Options.MIG, a [MIGInstances] (nvmlscan's MIG manager on a node):
+//
+//  1. The pod's hami.io/vgpu-mig-allocations (written by the scheduler, package mig) is
+//     decoded with HAMi's rules ([ErrMalformed]). The container's reservations are those
+//     whose containerIndex is the entry's index, in deviceIndex order; there must be one per
+//     device of the entry, on the entry device's GPU ([ErrMIG]; HAMi's words "container <name>
+//     has <n> MIG reservations, requested <m> devices").
+//  2. Each reservation is realised through the manager at exactly its placement (the manager
+//     checks the placement is one NVML lists for the profile, and creates the GPU instance and
+//     its compute instance). A reservation already realised (its runtime identity recorded and
+//     a MIG device with that identity present: a retried Allocate, an agent restarted) is
+//     reused. A MIG device overlapping the placement that no live reservation owns is
+//     destroyed first; one that another live pod's reservation owns fails the pod
+//     ([ErrPlacementTaken]).
+//  3. The [Allocator] is called with the MIG devices (ContainerRequest.MIG): [HAMiCore]
+//     answers NVIDIA_VISIBLE_DEVICES=<MIG UUIDs> (or the volume-mounts entries), and nothing
+//     of HAMi-core (allocation.MIGResponse).
+//  4. The runtime identity (migUUID, gpuInstanceID, computeInstanceID) is merge-patched into
+//     hami.io/vgpu-mig-allocations with the pod's metadata.resourceVersion as precondition,
+//     HAMi's patch byte for byte; on a 409 the pod is read again and the identity applied to
+//     the fresh value.
+//  5. Then the entry, bind-phase and lock as for every container.
+//
+// Every failure follows the protocol above (bind-phase failed, lock released, an Event naming
+// the cause: NVML's error, the placement taken, ...), and the MIG devices created by the
+// failed call are destroyed again.
+//
+// Release. The agent owns every MIG device on the GPUs it registers in MIG mode, as HAMi's
+// start-up reset of idle GPUs assumes: at start and every Options.MIGReconcilePeriod (5 s,
+// HAMi's), under the Allocate lock, it lists the node's pods (field selector spec.nodeName)
+// and destroys each MIG device on those GPUs that no reservation of a pod that is not
+// finished (phase Succeeded or Failed) owns. A reservation owns a MIG device of its GPU with
+// the runtime identity it records, or, while it has none (its pod is being allocated, or an
+// agent stopped between creating and recording), the device at exactly its placement. After
+// a restart, the devices live reservations record are adopted this way: kept, and reused by a
+// retried Allocate. While a live pod's reservation annotation does not decode, nothing is
+// released (what it owns is unknown); the error is logged each round.
+//
+// Where the SDK differs from HAMi master on purpose (mig_conformance_test.go checks each by
+// its rule on HAMi's vectors):
+//
+//   - Instances are keyed by reservation (pod, container, device), not by (GPU, profile,
+//     placement): a new pod reserved the placement of a finished pod's MIG device gets a fresh
+//     device, never the finished pod's (HAMi hands it over, with whatever it left in GPU
+//     memory); a device made by hand at a reserved placement is destroyed, where HAMi fails
+//     the pod with ERROR_INSUFFICIENT_RESOURCES until someone removes it.
+//   - A live pod's reservation naming a GPU the node does not have (a replaced GPU) is
+//     skipped with a log line; HAMi fails every MIG Allocate of the node.
+//   - With deviceIDStrategy index the container gets the MIG UUIDs; HAMi's answer is an empty
+//     NVIDIA_VISIBLE_DEVICES.
+//   - The release needs no start-up all-or-nothing: HAMi resets and adopts nothing at all
+//     when one GPU's NVML name matches no allowlist model.
+//   - HAMi v2.9.0's MIG (nvidia-mig-parted geometries, "[template-position]" UUID suffixes;
+//     Options.Version VersionV290) is not served: a container whose entry is on a GPU in MIG
+//     mode or carries the suffix fails with [ErrMIG], naming the fix (HAMi master's dynamic
+//     MIG). HAMi v2.9.0 hands out the MIG device at the template position without checking
+//     its profile, answers an empty device list or the whole GPU without limits, and panics
+//     on an unknown GPU; re-partitioning GPUs with mig-parted is out of this SDK's scope.
+//
+// A REV profile name (1g.10gb on an A100-40GB) reaches the manager as the published name;
+// what it realises is the profile the node published under that name.
+//
 // # Concurrency
 //
 // One Run at a time per Agent ([ErrAlreadyRunning]). Allocate calls are serialised. Stats and
@@ -107,7 +174,7 @@
 // With Options.Registerer the agent registers, labelled with the vendor:
 // hamireg_nodeagent_allocations_total (containers served), allocate_errors_total by kind
 // (no_binding_pod, pod_gone, no_pending_entry, device_count_mismatch, malformed, api, host,
-// allocator: the Allocate classes), scans_total by result, device_failures_total and
+// allocator, mig: the Allocate classes), scans_total by result, device_failures_total and
 // annotation_decode_failures_total; and, unless Options.Register.Registerer is set, the register
 // writer's hamireg_register_* (writes, heals, no-ops, failures). Labels are bounded: no pod,
 // node or device.
@@ -117,8 +184,8 @@
 // Logging is contextual (klog.FromContext); the parts keep HAMi's log lines ("Updating node
 // annotations with N device(s)", "Device info unchanged, skipping annotation update").
 // Events go to Options.EventRecorder, by default to the API through a broadcaster of Run's
-// own. The ServiceAccount needs [ClusterRoleRules]: list, watch, get and patch nodes, get and
-// patch pods, create and patch events.
+// own. The ServiceAccount needs [ClusterRoleRules]: list, watch, get and patch nodes, get,
+// list (MIG's release) and patch pods, create and patch events.
 //
 // # Usage
 //

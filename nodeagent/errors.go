@@ -41,6 +41,16 @@ var (
 	// answer the kubelet cannot use (a device node without a path, a CDI name that is not
 	// fully qualified).
 	ErrAllocator = errors.New("device allocator failed")
+	// ErrMIG means the container's MIG devices could not be realised: no MIG reservation (or
+	// too few) for the container in hami.io/vgpu-mig-allocations, a reservation naming another
+	// GPU than the entry, the node's MIG manager failing (an NVML error: MIG mode pending a
+	// reset, a placement NVML does not list for the profile, ...), the placement taken
+	// ([ErrPlacementTaken]), Options.MIG unset, or a HAMi v2.9.0 MIG entry, which this agent
+	// does not serve (see the package documentation).
+	ErrMIG = errors.New("MIG allocation failed")
+	// ErrPlacementTaken is the cause of an [ErrMIG] failure whose reserved placement overlaps a
+	// MIG device that another live reservation owns.
+	ErrPlacementTaken = errors.New("MIG placement taken")
 )
 
 // AllocateError says why Allocate refused a container, which pod it was for (when known) and
@@ -54,7 +64,8 @@ type AllocateError struct {
 	// Container is the container whose entry was served, "" when not known.
 	Container string
 	// Kind is the class: [ErrNoBindingPod], [ErrPodGone], [ErrNoPendingEntry],
-	// [ErrDeviceCountMismatch], [ErrMalformed], [ErrAPI], [ErrHost] or [ErrAllocator].
+	// [ErrDeviceCountMismatch], [ErrMalformed], [ErrAPI], [ErrHost], [ErrAllocator] or
+	// [ErrMIG].
 	Kind error
 	// Detail says what was found, in words.
 	Detail string

@@ -15,7 +15,7 @@ var allocateKinds = []struct {
 }{
 	{ErrNoBindingPod, "no_binding_pod"}, {ErrPodGone, "pod_gone"}, {ErrNoPendingEntry, "no_pending_entry"},
 	{ErrDeviceCountMismatch, "device_count_mismatch"}, {ErrMalformed, "malformed"}, {ErrAPI, "api"},
-	{ErrHost, "host"}, {ErrAllocator, "allocator"},
+	{ErrHost, "host"}, {ErrAllocator, "allocator"}, {ErrMIG, "mig"},
 }
 
 // kindOf names the Allocate class of err; "other" for an error of none.
@@ -51,7 +51,7 @@ func newMetrics(reg prometheus.Registerer, vendor string) (*metrics, error) {
 		}),
 		allocateErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "hamireg", Subsystem: "nodeagent", Name: "allocate_errors_total", ConstLabels: labels,
-			Help: "Containers Allocate refused, by kind: no_binding_pod, pod_gone, no_pending_entry, device_count_mismatch, malformed, api, host, allocator.",
+			Help: "Containers Allocate refused, by kind: no_binding_pod, pod_gone, no_pending_entry, device_count_mismatch, malformed, api, host, allocator, mig.",
 		}, []string{"kind"}),
 		scans: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "hamireg", Subsystem: "nodeagent", Name: "scans_total", ConstLabels: labels,

@@ -9,11 +9,34 @@
 //	             [--preconfigured-device-memory 0] [--hook-path /usr/local] [--prepare-state-dir=true]
 //	             [--kubelet-root-dir /var/lib/kubelet] [--kubeconfig FILE] [--kube-qps 50] [--kube-burst 100] [-v 2]
 //	             [--topology-score] [--topology-version master|v2.9.0]
+//	             [--mig [--mig-allowlist FILE] [--mig-model-match word|substring] [--mig-profiles base|all]]
 //
 // --topology-score (default: env ENABLE_TOPOLOGY_SCORE=true, as HAMi's plugin reads it) also
 // publishes the GPUs' topology scores in hami.io/node-nvidia-score, for HAMi's topology-aware
 // GPU policy; --topology-version v2.9.0 scores NVSwitch systems from PCIe alone, as HAMi v2.9.0
 // does. A failed scoring does not hold back the register annotation.
+//
+// # MIG
+//
+// --mig runs the node in operating mode mig, as HAMi master's dynamic MIG: every GPU in MIG
+// mode publishes the MIG profiles NVML reports for it ("migProfiles", count = the largest
+// instance count, devmem and devcore unscaled), a GPU whose model the allowlist does not name
+// is left out (logged, with an Event), and Allocate realises the scheduler's reservation
+// (hami.io/vgpu-mig-allocations): it creates the GPU instance at the reserved placement and
+// its compute instance, answers the kubelet with the MIG device's UUID, records the runtime
+// identity in the reservation, and destroys the instance once no live pod owns it. No
+// HAMi-core limits are injected for a MIG GPU. The flags beside it:
+//
+//   - --mig-allowlist FILE: the migProfileAllowlist, in the shape of HAMi's device ConfigMap
+//     (the list itself, {migProfileAllowlist: [...]}, or {nvidia: {migProfileAllowlist:
+//     [...]}}; YAML or JSON). Default: HAMi's chart list, with the H200 entries ahead of H20.
+//   - --mig-model-match word (default) matches an allowlist model in the NVML name at word
+//     boundaries, so "H20" does not take an H200; substring is HAMi's strings.Contains.
+//   - --mig-profiles base (default, HAMi's, wire compatible) resolves a profile name by its
+//     slice count; all asks NVML for every profile id, so that REV profiles (1g.10gb on an
+//     A100-40GB, 1g.5gb+me) carry their own memory and placements.
+//
+// deploy/daemonset.yaml shows the arguments of a MIG node.
 //
 // The node name comes from NODE_NAME (the chart sets it from spec.nodeName; the legacy
 // NodeName works too). Without --kubeconfig the in-cluster configuration is used.
@@ -31,6 +54,19 @@
 //	    --prepare-state-dir=false --health-quiet-period 30s -v 2
 //	kill -USR1 $(pidof deviceplugin) # GPU 0: 10 devices fewer, health false in the annotation
 //
+// With --mig the simulated GPUs are in MIG mode and behave as the hardware does (package
+// nvmlsim: nvidia-smi profile ids, an overlapping placement refused, MIG devices enumerated):
+// a dgxa100 publishes 1g.5gb (4864 MiB), 2g.10gb, 3g.20gb and 7g.40gb on each GPU.
+// --simulate-debug-address ADDRESS (default "", off) serves GET /debug/nvmlsim/mig there: the
+// JSON of nvmlsim.MIGState, every GPU's MIG mode and live instances (profile, placement, GPU
+// and compute instance ids, MIG UUID) and "overlaps", non-empty if two live instances share a
+// memory slice. The address is logged ("Serving the simulation's MIG state"); port 0 picks a
+// free one.
+//
+//	NODE_NAME=$(hostname) deviceplugin --simulate dgxa100 --mig --simulate-debug-address 127.0.0.1:8090 \
+//	    --kubeconfig admin.kubeconfig --prepare-state-dir=false -v 2
+//	curl -s http://127.0.0.1:8090/debug/nvmlsim/mig
+//
 // Exit status: 0 after SIGTERM or SIGINT, 1 when the plugin cannot run (the error says why
 // and what to fix, e.g. the kubelet socket not in --kubelet-root-dir), 2 on bad flags or a
 // missing node name.
@@ -39,14 +75,18 @@ package main
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"k8s.io/client-go/kubernetes"
@@ -58,6 +98,7 @@ import (
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/kubeletplugin"
+	"github.com/hamireg/hamireg/mig"
 	"github.com/hamireg/hamireg/nodeagent"
 	"github.com/hamireg/hamireg/nvmlscan"
 	"github.com/hamireg/hamireg/nvmlscan/nvmlsim"
@@ -111,6 +152,11 @@ func run(ctx context.Context, args []string, stderr io.Writer, h host) int {
 	topoVersion := flags.String("topology-version", "master", "whose scoring rules: master (NVLinks, then NVSwitch links) or v2.9.0 (direct NVLinks only)")
 	simTopology := flags.String("simulate-topology", string(nvmlsim.TopologyNVSwitch), "interconnect of the --simulate node: nvswitch, hybrid-cube-mesh or pcie")
 	quiet := flags.Duration("health-quiet-period", nvmlscan.DefaultQuietPeriod, "time without a critical XID before an unhealthy GPU is healthy again")
+	migMode := flags.Bool("mig", false, "operating mode mig: publish the GPUs' MIG profiles and realise MIG reservations at Allocate (HAMi master's dynamic MIG)")
+	migAllowlist := flags.String("mig-allowlist", "", "migProfileAllowlist `FILE` (YAML or JSON, HAMi's device ConfigMap shape; default: HAMi's chart list, H200 entries first)")
+	migMatch := flags.String("mig-model-match", "word", "how allowlist models match NVML names: word (at word boundaries) or substring (HAMi's strings.Contains)")
+	migProfiles := flags.String("mig-profiles", "base", "how profile names resolve to NVML profiles: base (HAMi's slice-count mapping) or all (every profile id, REV profiles correct)")
+	debugAddr := flags.String("simulate-debug-address", "", "with --simulate, serve GET /debug/nvmlsim/mig (the simulated GPUs' MIG instances, JSON) on this `address`; \"\" = off")
 	verbosity := flags.Int("v", 0, "log verbosity")
 	if err := flags.Parse(args); err != nil {
 		return 2
@@ -140,8 +186,16 @@ func run(ctx context.Context, args []string, stderr io.Writer, h host) int {
 	default:
 		return usage("--topology-version %q is not master or v2.9.0", *topoVersion)
 	}
+	if *debugAddr != "" && *simulate == "" {
+		return usage("--simulate-debug-address needs --simulate")
+	}
+	mo, err := migOptions(*migMode, *migAllowlist, *migMatch, *migProfiles)
+	if err != nil {
+		return usage("%v", err)
+	}
 	lib := nvml.New()
-	opts := nvmlscan.Options{TopologyVersion: topologyVersion, SplitCount: int32(*splitCount), MemoryScaling: memScaling, CoreScaling: coreScaling, PreConfiguredMemory: *preConfigured,
+	opts := nvmlscan.Options{Mode: mo.mode, MIGAllowlist: mo.allowlist, MIGModelMatch: mo.match, MIGProfileDiscovery: mo.discovery,
+		TopologyVersion: topologyVersion, SplitCount: int32(*splitCount), MemoryScaling: memScaling, CoreScaling: coreScaling, PreConfiguredMemory: *preConfigured,
 		Health: nvmlscan.HealthOptions{QuietPeriod: *quiet, ProbeInterval: min(*quiet, nvmlscan.DefaultProbeInterval)}}
 	if *simulate != "" {
 		node, err := nvmlsim.New(*simulate)
@@ -151,12 +205,23 @@ func run(ctx context.Context, args []string, stderr io.Writer, h host) int {
 		if err := node.SetTopology(nvmlsim.Topology(*simTopology)); err != nil {
 			return usage("--simulate-topology: %v", err)
 		}
+		if *migMode {
+			node.EnableMIG()
+		}
 		lib, opts.Sysfs = node.Server, node.Sysfs
 		var wg sync.WaitGroup
 		defer wg.Wait()
 		sctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		wg.Go(func() { injectXIDs(sctx, node, h.xid) })
+		if *debugAddr != "" {
+			lis, err := net.Listen("tcp", *debugAddr)
+			if err != nil {
+				fmt.Fprintf(stderr, "deviceplugin: --simulate-debug-address: %v\n", err)
+				return 1
+			}
+			wg.Go(func() { serveDebug(sctx, lis, node) })
+		}
 	}
 	scanner, err := nvmlscan.New(lib, opts)
 	if errors.Is(err, nvmlscan.ErrInvalidOptions) {
@@ -172,7 +237,12 @@ func run(ctx context.Context, args []string, stderr io.Writer, h host) int {
 		fmt.Fprintf(stderr, "deviceplugin: %v\n", err)
 		return 1
 	}
+	var instances nodeagent.MIGInstances
+	if *migMode {
+		instances = scanner.MIG()
+	}
 	agent, err := nodeagent.New(client, nodeName, scanner, nodeagent.Options{
+		MIG:            instances,
 		TopologyScores: *topoScore,
 		Kubelet:        kubeletplugin.Options{PluginDir: kubeletplugin.PluginDirFromRootDir(*rootDir)},
 		Allocator: nodeagent.HAMiCore{
@@ -218,5 +288,71 @@ func injectXIDs(ctx context.Context, node *nvmlsim.Node, xid <-chan os.Signal) {
 			klog.FromContext(ctx).Info("Simulating a critical XID", "xid", simulatedXID, "gpuUUID", node.UUID(0))
 			node.XID(0, simulatedXID)
 		}
+	}
+}
+
+// migConfig is what the --mig flags select.
+type migConfig struct {
+	mode      string
+	allowlist mig.Allowlist
+	match     mig.MatchRule
+	discovery nvmlscan.MIGDiscovery
+}
+
+// migOptions reads the --mig flags: the operating mode, the allowlist file (nil without one:
+// nvmlscan's default), the model match rule and the profile discovery.
+func migOptions(on bool, allowlistFile, match, profiles string) (migConfig, error) {
+	var c migConfig
+	if on {
+		c.mode = nvmlscan.ModeMIG
+	}
+	switch match {
+	case "word":
+		c.match = mig.MatchWord
+	case "substring":
+		c.match = mig.MatchSubstring
+	default:
+		return c, fmt.Errorf("--mig-model-match %q is not word or substring", match)
+	}
+	switch profiles {
+	case "base":
+		c.discovery = nvmlscan.MIGDiscoveryBaseSlices
+	case "all":
+		c.discovery = nvmlscan.MIGDiscoveryAllProfiles
+	default:
+		return c, fmt.Errorf("--mig-profiles %q is not base or all", profiles)
+	}
+	if allowlistFile != "" {
+		data, err := os.ReadFile(allowlistFile)
+		if err != nil {
+			return c, fmt.Errorf("--mig-allowlist: %w", err)
+		}
+		if c.allowlist, err = mig.ParseAllowlist(data); err != nil {
+			return c, fmt.Errorf("--mig-allowlist %s: %w", allowlistFile, err)
+		}
+	}
+	return c, nil
+}
+
+// debugPath is where --simulate-debug-address serves the simulated GPUs' MIG state.
+const debugPath = "/debug/nvmlsim/mig"
+
+// serveDebug serves GET /debug/nvmlsim/mig on lis, the simulation's [nvmlsim.MIGState] in
+// JSON, until ctx ends.
+func serveDebug(ctx context.Context, lis net.Listener, node *nvmlsim.Node) {
+	logger := klog.FromContext(ctx)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+debugPath, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if err := json.NewEncoder(w).Encode(node.MIGState()); err != nil {
+			logger.V(4).Info("Debug response not written", "err", err)
+		}
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+	stopped := context.AfterFunc(ctx, func() { _ = srv.Close() })
+	defer stopped()
+	logger.Info("Serving the simulation's MIG state", "address", "http://"+lis.Addr().String()+debugPath)
+	if err := srv.Serve(lis); !errors.Is(err, http.ErrServerClosed) {
+		logger.Error(err, "Simulation debug endpoint stopped")
 	}
 }

@@ -6,6 +6,10 @@
 // test inject XID events, event-wait failures and GPUs that stop answering. Programs use
 // nvmlsim directly: it does not import package testing.
 //
+// [NewMIGNode] is the same node with MIG mode on: its GPUs create and enumerate MIG
+// instances as the hardware does (see nvmlsim's "MIG"), and the test fails at cleanup if two
+// live instances overlap.
+//
 // Like the mocks it builds on, it needs cgo.
 //
 // The node does not fake the clock: give the scanner a fake one (k8s.io/utils/clock/testing)

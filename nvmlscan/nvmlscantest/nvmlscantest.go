@@ -20,3 +20,19 @@ func NewNode(tb testing.TB, srv *server.Server) *Node {
 	}
 	return n
 }
+
+// NewMIGNode is [NewNode] with MIG mode on for every GPU ([nvmlsim.Node.EnableMIG]): the
+// GPUs answer MIG calls as the hardware does (placement conflicts refused, MIG devices
+// enumerated). At the end of the test it fails the test if two live MIG instances overlap
+// ([nvmlsim.Node.MIGOverlaps]).
+func NewMIGNode(tb testing.TB, srv *server.Server) *Node {
+	tb.Helper()
+	n := NewNode(tb, srv)
+	n.EnableMIG()
+	tb.Cleanup(func() {
+		if err := n.MIGOverlaps(); err != nil {
+			tb.Error(err)
+		}
+	})
+	return n
+}

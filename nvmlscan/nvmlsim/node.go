@@ -2,6 +2,7 @@ package nvmlsim
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing/fstest"
 	"time"
@@ -30,6 +31,10 @@ type Node struct {
 	freed    atomic.Int32
 	lost     []atomic.Bool
 	topology atomic.Pointer[topology]
+
+	// migMu guards mig, the GPUs' MIG state.
+	migMu sync.Mutex
+	mig   []*migGPU
 }
 
 type event struct {
@@ -48,6 +53,10 @@ type event struct {
 // so that [Node.SetLost] can make a GPU stop answering; and the topology queries
 // (GetTopologyCommonAncestor, GetNvLinkState, GetNvLinkRemotePciInfo,
 // GetNvLinkRemoteDeviceType) from [TopologyNVSwitch], which [Node.SetTopology] changes.
+//
+// It also replaces the simulated servers' MIG calls with ones that behave as a GPU does (see
+// the package documentation, "MIG"): MIG mode stays off, as go-nvml leaves it, until
+// [Node.EnableMIG] or SetMigMode turns it on.
 func Wire(srv *server.Server) (*Node, error) {
 	buses := BusNumbers()
 	if len(srv.Devices) > len(buses) {
@@ -83,6 +92,7 @@ func Wire(srv *server.Server) (*Node, error) {
 		}
 		n.Sysfs[fmt.Sprintf("bus/pci/devices/0000:%02x:00.0/numa_node", bus)] = &fstest.MapFile{Data: []byte(numa)}
 	}
+	n.wireMIG()
 	if err := n.SetTopology(TopologyNVSwitch); err != nil {
 		return nil, fmt.Errorf("wire simulated node: %w", err)
 	}
