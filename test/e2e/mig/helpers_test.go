@@ -477,13 +477,16 @@ type placed struct {
 func (s *stack) waitPlaced(t *testing.T, name, wantProfile string) placed {
 	t.Helper()
 	var pod *corev1.Pod
-	harness.Eventually(t, "bind-phase success of "+name, waitPod, func() bool {
+	// The agent writes bind-phase success before its Allocate answer reaches the kubelet:
+	// wait for both.
+	harness.Eventually(t, "bind-phase success of "+name+" and the kubelet's Allocate", waitPod, func() bool {
 		pod = s.getPod(t, name)
 		ph := pod.Annotations[allocation.KeyBindPhase]
 		if ph == string(allocation.PhaseFailed) {
 			t.Fatalf("pod %s: bind-phase failed; annotations %v", name, pod.Annotations)
 		}
-		return ph == string(allocation.PhaseSuccess)
+		_, admitted := s.kubelet.admitted(pod.UID)
+		return ph == string(allocation.PhaseSuccess) && admitted
 	})
 	return s.checkPlaced(t, pod, wantProfile)
 }
