@@ -424,6 +424,12 @@ func (k *kubelet) admitted(uid types.UID) (admission, bool) {
 // MiB and cores percent.
 func (s *stack) createPod(t *testing.T, name string, mem, cores int64) {
 	t.Helper()
+	s.createAnnotatedPod(t, name, mem, cores, nil)
+}
+
+// createAnnotatedPod is createPod with pod annotations.
+func (s *stack) createAnnotatedPod(t *testing.T, name string, mem, cores int64, annotations map[string]string) {
+	t.Helper()
 	limits := corev1.ResourceList{resGPU: resource.MustParse("1")}
 	if mem > 0 {
 		limits[resMem] = *resource.NewQuantity(mem, resource.DecimalSI)
@@ -432,7 +438,7 @@ func (s *stack) createPod(t *testing.T, name string, mem, cores int64) {
 		limits[resCores] = *resource.NewQuantity(cores, resource.DecimalSI)
 	}
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.ns},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.ns, Annotations: annotations},
 		Spec: corev1.PodSpec{SchedulerName: "hami-scheduler", Containers: []corev1.Container{{
 			Name: "cuda", Image: "registry.invalid/cuda:0", Resources: corev1.ResourceRequirements{Limits: limits},
 		}}},

@@ -16,9 +16,15 @@
 //     patched in (migUUID, gpuInstanceID, computeInstanceID), bind-phase success, the node lock
 //     released; the Allocate answer's NVIDIA_VISIBLE_DEVICES is that MIG UUID, an instance the
 //     simulation lists, and no HAMi-core limit is set;
-//   - seven 1g pods fill a GPU's seven 1g placements, the eighth goes to another GPU;
+//   - seven 1g pods fill a GPU's seven 1g placements, the eighth goes to another GPU, and a pod
+//     pinned to the full GPU (nvidia.com/use-gpuuuid) is Pending with HAMi's
+//     CardTimeSlicingExhausted for it;
 //   - three 2g.10gb and one 1g.5gb fill a GPU (HAMi's rounded-up cores sum to 102) and the next
-//     pod goes to another GPU, while the annotations keep HAMi's per-device cores;
+//     pod goes to another GPU, while the annotations keep HAMi's per-device cores; pinned to
+//     the full GPU, a zero-core pod is refused with CardMigTopologyInfeasible (HAMi:
+//     CardInsufficientCore). A zero-core request HAMi refuses with a placement free cannot be
+//     built on an A100: the rounding adds at most 5 % over the profiles' true share, and a
+//     free 1g placement leaves at least 14 % unused;
 //   - on a GPU holding two 2g.10gb (HAMi's cores 58) a pod asking 43 % cores gets the free
 //     3g.20gb placement, which HAMi refuses (CardInsufficientCore): on a MIG GPU the placement
 //     decides, not the sum of rounded profile cores;

@@ -112,6 +112,12 @@ func TestMIGEndToEnd(t *testing.T) {
 			t.Errorf("the full GPU's 1g placements start at %v, want each of 0..6 once", starts)
 		}
 
+		// The full GPU's own reason, as HAMi master gives it for the eighth 1g pod (vector
+		// fill_1g_step_8): the count (7) before the MIG rule. A pod pinned to that GPU shows it.
+		s.createAnnotatedPod(t, "fill-pinned", 4000, 0, map[string]string{allocation.KeyUseGPUUUID: full})
+		s.waitPending(t, "fill-pinned", "1/8 "+allocation.ReasonCardTimeSlicingExhausted)
+		s.deletePod(t, "fill-pinned")
+
 		// Deleting a pod frees its placement: the agent destroys the instance, and the next
 		// 1g pod (binpack: the fullest GPU first) gets exactly that placement.
 		var victim placed
@@ -164,6 +170,12 @@ func TestMIGEndToEnd(t *testing.T) {
 		if next.gpu == gpu {
 			t.Errorf("pod next placed on the full GPU %s at %+v", gpu, next.at)
 		}
+		// Pinned to the full GPU, a zero-core pod is refused by the placement rule
+		// (CardMigTopologyInfeasible: memory and count still pass); HAMi refuses it too, with
+		// CardInsufficientCore (vector profile_cores_sum_above_100_blocks_zero_core_request).
+		s.createAnnotatedPod(t, "two-pinned", 4000, 0, map[string]string{allocation.KeyUseGPUUUID: gpu})
+		s.waitPending(t, "two-pinned", "1/8 "+allocation.ReasonCardMigTopologyInfeasible)
+		s.deletePod(t, "two-pinned")
 		s.checkSim(t, "2g+1g", append(got, next)...)
 		s.deleteAll(t, "2g+1g")
 	})
