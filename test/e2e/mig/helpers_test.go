@@ -344,7 +344,11 @@ func startExtender(tb testing.TB, extra ...string) string {
 	})
 	url := "http://" + addr
 	harness.Eventually(tb, "extender /readyz", 60*time.Second, func() bool {
-		resp, err := http.Get(url + "/readyz") //nolint:noctx // a local probe
+		req, err := http.NewRequestWithContext(tb.Context(), http.MethodGet, url+"/readyz", http.NoBody)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return false
 		}
@@ -526,7 +530,7 @@ func (s *stack) checkPlaced(t *testing.T, pod *corev1.Pod, wantProfile string) p
 	if a.ContainerIndex != 0 || a.DeviceIndex != 0 || a.GPUUUID != dev.UUID || a.Profile != wantProfile {
 		t.Errorf("pod %s: reservation %s, want container 0 device 0 of %s, profile %s", pod.Name, raw, dev.UUID, wantProfile)
 	}
-	if !slices.Contains(prof.Placements, annotation.MigPlacement(a.Placement.mig())) {
+	if !slices.Contains(prof.Placements, a.Placement.mig()) {
 		t.Errorf("pod %s: placement %+v is not one of %s's %+v", pod.Name, a.Placement, wantProfile, prof.Placements)
 	}
 	if a.MigUUID == "" || a.GPUInstanceID == nil || a.ComputeInstanceID == nil {
