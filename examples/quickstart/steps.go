@@ -37,7 +37,7 @@ const (
 	settle = 300 * time.Millisecond
 )
 
-// run is the whole quickstart: step 0 (up), the five steps, and --keep.
+// run is the whole quickstart: step 0 (up), the five steps, --mig and --keep.
 func (q *quickstart) run(ctx context.Context) error {
 	if err := q.up(ctx); err != nil {
 		return err
@@ -56,6 +56,11 @@ func (q *quickstart) run(ctx context.Context) error {
 	}
 	if err := q.doctor(ctx); err != nil {
 		return err
+	}
+	if q.opts.mig {
+		if err := q.migNode(ctx, 6); err != nil {
+			return err
+		}
 	}
 	if !q.opts.keep {
 		return nil
@@ -364,9 +369,13 @@ func (q *quickstart) runDoctor(ctx context.Context) (string, int, error) {
 	return "", 0, fmt.Errorf("run examples/doctor: %w\n%s", err, out.String())
 }
 
-// keep is step 6, --keep: everything stays up until Ctrl-C; the kubelet announces each pod it admits.
+// keep is step 6 (7 with --mig), --keep: everything stays up until Ctrl-C; the kubelet announces each pod it admits.
 func (q *quickstart) keep(ctx context.Context) error {
-	q.out.step(6, time.Since(q.start), "everything keeps running until Ctrl-C")
+	step := 6
+	if q.opts.mig {
+		step = 7 // after the MIG node's step
+	}
+	q.out.step(step, time.Since(q.start), "everything keeps running until Ctrl-C")
 	q.kubelet.mu.Lock()
 	q.kubelet.announce = func(a admission) {
 		switch {
