@@ -29,10 +29,10 @@ import (
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/allocation/allocationtest"
 	"github.com/hamireg/hamireg/annotation"
-	"github.com/hamireg/hamireg/mig"
 	"github.com/hamireg/hamireg/clienttest"
 	"github.com/hamireg/hamireg/kubeletplugin"
 	"github.com/hamireg/hamireg/kubeletplugin/kubelettest"
+	"github.com/hamireg/hamireg/mig"
 )
 
 // recorder is an Allocator that records its requests and answers with answer or err.
