@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
@@ -99,6 +101,11 @@ func (h HAMiCore) Allocate(_ context.Context, req ContainerRequest) (allocation.
 		}
 		return allocation.MIGResponse(uuids, h.Env)
 	}
+	for _, d := range req.Devices {
+		if i := slices.IndexFunc(req.NodeDevices, func(g annotation.Device) bool { return g.ID == d.GPU() }); i >= 0 && req.NodeDevices[i].Mode == allocation.ModeMIG {
+			return allocation.Response{}, fmt.Errorf("device %s is on a GPU in mig mode and the request carries no realised MIG instance (ContainerRequest.MIG): the agent realises them through Options.MIG; the GPU's UUID would give the container the whole GPU", d.UUID)
+		}
+	}
 	c := allocation.Container{PodUID: string(req.Pod.UID), Name: req.Container.Name, Env: req.Container.Env, CacheID: string(uuid.NewUUID())}
 	r, err := allocation.ContainerResponse(req.Devices, c, req.NodeDevices, h.Env)
 	if err != nil {
@@ -126,10 +133,41 @@ func prepareStateDir(dir string) error {
 	return nil
 }
 
+// validUTF8 checks that every string of r is valid UTF-8: gRPC refuses to send a protobuf
+// string that is not, and the kubelet would only see a transport error.
+func validUTF8(r allocation.Response) error {
+	check := func(what, s string) error {
+		if !utf8.ValidString(s) {
+			return fmt.Errorf("%s %q is not valid UTF-8 (the kubelet's gRPC cannot carry it)", what, s)
+		}
+		return nil
+	}
+	var errs []error
+	for k, v := range r.Envs {
+		errs = append(errs, check("environment variable", k), check("value of "+k, v))
+	}
+	for k, v := range r.Annotations {
+		errs = append(errs, check("annotation", k), check("value of annotation "+k, v))
+	}
+	for _, m := range r.Mounts {
+		errs = append(errs, check("mount path", m.ContainerPath), check("mount path", m.HostPath))
+	}
+	for _, d := range r.DeviceNodes {
+		errs = append(errs, check("device node", d.ContainerPath), check("device node", d.HostPath), check("device node permissions", d.Permissions))
+	}
+	for _, name := range r.CDIDevices {
+		errs = append(errs, check("CDI device", name))
+	}
+	return errors.Join(errs...)
+}
+
 // containerResponse converts an Allocator's answer into the kubelet's, checking what the
 // kubelet or the container runtime would reject later with a less helpful message.
 func containerResponse(r allocation.Response) (*pluginapi.ContainerAllocateResponse, error) {
 	resp := &pluginapi.ContainerAllocateResponse{Envs: r.Envs, Annotations: r.Annotations}
+	if err := validUTF8(r); err != nil {
+		return nil, err
+	}
 	for _, m := range r.Mounts {
 		if m.ContainerPath == "" || m.HostPath == "" {
 			return nil, fmt.Errorf("mount %+v: both paths are needed", m)

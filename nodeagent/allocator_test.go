@@ -5,7 +5,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,6 +32,7 @@ import (
 	"github.com/hamireg/hamireg/clienttest"
 	"github.com/hamireg/hamireg/kubeletplugin"
 	"github.com/hamireg/hamireg/kubeletplugin/kubelettest"
+	"github.com/hamireg/hamireg/mig"
 )
 
 // recorder is an Allocator that records its requests and answers with answer or err.
@@ -219,9 +219,10 @@ func TestHAMiCorePreparesTheStateFolder(t *testing.T) {
 	}
 }
 
-// For a GPU in mig mode HAMiCore answers the device list alone, as HAMi's plugin does: no
-// HAMi-core limit, mount or preload, and no state folder even with PrepareStateDir. A container
-// with GPUs of both modes fails.
+// For a GPU in mig mode HAMiCore answers the realised MIG devices alone, as HAMi's plugin
+// does: no HAMi-core limit, mount or preload, and no state folder even with PrepareStateDir.
+// Without the realised instances it refuses (the GPU's UUID would hand out the whole GPU), and
+// an answer gRPC cannot carry (not UTF-8) is refused by the agent.
 func TestHAMiCoreMIGMode(t *testing.T) {
 	t.Parallel()
 	hook := t.TempDir()
@@ -231,25 +232,26 @@ func TestHAMiCoreMIGMode(t *testing.T) {
 	}
 	pod := gpuPod("p", "main")
 	h := HAMiCore{Env: allocation.EnvOptions{HookPath: hook}, PrepareStateDir: true}
-	r, err := h.Allocate(t.Context(), ContainerRequest{
-		Pod: pod, Container: &pod.Spec.Containers[0], Devices: allocation.ContainerDevices{dev(0, 1000, 30)}, NodeDevices: gpus,
-	})
+	req := ContainerRequest{Pod: pod, Container: &pod.Spec.Containers[0], Devices: allocation.ContainerDevices{dev(0, 1000, 30)}, NodeDevices: gpus}
+	if _, err := h.Allocate(t.Context(), req); err == nil || !strings.Contains(err.Error(), "Options.MIG") {
+		t.Errorf("MIG GPU without its instance = %v, want a refusal naming Options.MIG", err)
+	}
+	req.MIG = []mig.Instance{{GPUUUID: "GPU-0", Profile: "1g.5gb", Runtime: mig.Runtime{MigUUID: "MIG-0"}}}
+	r, err := h.Allocate(t.Context(), req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := gocmp.Diff(allocation.Response{Envs: map[string]string{"NVIDIA_VISIBLE_DEVICES": "GPU-0"}}, r); diff != "" {
+	if diff := gocmp.Diff(allocation.Response{Envs: map[string]string{"NVIDIA_VISIBLE_DEVICES": "MIG-0"}}, r); diff != "" {
 		t.Errorf("answer (-want +got):\n%s", diff)
 	}
 	if _, err := os.Stat(filepath.Join(hook, "vgpu")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("state folder made for a MIG GPU: %v", err)
 	}
-	mixed := slices.Clone(gpus)
-	mixed[1].Mode = "hami-core"
-	_, err = h.Allocate(t.Context(), ContainerRequest{
-		Pod: pod, Container: &pod.Spec.Containers[0], Devices: allocation.ContainerDevices{dev(0, 1000, 30), dev(1, 1000, 30)}, NodeDevices: mixed,
-	})
-	if !errors.Is(err, allocation.ErrMixedModes) {
-		t.Errorf("mixed modes = %v, want ErrMixedModes", err)
+	a := &Agent{alloc: AllocatorFunc(func(context.Context, ContainerRequest) (allocation.Response, error) {
+		return allocation.Response{Envs: map[string]string{"NVIDIA_VISIBLE_DEVICES": "GPU-\xff"}}, nil
+	})}
+	if _, e := a.answer(t.Context(), req); e == nil || !errors.Is(e, ErrAllocator) || !strings.Contains(e.Error(), "UTF-8") {
+		t.Errorf("answer with invalid UTF-8 = %v, want ErrAllocator naming UTF-8", e)
 	}
 }
 

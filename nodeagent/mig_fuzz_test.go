@@ -29,10 +29,9 @@ func FuzzMIGAllocate(f *testing.F) {
 	f.Add(`{`, "GPU-mig-0,NVIDIA,1,1:GPU-plain,NVIDIA,1,1:;", "GPU-mig-0-0,GPU-plain-1")
 	classes := []error{ErrNoBindingPod, ErrPodGone, ErrNoPendingEntry, ErrDeviceCountMismatch, ErrMalformed, ErrAPI, ErrHost, ErrAllocator, ErrMIG}
 	f.Fuzz(func(t *testing.T, reservations, toAllocate, ids string) {
-		// Proto strings are UTF-8: the kubelet's ids are, and the answer must be (a device UUID
-		// of the to-allocate list that is not UTF-8 ends in NVIDIA_VISIBLE_DEVICES of a non-MIG
-		// answer, which gRPC cannot send: not this target's subject).
-		ids, toAllocate = strings.ToValidUTF8(ids, "?"), strings.ToValidUTF8(toAllocate, "?")
+		// Proto strings are UTF-8: the kubelet's ids are. A to-allocate value that is not is
+		// refused as an answer gRPC cannot carry (ErrAllocator).
+		ids = strings.ToValidUTF8(ids, "?")
 		fm := newFakeMIG(migGPU0, migGPU1)
 		finished := fm.add(migGPU0, "1g.5gb", mig.Placement{Start: 6, Size: 1}, 1)
 		running := fm.add(migGPU1, "3g.20gb", mig.Placement{Start: 4, Size: 4}, 1)
