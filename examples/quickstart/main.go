@@ -2,7 +2,7 @@
 // GPU, and walks through the whole loop of the SDK:
 //
 //	make quickstart            # from the repository root; or, in examples/quickstart:
-//	go run . [--keep] [--mig] [--k8s-bin DIR] [--repo DIR] [--programs DIR] [--node gpu-node-1] [-v 2]
+//	go run . [--keep] [--mig=false] [--k8s-bin DIR] [--repo DIR] [--programs DIR] [--node gpu-node-1] [-v 2]
 //
 // The peers are the real ones the e2e tests use: etcd and kube-apiserver (TLS, RBAC),
 // kube-scheduler configured from examples/extender's manifests, and the kubelet's own device
@@ -26,13 +26,13 @@
 //  5. runs examples/doctor on the node (healthy), breaks one channel on purpose (the
 //     register annotation deleted by hand) and runs it again (the case and the fix), then
 //     shows the node agent healing it;
-//  6. with --mig, starts a second node whose device plugin is examples/deviceplugin
+//  6. starts a second node whose device plugin is examples/deviceplugin
 //     --simulate dgxa100 --mig (the 8 A100s in MIG mode), shows its register annotation (a
 //     GPU's migProfiles as HAMi master publishes them) and places a pod of one GPU with
 //     9000 MiB on it: the profile and placement the extender reserved (2g.10gb), the MIG
 //     device the plugin created and patched into hami.io/vgpu-mig-allocations, and the MIG
-//     UUID the kubelet's Allocate got;
-//  7. with --keep (step 6 without --mig), leaves everything running and prints a kubeconfig for kubectl and the
+//     UUID the kubelet's Allocate got (--mig=false skips this step);
+//  7. with --keep (step 6 with --mig=false), leaves everything running and prints a kubeconfig for kubectl and the
 //     doctor until Ctrl-C; without it, stops everything and removes what it created.
 //
 // The first run builds kube-apiserver, kube-scheduler and etcd into the user's cache

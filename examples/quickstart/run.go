@@ -39,7 +39,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var o options
 	fs.BoolVar(&o.keep, "keep", false, "leave the cluster running after the steps, until Ctrl-C")
-	fs.BoolVar(&o.mig, "mig", false, "after the doctor, also start a second node in MIG mode (examples/deviceplugin --simulate dgxa100 --mig) and place a MIG pod on it")
+	fs.BoolVar(&o.mig, "mig", true, "after the doctor, also start a second node in MIG mode (examples/deviceplugin --simulate dgxa100 --mig) and place a MIG pod on it; --mig=false skips it")
 	fs.StringVar(&o.k8sBin, "k8s-bin", os.Getenv(envtest.EnvBinDir), "folder with kube-apiserver, kube-scheduler and etcd (default $"+envtest.EnvBinDir+"; empty: build them with hack/k8sbins/build.sh)")
 	fs.StringVar(&o.repo, "repo", "", "the hamireg checkout whose examples run (default: the folder above the working directory that holds its go.mod)")
 	fs.StringVar(&o.programs, "programs", "", "folder to build examples/extender, deviceplugin and doctor into (default: <user cache>/hamireg/quickstart/bin)")

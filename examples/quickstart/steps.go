@@ -37,7 +37,7 @@ const (
 	settle = 300 * time.Millisecond
 )
 
-// run is the whole quickstart: step 0 (up), the five steps, --mig and --keep.
+// run is the whole quickstart: step 0 (up), the five steps, the MIG node (unless --mig=false) and --keep.
 func (q *quickstart) run(ctx context.Context) error {
 	if err := q.up(ctx); err != nil {
 		return err
@@ -369,7 +369,7 @@ func (q *quickstart) runDoctor(ctx context.Context) (string, int, error) {
 	return "", 0, fmt.Errorf("run examples/doctor: %w\n%s", err, out.String())
 }
 
-// keep is step 6 (7 with --mig), --keep: everything stays up until Ctrl-C; the kubelet announces each pod it admits.
+// keep is step 7 (6 with --mig=false), --keep: everything stays up until Ctrl-C; the kubelet announces each pod it admits.
 func (q *quickstart) keep(ctx context.Context) error {
 	step := 6
 	if q.opts.mig {

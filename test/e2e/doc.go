@@ -14,6 +14,9 @@
 //     protocol, and the full loop with kube-scheduler and examples/extender.
 //   - extender: examples/extender called by a real kube-scheduler: placement, over-commit,
 //     rejection reasons, a restart, throughput.
+//   - mig: MIG end to end: kube-scheduler, examples/extender, the kubelet's device manager and
+//     examples/deviceplugin --simulate dgxa100 --mig: profiles chosen by NVML's memory, a GPU's
+//     placements filled, a freed placement reused, Pending reasons, no overlapping instance.
 //   - extenderha: the admission webhook called by the API server over TLS, and two replicas
 //     with a failover.
 //   - quickstart: the examples/quickstart binary end to end: every step's lines, --keep and

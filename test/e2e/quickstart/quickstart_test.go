@@ -250,14 +250,25 @@ func TestQuickstart(t *testing.T) {
 		regexp.MustCompile(`(?m)^   │ +fix: +kubectl -n kube-system logs hami-device-plugin-\S+ -c device-plugin`),
 		regexp.MustCompile(`(?m)^ +hami\.io/node-nvidia-register healed by the node agent \S+ after it resumed$`),
 		regexp.MustCompile(`(?m)^ +doctor again: Node qs-node: healthy$`),
-		regexp.MustCompile(`(?m)^quickstart: done in \S+: 6 process\(es\) stopped, /\S+ removed$`),
+		// Step 6: the MIG node, its profiles, a pod reserved 2g.10gb and the MIG device it got.
+		regexp.MustCompile(`(?m)^== 6\. node qs-node-mig: 8 simulated A100s in MIG mode, and a MIG pod`),
+		regexp.MustCompile(`(?m)^   register +hami\.io/node-nvidia-register: 8 GPUs in mode mig, the first:\n +\{"id":"GPU-[0-9a-f-]+","count":7,"devmem":40960,"devcore":100,.*"mode":"mig","migProfiles":\[\{"name":"1g\.5gb","memoryMB":4864,"core":15,"sliceCount":1,`),
+		regexp.MustCompile(`(?m)^   reserved +pod default/mig-demo \(1 GPU, 9000 MiB\): profile 2g\.10gb at placement \d\+2 of GPU-[0-9a-f-]+; hami\.io/bind-phase success`),
+		regexp.MustCompile(`(?m)^   annotations +hami\.io/vgpu-devices-allocated: GPU-[0-9a-f-]+,NVIDIA,9856,29:;$`),
+		regexp.MustCompile(`(?m)^ +hami\.io/vgpu-mig-allocations: \[\{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-[0-9a-f-]+","profile":"2g\.10gb","placement":\{"start":\d,"size":2\},"migUUID":"(MIG-[0-9a-f-]+)","gpuInstanceID":\d+,"computeInstanceID":\d+\}\]$`),
+		regexp.MustCompile(`(?m)^   env +the kubelet's Allocate: NVIDIA_VISIBLE_DEVICES=MIG-[0-9a-f-]+ `),
+		regexp.MustCompile(`(?m)^quickstart: done in \S+: 8 process\(es\) stopped, /\S+ removed$`),
 	} {
 		if !want.MatchString(out) {
 			t.Errorf("output has no match for %s", want)
 		}
 	}
-	if strings.Contains(out, "== 6.") {
-		t.Error("step 6 (--keep) ran without --keep")
+	if strings.Contains(out, "== 7.") {
+		t.Error("step 7 (--keep) ran without --keep")
+	}
+	// The MIG UUID of the reservation is the one the kubelet's Allocate answered.
+	if m := regexp.MustCompile(`"migUUID":"(MIG-[0-9a-f-]+)"`).FindStringSubmatch(out); m == nil || !strings.Contains(out, "NVIDIA_VISIBLE_DEVICES="+m[1]+" ") {
+		t.Errorf("the reservation's MIG UUID is not the one the kubelet's Allocate got (%v)", m)
 	}
 	r.wantNothingLeft(t)
 }
@@ -265,7 +276,7 @@ func TestQuickstart(t *testing.T) {
 // TestQuickstartKeep is --keep ended by Ctrl-C: the kubeconfig is printed, the run ends with
 // exit 0 and everything is stopped and removed.
 func TestQuickstartKeep(t *testing.T) {
-	r := start(t, "--keep", "--node", "qs-keep")
+	r := start(t, "--keep", "--mig=false", "--node", "qs-keep")
 	r.waitLine(t, "== 6. everything keeps running until Ctrl-C", 5*time.Minute)
 	r.waitLine(t, "kubeconfig", 10*time.Second)
 	out := r.output()
