@@ -39,10 +39,16 @@
 // served with HAMi's pod protocol (allocation and nodelock); examples/deviceplugin is a whole
 // device plugin on it.
 //
+// MIG runs through the same parts: package [github.com/hamireg/hamireg/mig] is its pure side
+// (the hami.io/vgpu-mig-allocations reservation codec, the migProfileAllowlist, the placement
+// packer), nvmlscan discovers each GPU's MIG profiles and realises instances (Scanner.MIG),
+// allocation's fit chooses a profile and a placement, and the node agent creates the reserved
+// instance at Allocate and destroys it when its pod is gone.
+//
 // Data flows one way: NVML → nvmlscan → nodeagent → register (channel 2) and kubeletplugin
 // (channel 1); kubelet Allocate → nodeagent → allocation and nodelock; Node informer →
 // schedcache → handshake (channel 3); Pod and ResourceQuota informers → usage; schedcache and
-// usage → extender (allocation's fit, nodelock at bind). The packages annotation, handshake and allocation are pure (no I/O, no
+// usage → extender (allocation's fit, nodelock at bind). The packages annotation, handshake, mig and allocation are pure (no I/O, no
 // clock, no logging) and build without cgo; only nvmlscan uses cgo.
 //
 // The wire format is byte-identical to HAMi's for the same device list (master's shape by
