@@ -152,6 +152,30 @@ func (r MatchRule) String() string {
 	}
 }
 
+// MarshalText writes the rule's name ("word" or "substring"), so that a rule can be a flag
+// (flag.TextVar) or a configuration field.
+func (r MatchRule) MarshalText() ([]byte, error) {
+	switch r {
+	case MatchWord, MatchSubstring:
+		return []byte(r.String()), nil
+	}
+	return nil, fmt.Errorf("%w: unknown match rule %d", ErrInvalidAllowlist, int(r))
+}
+
+// UnmarshalText reads "word" or "substring"; anything else is an error that errors.Is
+// [ErrInvalidAllowlist] and names both.
+func (r *MatchRule) UnmarshalText(text []byte) error {
+	switch string(text) {
+	case "word":
+		*r = MatchWord
+	case "substring":
+		*r = MatchSubstring
+	default:
+		return fmt.Errorf("%w: match rule %q is neither word nor substring", ErrInvalidAllowlist, text)
+	}
+	return nil
+}
+
 // Match returns the profiles of the first entry with a model that matches the NVML name under
 // rule, that entry's index (-1 and nil profiles when none matches), and the indexes of the
 // later entries that match too: more than one match means the allowlist is ambiguous for that

@@ -135,6 +135,30 @@ func (d MIGDiscovery) String() string {
 	}
 }
 
+// MarshalText writes the discovery's name ("base" or "all"), so that it can be a flag
+// (flag.TextVar) or a configuration field.
+func (d MIGDiscovery) MarshalText() ([]byte, error) {
+	switch d {
+	case MIGDiscoveryBaseSlices, MIGDiscoveryAllProfiles:
+		return []byte(d.String()), nil
+	}
+	return nil, invalid("unknown MIG profile discovery %d", int(d))
+}
+
+// UnmarshalText reads "base" or "all"; anything else is an error that errors.Is
+// [ErrInvalidOptions] and names both.
+func (d *MIGDiscovery) UnmarshalText(text []byte) error {
+	switch string(text) {
+	case "base":
+		*d = MIGDiscoveryBaseSlices
+	case "all":
+		*d = MIGDiscoveryAllProfiles
+	default:
+		return invalid("MIG profile discovery %q is neither base nor all", text)
+	}
+	return nil
+}
+
 // HealthOptions configures the XID health watch and its recovery rule (see [Scanner.Run]).
 type HealthOptions struct {
 	// Disabled turns the XID watch off: every GPU stays healthy and Run only waits for its

@@ -154,8 +154,10 @@ func run(ctx context.Context, args []string, stderr io.Writer, h host) int {
 	quiet := flags.Duration("health-quiet-period", nvmlscan.DefaultQuietPeriod, "time without a critical XID before an unhealthy GPU is healthy again")
 	migMode := flags.Bool("mig", false, "operating mode mig: publish the GPUs' MIG profiles and realise MIG reservations at Allocate (HAMi master's dynamic MIG)")
 	migAllowlist := flags.String("mig-allowlist", "", "migProfileAllowlist `FILE` (YAML or JSON, HAMi's device ConfigMap shape; default: HAMi's chart list, H200 entries first)")
-	migMatch := flags.String("mig-model-match", "word", "how allowlist models match NVML names: word (at word boundaries) or substring (HAMi's strings.Contains)")
-	migProfiles := flags.String("mig-profiles", "base", "how profile names resolve to NVML profiles: base (HAMi's slice-count mapping) or all (every profile id, REV profiles correct)")
+	var migMatch mig.MatchRule
+	flags.TextVar(&migMatch, "mig-model-match", mig.MatchWord, "how allowlist models match NVML names: word (at word boundaries) or substring (HAMi's strings.Contains)")
+	var migProfiles nvmlscan.MIGDiscovery
+	flags.TextVar(&migProfiles, "mig-profiles", nvmlscan.MIGDiscoveryBaseSlices, "how profile names resolve to NVML profiles: base (HAMi's slice-count mapping) or all (every profile id, REV profiles correct)")
 	debugAddr := flags.String("simulate-debug-address", "", "with --simulate, serve GET /debug/nvmlsim/mig (the simulated GPUs' MIG instances, JSON) on this `address`; \"\" = off")
 	verbosity := flags.Int("v", 0, "log verbosity")
 	if err := flags.Parse(args); err != nil {
@@ -189,7 +191,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, h host) int {
 	if *debugAddr != "" && *simulate == "" {
 		return usage("--simulate-debug-address needs --simulate")
 	}
-	mo, err := migOptions(*migMode, *migAllowlist, *migMatch, *migProfiles)
+	mo, err := migOptions(*migMode, *migAllowlist, migMatch, migProfiles)
 	if err != nil {
 		return usage("%v", err)
 	}
@@ -301,26 +303,10 @@ type migConfig struct {
 
 // migOptions reads the --mig flags: the operating mode, the allowlist file (nil without one:
 // nvmlscan's default), the model match rule and the profile discovery.
-func migOptions(on bool, allowlistFile, match, profiles string) (migConfig, error) {
-	var c migConfig
+func migOptions(on bool, allowlistFile string, match mig.MatchRule, profiles nvmlscan.MIGDiscovery) (migConfig, error) {
+	c := migConfig{match: match, discovery: profiles}
 	if on {
 		c.mode = nvmlscan.ModeMIG
-	}
-	switch match {
-	case "word":
-		c.match = mig.MatchWord
-	case "substring":
-		c.match = mig.MatchSubstring
-	default:
-		return c, fmt.Errorf("--mig-model-match %q is not word or substring", match)
-	}
-	switch profiles {
-	case "base":
-		c.discovery = nvmlscan.MIGDiscoveryBaseSlices
-	case "all":
-		c.discovery = nvmlscan.MIGDiscoveryAllProfiles
-	default:
-		return c, fmt.Errorf("--mig-profiles %q is not base or all", profiles)
 	}
 	if allowlistFile != "" {
 		data, err := os.ReadFile(allowlistFile)
@@ -329,6 +315,9 @@ func migOptions(on bool, allowlistFile, match, profiles string) (migConfig, erro
 		}
 		if c.allowlist, err = mig.ParseAllowlist(data); err != nil {
 			return c, fmt.Errorf("--mig-allowlist %s: %w", allowlistFile, err)
+		}
+		if c.allowlist == nil {
+			c.allowlist = mig.Allowlist{} // an empty file: no profile for any GPU
 		}
 	}
 	return c, nil

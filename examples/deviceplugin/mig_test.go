@@ -37,8 +37,8 @@ func TestRunMIGUsage(t *testing.T) {
 		args []string
 		want string
 	}{
-		"match rule":             {args: []string{"--mig", "--mig-model-match", "prefix"}, want: `--mig-model-match "prefix" is not word or substring`},
-		"profile discovery":      {args: []string{"--mig", "--mig-profiles", "rev"}, want: `--mig-profiles "rev" is not base or all`},
+		"match rule":             {args: []string{"--mig", "--mig-model-match", "prefix"}, want: `invalid value "prefix" for flag -mig-model-match: invalid MIG profile allowlist: match rule "prefix" is neither word nor substring`},
+		"profile discovery":      {args: []string{"--mig", "--mig-profiles", "rev"}, want: `invalid value "rev" for flag -mig-profiles: MIG profile discovery "rev" is neither base nor all`},
 		"missing allowlist":      {args: []string{"--mig", "--mig-allowlist", filepath.Join(dir, "none.yaml")}, want: "--mig-allowlist: open"},
 		"invalid allowlist":      {args: []string{"--mig", "--mig-allowlist", bad}, want: "--mig-allowlist " + bad},
 		"debug without simulate": {args: []string{"--simulate-debug-address", "127.0.0.1:0"}, want: "--simulate-debug-address needs --simulate"},

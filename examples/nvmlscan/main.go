@@ -66,8 +66,10 @@ func run(ctx context.Context, args []string, lib nvml.Interface, stdout, stderr 
 	shape := flags.String("shape", "master", "wire shape: master (HAMi v2.10+) or v2.9.0")
 	watch := flags.Duration("watch", 0, "watch for XID errors this long before scanning (0: scan at once)")
 	migAllowlist := flags.String("mig-allowlist", "", "YAML file with the migProfileAllowlist (default: the SDK's default allowlist)")
-	migMatch := flags.String("mig-model-match", "word", "how allowlist models match NVML names: word (word-bounded) or substring (HAMi's)")
-	migProfiles := flags.String("mig-profiles", "base", "MIG profile discovery: base (HAMi's base-slice profiles) or all (every profile id, REV profiles correct)")
+	var migMatch mig.MatchRule
+	flags.TextVar(&migMatch, "mig-model-match", mig.MatchWord, "how allowlist models match NVML names: word (word-bounded) or substring (HAMi's)")
+	var migProfiles nvmlscan.MIGDiscovery
+	flags.TextVar(&migProfiles, "mig-profiles", nvmlscan.MIGDiscoveryBaseSlices, "MIG profile discovery: base (HAMi's base-slice profiles) or all (every profile id, REV profiles correct)")
 	verbosity := flags.Int("v", 0, "log verbosity (logs go to stderr)")
 	if err := flags.Parse(args); err != nil {
 		return 2
@@ -90,7 +92,7 @@ func run(ctx context.Context, args []string, lib nvml.Interface, stdout, stderr 
 		fmt.Fprintf(stderr, "nvmlscan: -split-count: split count %d is not within [0, %d]\n", *splitCount, math.MaxInt32)
 		return 2
 	}
-	migOpts, err := parseMIG(*migAllowlist, *migMatch, *migProfiles)
+	migOpts, err := parseMIG(*migAllowlist, migMatch, migProfiles)
 	if err != nil {
 		fmt.Fprintf(stderr, "nvmlscan: %v\n", err)
 		return 2
@@ -195,8 +197,8 @@ func printResult(w io.Writer, res nvmlscan.Result, unhealthy []nvmlscan.DeviceHe
 }
 
 // parseMIG turns the MIG flags into the scanner's MIG options.
-func parseMIG(allowlistFile, match, profiles string) (nvmlscan.Options, error) {
-	var opts nvmlscan.Options
+func parseMIG(allowlistFile string, match mig.MatchRule, profiles nvmlscan.MIGDiscovery) (nvmlscan.Options, error) {
+	opts := nvmlscan.Options{MIGModelMatch: match, MIGProfileDiscovery: profiles}
 	if allowlistFile != "" {
 		data, err := os.ReadFile(allowlistFile)
 		if err != nil {
@@ -208,22 +210,6 @@ func parseMIG(allowlistFile, match, profiles string) (nvmlscan.Options, error) {
 		if opts.MIGAllowlist == nil {
 			opts.MIGAllowlist = mig.Allowlist{} // an empty file: no profile for any GPU
 		}
-	}
-	switch match {
-	case "word":
-		opts.MIGModelMatch = mig.MatchWord
-	case "substring":
-		opts.MIGModelMatch = mig.MatchSubstring
-	default:
-		return opts, fmt.Errorf("-mig-model-match %q is neither word nor substring", match)
-	}
-	switch profiles {
-	case "base":
-		opts.MIGProfileDiscovery = nvmlscan.MIGDiscoveryBaseSlices
-	case "all":
-		opts.MIGProfileDiscovery = nvmlscan.MIGDiscoveryAllProfiles
-	default:
-		return opts, fmt.Errorf("-mig-profiles %q is neither base nor all", profiles)
 	}
 	return opts, nil
 }
