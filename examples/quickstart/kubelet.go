@@ -191,29 +191,10 @@ func (q *quickstart) startNode(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	labels := map[string]string{"kubernetes.io/hostname": q.opts.node, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}
-	maps.Copy(labels, ds.Spec.Template.Spec.NodeSelector)
+	if err := q.createReadyNode(ctx, q.opts.node, ds); err != nil {
+		return err
+	}
 	c := q.cp.AdminClient()
-	n, err := c.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: q.opts.node, Labels: labels}}, metav1.CreateOptions{})
-	if err != nil {
-		return fmt.Errorf("create node %s: %w", q.opts.node, err)
-	}
-	n.Spec.Taints = nil
-	if n, err = c.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("untaint node %s: %w", q.opts.node, err)
-	}
-	q8 := resource.MustParse
-	n.Status = corev1.NodeStatus{
-		Capacity:    corev1.ResourceList{corev1.ResourceCPU: q8("64"), corev1.ResourceMemory: q8("512Gi"), corev1.ResourcePods: q8("110")},
-		Allocatable: corev1.ResourceList{corev1.ResourceCPU: q8("64"), corev1.ResourceMemory: q8("512Gi"), corev1.ResourcePods: q8("110")},
-		Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
-			Message: "the quickstart's kubelet (the real device manager, no container runtime)", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}},
-		Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}},
-		NodeInfo:  corev1.NodeSystemInfo{KubeletVersion: q.cp.Version(), OperatingSystem: "linux", Architecture: "amd64"},
-	}
-	if _, err := c.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("status of node %s: %w", q.opts.node, err)
-	}
 
 	kctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	q.kubelet = &kubelet{client: c, node: q.opts.node, dm: q.dm, running: map[string]bool{q.schedulerPod(): true, q.pluginPod(): true}}
@@ -306,4 +287,34 @@ func publishesScores(args []string, envValue string) bool {
 		}
 	}
 	return on
+}
+
+// createReadyNode creates the Node name with the labels the DaemonSet ds selects on, no
+// taints, and the status of a ready node whose kubelet is the quickstart's (the device manager
+// alone, no container runtime).
+func (q *quickstart) createReadyNode(ctx context.Context, name string, ds *appsv1.DaemonSet) error {
+	labels := map[string]string{"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}
+	maps.Copy(labels, ds.Spec.Template.Spec.NodeSelector)
+	c := q.cp.AdminClient()
+	n, err := c.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("create node %s: %w", name, err)
+	}
+	n.Spec.Taints = nil
+	if n, err = c.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("untaint node %s: %w", name, err)
+	}
+	q8 := resource.MustParse
+	n.Status = corev1.NodeStatus{
+		Capacity:    corev1.ResourceList{corev1.ResourceCPU: q8("64"), corev1.ResourceMemory: q8("512Gi"), corev1.ResourcePods: q8("110")},
+		Allocatable: corev1.ResourceList{corev1.ResourceCPU: q8("64"), corev1.ResourceMemory: q8("512Gi"), corev1.ResourcePods: q8("110")},
+		Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
+			Message: "the quickstart's kubelet (the real device manager, no container runtime)", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}},
+		Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}},
+		NodeInfo:  corev1.NodeSystemInfo{KubeletVersion: q.cp.Version(), OperatingSystem: "linux", Architecture: "amd64"},
+	}
+	if _, err := c.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("status of node %s: %w", name, err)
+	}
+	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"path/filepath"
 	"strings"
 	"time"
@@ -53,29 +52,10 @@ func (q *quickstart) migNode(ctx context.Context, step int) error {
 	}
 	q.onStop(func() error { q.stopped++; return dm.Stop() })
 
-	labels := map[string]string{"kubernetes.io/hostname": node, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}
-	maps.Copy(labels, ds.Spec.Template.Spec.NodeSelector)
+	if err := q.createReadyNode(ctx, node, ds); err != nil {
+		return err
+	}
 	c := q.cp.AdminClient()
-	n, err := c.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, Labels: labels}}, metav1.CreateOptions{})
-	if err != nil {
-		return fmt.Errorf("create node %s: %w", node, err)
-	}
-	n.Spec.Taints = nil
-	if n, err = c.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("untaint node %s: %w", node, err)
-	}
-	q8 := resource.MustParse
-	n.Status = corev1.NodeStatus{
-		Capacity:    corev1.ResourceList{corev1.ResourceCPU: q8("64"), corev1.ResourceMemory: q8("512Gi"), corev1.ResourcePods: q8("110")},
-		Allocatable: corev1.ResourceList{corev1.ResourceCPU: q8("64"), corev1.ResourceMemory: q8("512Gi"), corev1.ResourcePods: q8("110")},
-		Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
-			Message: "the quickstart's kubelet (the real device manager, no container runtime)", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}},
-		Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}},
-		NodeInfo:  corev1.NodeSystemInfo{KubeletVersion: q.cp.Version(), OperatingSystem: "linux", Architecture: "amd64"},
-	}
-	if _, err := c.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("status of node %s: %w", node, err)
-	}
 	kl := &kubelet{client: c, node: node, dm: dm, running: map[string]bool{}}
 	kctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
