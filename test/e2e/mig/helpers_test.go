@@ -17,23 +17,18 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
-	kubeschedulerconfigv1 "k8s.io/kube-scheduler/config/v1"
-	"k8s.io/utils/ptr"
 
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/envtest"
 	"github.com/hamireg/hamireg/envtest/kubeletpeer"
 	"github.com/hamireg/hamireg/envtest/proc"
-	"github.com/hamireg/hamireg/internal/manifests"
 	"github.com/hamireg/hamireg/mig"
-	"github.com/hamireg/hamireg/nodeagent"
 	"github.com/hamireg/hamireg/nodelock"
 	"github.com/hamireg/hamireg/test/e2e/harness"
 )
@@ -140,7 +135,7 @@ func newStack(t *testing.T) *stack {
 	root := harness.ShortTempDir(t)
 	s.dm = harness.StartDeviceManagerForTest(t, kubeletpeer.DeviceManagerOptions{Dir: filepath.Join(root, "device-plugins")})
 	s.debugURL = fmt.Sprintf("http://127.0.0.1:%d", harness.FreePort(t))
-	s.agent = startAgent(t, s.node, root, agentKubeconfig(t, s.ns), "--simulate-debug-address", strings.TrimPrefix(s.debugURL, "http://"))
+	s.agent = startAgent(t, s.node, root, cp.AgentKubeconfig(t, s.ns, agentRole), "--simulate-debug-address", strings.TrimPrefix(s.debugURL, "http://"))
 
 	var caps kubeletpeer.Resources
 	harness.Eventually(t, "the kubelet's nvidia.com/gpu devices", 60*time.Second, func() bool {
@@ -162,9 +157,12 @@ func newStack(t *testing.T) *stack {
 	t.Logf("kubelet resources %v; register annotation of GPU 0: %s", caps.Allocatable, s.registerOf(t, 0))
 	makeReady(t, s)
 
-	url := startExtender(t, "--node-scheduler-policy", "binpack", "--gpu-scheduler-policy", "binpack",
+	if errExtenderBuild != nil {
+		t.Fatal(errExtenderBuild)
+	}
+	url := cp.StartExtender(t, extenderBin, "--node-scheduler-policy", "binpack", "--gpu-scheduler-policy", "binpack",
 		"--node-label-selector="+harness.TestLabel+"="+s.node)
-	sched, err := cp.StartScheduler(ctx, envtest.SchedulerOptions{Config: schedulerConfig(t, url)})
+	sched, err := cp.StartScheduler(ctx, envtest.SchedulerOptions{Config: harness.ExtenderSchedulerConfig(t, url)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,32 +229,6 @@ func makeReady(t *testing.T, s *stack) {
 	}
 }
 
-var roleOnce struct {
-	sync.Once
-	err error
-}
-
-// agentKubeconfig writes a kubeconfig for ServiceAccount <ns>/hami-device-plugin, bound to
-// agentRole, and returns its path.
-func agentKubeconfig(tb testing.TB, ns string) string {
-	tb.Helper()
-	ctx := tb.Context()
-	roleOnce.Do(func() {
-		role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: agentRole}, Rules: nodeagent.ClusterRoleRules()}
-		if _, err := cp.AdminClient().RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			roleOnce.err = err
-		}
-	})
-	if roleOnce.err != nil {
-		tb.Fatalf("create cluster role %s: %v", agentRole, roleOnce.err)
-	}
-	path, err := cp.ServiceAccountKubeconfig(ctx, tb.TempDir(), ns, "hami-device-plugin", agentRole)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return path
-}
-
 // startAgent starts examples/deviceplugin for node on the simulated DGX A100 in MIG mode.
 // When tb ends it is stopped with SIGTERM and must exit 0 (a race the detector found exits
 // 66).
@@ -297,65 +269,6 @@ func startAgent(tb testing.TB, node, root, kubeconfig string, extra ...string) *
 		}
 	})
 	return p
-}
-
-// schedulerConfig reads the KubeSchedulerConfiguration of examples/extender/deploy and points
-// its extender at url over plain HTTP; leader election is off, as one scheduler runs.
-func schedulerConfig(tb testing.TB, url string) *kubeschedulerconfigv1.KubeSchedulerConfiguration {
-	tb.Helper()
-	cm, ok := manifests.Find[*corev1.ConfigMap](manifests.Glob(tb, filepath.Join("..", "..", "..", "examples", "extender", "deploy", "scheduler-config.yaml")), "hami-scheduler-config")
-	if !ok {
-		tb.Fatal("scheduler-config.yaml: no ConfigMap hami-scheduler-config")
-	}
-	cfg, err := manifests.SchedulerConfig(cm)
-	if err != nil {
-		tb.Fatalf("scheduler-config.yaml: %v", err)
-	}
-	if err := manifests.ExtenderOverHTTP(cfg, url); err != nil {
-		tb.Fatalf("scheduler-config.yaml: %v", err)
-	}
-	cfg.LeaderElection.LeaderElect = ptr.To(false)
-	return cfg
-}
-
-// startExtender runs examples/extender on a free port of 127.0.0.1, without metrics (the
-// packages share a control plane, not ports), and waits for /readyz.
-func startExtender(tb testing.TB, extra ...string) string {
-	tb.Helper()
-	if errExtenderBuild != nil {
-		tb.Fatal(errExtenderBuild)
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", harness.FreePort(tb))
-	sp := proc.NewSpawner()
-	args := append([]string{"--http_bind", addr, "--metrics-bind-address=", "--kubeconfig", cp.Kubeconfig(), "--leader-elect=false", "-v", "2"}, extra...)
-	p, err := sp.Start(proc.Options{Name: "extender", Path: extenderBin, Args: args, LogPath: filepath.Join(tb.TempDir(), "extender.log")})
-	if err != nil {
-		sp.Close()
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		if err := p.Stop(20 * time.Second); err != nil {
-			tb.Errorf("stop extender: %v", err)
-		}
-		sp.Close()
-		if tb.Failed() {
-			tb.Logf("extender log:\n%s", p.LogTail(60))
-		}
-	})
-	url := "http://" + addr
-	harness.Eventually(tb, "extender /readyz", 60*time.Second, func() bool {
-		req, err := http.NewRequestWithContext(tb.Context(), http.MethodGet, url+"/readyz", http.NoBody)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return false
-		}
-		_ = resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
-	return url
 }
 
 // admission is what the kubelet's device manager got from the plugin for a pod's container.

@@ -2,8 +2,6 @@ package nodeagent_test
 
 import (
 	"fmt"
-	"net/http"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -12,71 +10,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	kubeschedulerconfigv1 "k8s.io/kube-scheduler/config/v1"
-	"k8s.io/utils/ptr"
 
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/envtest"
-	"github.com/hamireg/hamireg/envtest/proc"
-	"github.com/hamireg/hamireg/internal/manifests"
 	"github.com/hamireg/hamireg/test/e2e/harness"
 )
-
-// schedulerConfig reads the KubeSchedulerConfiguration of examples/extender/deploy (the
-// ConfigMap's config.yaml) and points its extender at url over plain HTTP; leader election is
-// off, as one scheduler runs.
-func schedulerConfig(tb testing.TB, url string) *kubeschedulerconfigv1.KubeSchedulerConfiguration {
-	tb.Helper()
-	cm, ok := manifests.Find[*corev1.ConfigMap](manifests.Glob(tb, filepath.Join("..", "..", "..", "examples", "extender", "deploy", "scheduler-config.yaml")), "hami-scheduler-config")
-	if !ok {
-		tb.Fatal("scheduler-config.yaml: no ConfigMap hami-scheduler-config")
-	}
-	cfg, err := manifests.SchedulerConfig(cm)
-	if err != nil {
-		tb.Fatalf("scheduler-config.yaml: %v", err)
-	}
-	if err := manifests.ExtenderOverHTTP(cfg, url); err != nil {
-		tb.Fatalf("scheduler-config.yaml: %v", err)
-	}
-	cfg.LeaderElection.LeaderElect = ptr.To(false)
-	return cfg
-}
-
-// startExtender runs examples/extender on a free port of 127.0.0.1 and waits for /readyz.
-func startExtender(tb testing.TB, extra ...string) string {
-	tb.Helper()
-	if errExtenderBuild != nil {
-		tb.Fatal(errExtenderBuild)
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", harness.FreePort(tb))
-	sp := proc.NewSpawner()
-	args := append([]string{"--http_bind", addr, "--metrics-bind-address=", "--kubeconfig", cp.Kubeconfig(), "--leader-elect=false", "-v", "2"}, extra...)
-	p, err := sp.Start(proc.Options{Name: "extender", Path: extenderBin, Args: args, LogPath: filepath.Join(tb.TempDir(), "extender.log")})
-	if err != nil {
-		sp.Close()
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		if err := p.Stop(20 * time.Second); err != nil {
-			tb.Errorf("stop extender: %v", err)
-		}
-		sp.Close()
-		if tb.Failed() {
-			tb.Logf("extender log:\n%s", p.LogTail(60))
-		}
-	})
-	url := "http://" + addr
-	harness.Eventually(tb, "extender /readyz", 60*time.Second, func() bool {
-		resp, err := http.Get(url + "/readyz") //nolint:noctx // a probe with the default client's timeout-free GET is fine here
-		if err != nil {
-			return false
-		}
-		_ = resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
-	return url
-}
 
 // onlyNodes labels the fixtures' Nodes with one value of harness.TestLabel and returns the
 // extender flag that selects them.
@@ -108,8 +47,11 @@ func TestFullLoop(t *testing.T) {
 	}
 	// The extender registers this test's nodes only: the other tests' nodes of the package's
 	// cluster would be candidates as well.
-	url := startExtender(t, "--node-scheduler-policy", "spread", onlyNodes(t, nodes...))
-	sched, err := cp.StartScheduler(ctx, envtest.SchedulerOptions{Config: schedulerConfig(t, url)})
+	if errExtenderBuild != nil {
+		t.Fatal(errExtenderBuild)
+	}
+	url := cp.StartExtender(t, extenderBin, "--node-scheduler-policy", "spread", onlyNodes(t, nodes...))
+	sched, err := cp.StartScheduler(ctx, envtest.SchedulerOptions{Config: harness.ExtenderSchedulerConfig(t, url)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,7 +25,6 @@ import (
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/envtest/kubeletpeer"
 	"github.com/hamireg/hamireg/envtest/proc"
-	"github.com/hamireg/hamireg/nodeagent"
 	"github.com/hamireg/hamireg/nodelock"
 	"github.com/hamireg/hamireg/test/e2e/harness"
 )
@@ -42,32 +40,6 @@ const (
 	// updateLine is HAMi's log line before each write of the register annotation.
 	updateLine = "Updating node annotations with 8 device(s)"
 )
-
-var roleOnce struct {
-	sync.Once
-	err error
-}
-
-// agentKubeconfig writes a kubeconfig for ServiceAccount <ns>/hami-device-plugin, bound to
-// agentRole, and returns its path.
-func agentKubeconfig(tb testing.TB, ns string) string {
-	tb.Helper()
-	ctx := tb.Context()
-	roleOnce.Do(func() {
-		role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: agentRole}, Rules: nodeagent.ClusterRoleRules()}
-		if _, err := cp.AdminClient().RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			roleOnce.err = err
-		}
-	})
-	if roleOnce.err != nil {
-		tb.Fatalf("create cluster role %s: %v", agentRole, roleOnce.err)
-	}
-	path, err := cp.ServiceAccountKubeconfig(ctx, tb.TempDir(), ns, "hami-device-plugin", agentRole)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return path
-}
 
 // agent is one examples/deviceplugin process.
 type agent struct {
@@ -186,7 +158,7 @@ func newFixture(tb testing.TB, extra ...string) *fixture {
 	})
 	root := harness.ShortTempDir(tb)
 	f.dm = harness.StartDeviceManagerForTest(tb, kubeletpeer.DeviceManagerOptions{Dir: filepath.Join(root, "device-plugins")})
-	f.agent = startAgent(tb, f.node, root, agentKubeconfig(tb, f.ns), extra...)
+	f.agent = startAgent(tb, f.node, root, cp.AgentKubeconfig(tb, f.ns, agentRole), extra...)
 	harness.WaitForResources(tb, f.dm, resourceName, gpus*split, gpus*split)
 	f.gpus = f.registered(tb)
 	if len(f.gpus) != gpus {

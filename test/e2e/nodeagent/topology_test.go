@@ -55,8 +55,11 @@ func TestTopologyAwarePlacement(t *testing.T) {
 		t.Fatalf("score of GPU 6 to 7 = %d (entry %s), want 250: %+v", got, scores[6].UUID, scores)
 	}
 	makeReady(t, f)
-	url := startExtender(t, onlyNodes(t, f)) // this test's node only: the package's other tests have theirs
-	sched, err := cp.StartScheduler(ctx, envtest.SchedulerOptions{Config: schedulerConfig(t, url)})
+	if errExtenderBuild != nil {
+		t.Fatal(errExtenderBuild)
+	}
+	url := cp.StartExtender(t, extenderBin, onlyNodes(t, f)) // this test's node only: the package's other tests have theirs
+	sched, err := cp.StartScheduler(ctx, envtest.SchedulerOptions{Config: harness.ExtenderSchedulerConfig(t, url)})
 	if err != nil {
 		t.Fatal(err)
 	}
