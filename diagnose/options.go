@@ -8,8 +8,10 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/clock"
 
+	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/handshake"
+	"github.com/hamireg/hamireg/nodelock"
 )
 
 // Defaults of HAMi's Helm chart (release "hami" in kube-system).
@@ -23,6 +25,18 @@ const (
 	DefaultSchedulerSelector = "app.kubernetes.io/component=hami-scheduler"
 	DefaultExtenderContainer = "vgpu-scheduler-extender"
 	DefaultLease             = "hami-scheduler"
+	// DefaultSchedulerName is the scheduler name of HAMi's kube-scheduler profile, which its
+	// webhook writes into spec.schedulerName.
+	DefaultSchedulerName = "hami-scheduler"
+	// DefaultSchedulerConfigMap holds the KubeSchedulerConfiguration of HAMi's kube-scheduler
+	// (the chart's "<release>-scheduler-newversion").
+	DefaultSchedulerConfigMap = "hami-scheduler-newversion"
+	// DefaultWebhook is the MutatingWebhookConfiguration of HAMi's admission webhook (the
+	// chart's "<release>-webhook").
+	DefaultWebhook = "hami-webhook"
+	// DefaultAllocateWait is how long a pod may be bound and allocating before its Allocate
+	// counts as late (P5).
+	DefaultAllocateWait = time.Minute
 	// DefaultPluginPath is the host folder the chart mounts for the plugin's socket
 	// (devicePlugin.pluginPath); it must be <kubelet --root-dir>/device-plugins.
 	DefaultPluginPath = "/var/lib/kubelet/device-plugins"
@@ -77,6 +91,25 @@ type Options struct {
 	LogTail int64
 	// LogTimeout bounds one log read. Default 5 s.
 	LogTimeout time.Duration
+
+	// The pod diagnosis ([Pod], [Pods]) reads these as well.
+
+	// SchedulerName is HAMi's scheduler name in spec.schedulerName. Default "hami-scheduler".
+	SchedulerName string
+	// SchedulerConfigMap is the ConfigMap (in Namespace) with HAMi's KubeSchedulerConfiguration.
+	// Default "hami-scheduler-newversion".
+	SchedulerConfigMap string
+	// Webhook is HAMi's MutatingWebhookConfiguration. Default "hami-webhook".
+	Webhook string
+	// Allocation is HAMi's device configuration on the scheduler side (resource names,
+	// defaults, policies, version) the fit is recomputed with. The zero value is the chart's;
+	// HAMiVersion v2.9.0 sets its Version to v2.9.0.
+	Allocation allocation.Config
+	// LockTimeout is HAMi's --node-lock-timeout. Default 5 min.
+	LockTimeout time.Duration
+	// AllocateWait is how long a bound pod may wait for Allocate before it counts as late.
+	// Default 1 min.
+	AllocateWait time.Duration
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -106,6 +139,23 @@ func (o Options) withDefaults() (Options, error) {
 	o.LogTail = cmp.Or(o.LogTail, DefaultLogTail)
 	if o.LogTimeout <= 0 {
 		o.LogTimeout = DefaultLogTimeout
+	}
+	o.SchedulerName = cmp.Or(o.SchedulerName, DefaultSchedulerName)
+	o.SchedulerConfigMap = cmp.Or(o.SchedulerConfigMap, DefaultSchedulerConfigMap)
+	o.Webhook = cmp.Or(o.Webhook, DefaultWebhook)
+	if o.HAMiVersion == handshake.VersionV290 {
+		o.Allocation.Version = allocation.VersionV290
+	}
+	cfg, err := o.Allocation.WithDefaults()
+	if err != nil {
+		return o, fmt.Errorf("%w: Allocation: %w", ErrInvalidOptions, err)
+	}
+	o.Allocation = cfg
+	if o.LockTimeout <= 0 {
+		o.LockTimeout = nodelock.DefaultTimeout
+	}
+	if o.AllocateWait <= 0 {
+		o.AllocateWait = DefaultAllocateWait
 	}
 	for _, s := range []struct{ name, value string }{{"PluginSelector", o.PluginSelector}, {"SchedulerSelector", o.SchedulerSelector}} {
 		if _, err := labels.Parse(s.value); err != nil {
