@@ -486,3 +486,36 @@ func (g *podGather) evidence(ctx context.Context, pod *corev1.Pod) PodEvidence {
 	slices.SortFunc(ev.NodeReports, func(x, y Report) int { return cmp.Compare(x.Node, y.Node) })
 	return ev
 }
+
+// hamiPodAnnotations are the annotations HAMi's scheduler and device plugin write on a pod;
+// a pod created again from its manifest must not carry them.
+var hamiPodAnnotations = []string{
+	allocation.KeyNode, allocation.KeyTime, allocation.KeyBindPhase, allocation.KeyBindTime,
+	"hami.io/vgpu-devices-to-allocate", "hami.io/vgpu-devices-allocated", "hami.io/vgpu-mig-allocations",
+}
+
+// recreateFix is the command that creates the pod again: a pod owned by a controller is
+// deleted (the controller creates it anew); a bare pod is replaced from its own manifest
+// without status, node, HAMi's annotations and with the edits, a jq expression applied to
+// the pod's JSON (e.g. `.spec.schedulerName="hami-scheduler"`; "" for none).
+func recreateFix(p *corev1.Pod, edits string) string {
+	if len(p.OwnerReferences) > 0 && edits == "" {
+		o := p.OwnerReferences[0]
+		return fmt.Sprintf("kubectl -n %s delete pod %s    # %s %s creates it again", p.Namespace, p.Name, o.Kind, o.Name)
+	}
+	var del []string
+	for _, k := range hamiPodAnnotations {
+		del = append(del, fmt.Sprintf(".metadata.annotations[%q]", k))
+	}
+	expr := "del(.status, .spec.nodeName, .metadata.resourceVersion, .metadata.uid, .metadata.creationTimestamp, " + strings.Join(del, ", ") + ")"
+	if edits != "" {
+		expr += " | " + edits
+	}
+	cmd := fmt.Sprintf("kubectl -n %s get pod %s -o json | jq '%s' | kubectl replace --force -f -", p.Namespace, p.Name, expr)
+	if len(p.OwnerReferences) > 0 {
+		o := p.OwnerReferences[0]
+		cmd = fmt.Sprintf("kubectl -n %s edit %s %s    # apply the same change to the pod template (%s), then: kubectl -n %s delete pod %s",
+			p.Namespace, strings.ToLower(o.Kind), o.Name, edits, p.Namespace, p.Name)
+	}
+	return cmd
+}

@@ -111,6 +111,10 @@ const (
 	// (the node's plugin is not HAMi's or this SDK's, CUDA_DISABLE_CONTROL is set, the pod
 	// never went through HAMi).
 	P8RunningWithoutLimits
+	// PodNodeNotRegistered: the pod is stopped before S1 without a FilteringFailed Event and
+	// the node diagnosis of the candidate nodes finds them not registered with HAMi's
+	// scheduler (cases 1–5 of the registration guide); the report carries those diagnoses.
+	PodNodeNotRegistered
 )
 
 var podCaseNames = [...]string{
@@ -123,12 +127,16 @@ var podCaseNames = [...]string{
 	P6AllocateFailed:       "AllocateFailed",
 	P7StaleAssignment:      "StaleAssignment",
 	P8RunningWithoutLimits: "RunningWithoutLimits",
+	PodNodeNotRegistered:   "NodeNotRegistered",
 }
 
-// Short is "P3", or "healthy".
+// Short is "P3", "healthy", or "node" for PodNodeNotRegistered.
 func (c PodCase) Short() string {
-	if c == PodHealthy {
+	switch c {
+	case PodHealthy:
 		return "healthy"
+	case PodNodeNotRegistered:
+		return "node"
 	}
 	return fmt.Sprintf("P%d", int(c))
 }
