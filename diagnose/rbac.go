@@ -48,3 +48,22 @@ func ClusterRoleRules() []rbacv1.PolicyRule {
 		{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
 	}
 }
+
+// PodClusterRoleRules returns the read-only RBAC rules Pod and Pods need for a complete
+// report, besides [ClusterRoleRules] (which covers the node diagnoses a pod report hands over
+// to): get and list pods in every namespace (the pod, and the pods that hold GPUs and node
+// locks), list events (the pod's scheduling and admission Events), get namespaces (the
+// webhook's namespaceSelector), list resourcequotas (the GPU quota of the pod's namespace),
+// list mutatingwebhookconfigurations and endpointslices (HAMi's webhook and whether its
+// Service has endpoints) and get configmaps (the KubeSchedulerConfiguration). Nothing here
+// writes, and Secrets are never read. Without one of them the report says what it could not
+// check (a NotChecked finding); only get pods is indispensable.
+func PodClusterRoleRules() []rbacv1.PolicyRule {
+	return append(ClusterRoleRules(),
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"events", "resourcequotas"}, Verbs: []string{"list"}},
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"namespaces", "configmaps"}, Verbs: []string{"get"}},
+		rbacv1.PolicyRule{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"}, Verbs: []string{"list"}},
+		rbacv1.PolicyRule{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list"}},
+	)
+}
