@@ -435,7 +435,8 @@ func (g *podGather) evidence(ctx context.Context, pod *corev1.Pod) PodEvidence {
 		ev.ReadErrors["events of the pod"] = err
 	} else {
 		for _, e := range events.Items {
-			if e.InvolvedObject.UID == "" || e.InvolvedObject.UID == pod.UID {
+			o := e.InvolvedObject
+			if o.Name == pod.Name && o.Namespace == pod.Namespace && (o.UID == "" || o.UID == pod.UID) {
 				ev.Events = append(ev.Events, e)
 			}
 		}
