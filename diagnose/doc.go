@@ -32,6 +32,25 @@
 // What the API server cannot show (kubelet flags, the containerd configuration, files under
 // /var/lib/kubelet) is in Finding.OnNode as commands to run on the node.
 //
+// # Pods
+//
+// [Pod] tells why a GPU pod is Pending or failed: the stage it reached of HAMi's allocation
+// protocol (S0 admitted to HAMi's scheduler, S1 filtered, S2 bound, S3 allocated, S4 running;
+// [Stage]) and the case that stopped it ([PodCase]): P1 not routed to HAMi (another
+// schedulerName: the webhook missing or excluding the pod; the default scheduler's placement
+// then fails with "no binding pod found on node"), P2 the extender unreachable, P3 no node
+// fits (the fit recomputed with package allocation on the nodes and usage read, naming what
+// is short and who holds it, or the quota or the type/UUID selector), P4 the node locked
+// (hami.io/mutex.lock held by a gone or finished pod, or by a plugin that never releases it),
+// P5 the Allocate that never came, P6 the Allocate that failed (UnexpectedAdmissionError), P7
+// a stale assignment after a node restart, P8 a pod that runs without HAMi's limits. A pod
+// stopped before S1 without a FilteringFailed Event hands over to the node diagnosis of the
+// candidate nodes ([PodNodeNotRegistered]), in the same report. [Pods] does the same for
+// every GPU pod that is not running; [AnalyzePod] diagnoses recorded objects ([PodEvidence])
+// without a cluster. Diagnosing writes nothing; the one repair, of a stale node lock, is the
+// separate [RemoveStaleLock], after [LockOf] has shown the lock. [WriteBundle] collects the
+// objects, the logs and the diagnosis into one archive for an issue report.
+//
 // Problems in the cluster are findings, never errors; Node returns an error only when the node
 // cannot be read (ErrNodeNotFound, ErrAPI). Objects the caller may not read become
 // "NotChecked" findings. The defaults in [Options] are those of HAMi's Helm chart.
