@@ -153,7 +153,7 @@ func (a *podAnalysis) fitCandidates(fs *fitState) []allocation.Node {
 		v := annotation.Check(a.opts.Vendor, n.Annotations)
 		if !v.Registers {
 			if !errors.Is(v.Err, annotation.ErrAbsent) {
-				fs.excluded = append(fs.excluded, fmt.Sprintf("node %s: not a candidate: %s: %v", n.Name, a.opts.Vendor.RegisterKey, v.Err))
+				fs.excluded = append(fs.excluded, fmt.Sprintf("node %s: not a candidate: %v", n.Name, v.Err))
 			}
 			continue
 		}
@@ -641,7 +641,7 @@ func (a *podAnalysis) quotaFinding(fs *fitState) (PodFinding, bool) {
 	}
 	for _, k := range keys[:min(len(keys), 3)] {
 		_, name, _ := strings.Cut(k, "/")
-		f.Fix = append(f.Fix, fmt.Sprintf("kubectl -n %s delete pod %s    # or free the quota it holds", ns, name))
+		f.Fix = append(f.Fix, fmt.Sprintf("kubectl -n %s delete pod %s    # or free the %d MiB, %d %% cores of the quota it holds", ns, name, byPod[k].Memory, byPod[k].Cores))
 	}
 	return f, true
 }
@@ -784,7 +784,7 @@ func (a *podAnalysis) numaFinding(fs *fitState) (PodFinding, bool) {
 			fmt.Sprintf("candidate nodes: %d with NumaNotFit", fs.x.Reasons[allocation.ReasonNumaNotFit])},
 		Fix: []string{a.annotateFix(allocation.KeyNUMABind, "")}}
 	if bestN > 0 {
-		f.Summary += fmt.Sprintf("; the best is node %s NUMA %d with %s with %s", bestNode, bestNUMA, gpuCount(bestN), fs.freePhrase())
+		f.Summary += fmt.Sprintf("; the best is node %s NUMA %d, which has %s with %s", bestNode, bestNUMA, gpuCount(bestN), fs.freePhrase())
 	} else {
 		f.Summary += "; no NUMA node of a candidate has a GPU with " + fs.freePhrase()
 	}
