@@ -162,13 +162,15 @@ func TestAnalyzePodFit(t *testing.T) {
 	garbled.evidence = append(slices.Clone(memShort.evidence), "node gpu-3: not a candidate: decode hami.io/node-nvidia-register: annotation malformed")
 
 	tests := []struct {
-		name  string
-		ev    func() diagnose.PodEvidence
-		opts  func(*diagnose.Options)
-		want  fitWant
+		name string
+		ev   func() diagnose.PodEvidence
+		opts func(*diagnose.Options)
+		want fitWant
 	}{{
 		name: "memory short, holders named",
-		ev:   func() diagnose.PodEvidence { return fitEvidence(fitPod(2, 30000, nil), fitFailed(fitCardsEvent, fitMemEvent, fitSummaryEvent)...) },
+		ev: func() diagnose.PodEvidence {
+			return fitEvidence(fitPod(2, 30000, nil), fitFailed(fitCardsEvent, fitMemEvent, fitSummaryEvent)...)
+		},
 		want: memShort,
 	}, {
 		name: "v2.9.0 wording",
@@ -232,7 +234,7 @@ func TestAnalyzePodFit(t *testing.T) {
 		},
 		want: fitWant{
 			caseCode: diagnose.P3NoNodeFits, first: diagnose.CodeQuotaExceeded, severity: diagnose.SeverityError,
-			summary:  "ResourceQuota ml/gpu-quota allows limits.nvidia.com/gpumem 80000; the namespace's other pods hold 65000 MiB and the pod asks 30000 MiB",
+			summary: "ResourceQuota ml/gpu-quota allows limits.nvidia.com/gpumem 80000; the namespace's other pods hold 65000 MiB and the pod asks 30000 MiB",
 			evidence: []string{`resourcequota ml/gpu-quota: spec.hard["limits.nvidia.com/gpumem"] = 80000`,
 				"namespace ml: pods holding GPU quota: ml/a 20000 MiB, 0 % cores; ml/b 20000 MiB, 0 % cores; ml/c 15000 MiB"},
 			fix: []string{`kubectl -n ml patch resourcequota gpu-quota --type merge -p '{"spec":{"hard":{"limits.nvidia.com/gpumem":"95000"}}}'`,
