@@ -53,12 +53,17 @@ type filterEvents struct {
 	// counts the nodes per reason word of "<n> nodes <Word>(<nodes>)".
 	notMeet int
 	words   map[string]int
+	// noRequest says the extender read no device request of the pod.
+	noRequest bool
 }
 
 var (
 	filterWordEvent    = regexp.MustCompile(`^(\d+) nodes (.+)\(([^()]*)\)$`)
 	filterSummaryEvent = regexp.MustCompile(`^no available node, (\d+) nodes do not meet`)
 )
+
+// filterNoRequest is HAMi's FilteringFailed message for a pod it reads no device request of.
+const filterNoRequest = "does not request any resource"
 
 // checkFit (P3) recomputes the fit for a pod before S1 and, when the filter found no node
 // (FilteringFailed newer than FilteringSucceed), names what is short and who holds it.
@@ -70,6 +75,8 @@ func (a *podAnalysis) checkFit() {
 	a.r.Fit = &fs.x
 	fe := a.filterFailure()
 	switch {
+	case fe != nil && fe.noRequest && fe.notMeet < 0:
+		a.add(a.noRequestFinding(fe))
 	case fe != nil && fs.x.Fits == "":
 		a.addSpecificFit(fs, SeverityError)
 		a.add(a.noFitFinding(fs, fe))
@@ -353,6 +360,8 @@ func (a *podAnalysis) filterFailure() *filterEvents {
 			if fe.notMeet < 0 {
 				fe.notMeet, _ = strconv.Atoi(m[1])
 			}
+		} else if strings.Contains(msg, filterNoRequest) {
+			fe.noRequest = true
 		} else if m := filterWordEvent.FindStringSubmatch(msg); m != nil {
 			if _, seen := fe.words[m[2]]; !seen {
 				fe.words[m[2]], _ = strconv.Atoi(m[1])
@@ -363,7 +372,9 @@ func (a *podAnalysis) filterFailure() *filterEvents {
 	slices.SortStableFunc(fe.events, func(x, y corev1.Event) int {
 		return cmp.Or(cmp.Compare(summaryRank(x), summaryRank(y)), cmp.Compare(x.Message, y.Message))
 	})
-	fe.scheduling = a.lastEvent(eventFailedScheduling)
+	if e := a.lastEvent(eventFailedScheduling); e != nil && fe.at.Sub(eventTime(*e)) <= filterBatchWindow {
+		fe.scheduling = e
+	}
 	return fe
 }
 
@@ -472,6 +483,9 @@ func (a *podAnalysis) noFitFinding(fs *fitState, fe *filterEvents) PodFinding {
 	if fe != nil {
 		if d := fs.disagreement(fe); d != "" {
 			f.Evidence = append(f.Evidence, d)
+		}
+		if fe.scheduling != nil && strings.Contains(fe.scheduling.Message, allocation.ReasonNodeUnfitPod) {
+			f.Evidence = append(f.Evidence, fmt.Sprintf("%q is HAMi v2.9.0's word for any registered node that does not fit; the reasons are the FilteringFailed Events' and the recomputed ones above", allocation.ReasonNodeUnfitPod))
 		}
 	}
 	f.Evidence = append(f.Evidence, fs.excluded...)
@@ -789,4 +803,19 @@ func (a *podAnalysis) numaFinding(fs *fitState) (PodFinding, bool) {
 		f.Summary += "; no NUMA node of a candidate has a GPU with " + fs.freePhrase()
 	}
 	return f, true
+}
+
+// noRequestFinding is the P3 error of a pod the extender reads no device request of, while
+// the SDK reads one: the scheduler's device configuration names other resources.
+func (a *podAnalysis) noRequestFinding(fe *filterEvents) PodFinding {
+	c := a.opts.Allocation
+	f := PodFinding{Case: P3NoNodeFits, Severity: SeverityError, Code: CodeFitShort,
+		Summary: fmt.Sprintf("the extender says the pod %q, though it asks %s: the scheduler's device configuration names other resources than %s, %s, %s",
+			filterNoRequest, strings.Join(a.r.Asks, "; "), c.ResourceCount, c.ResourceMemory, c.ResourceCores)}
+	for _, e := range fe.events {
+		f.Evidence = append(f.Evidence, a.eventLine(e))
+	}
+	f.Fix = []string{fmt.Sprintf("kubectl -n %s get deployment %s -o yaml    # compare the resource names of the extender's device configuration with the pod's limits",
+		a.opts.Namespace, a.opts.Scheduler)}
+	return f
 }

@@ -157,7 +157,8 @@ func TestAnalyzePodFit(t *testing.T) {
 		absent: []string{"disagree"},
 	}
 	v290 := memShort
-	v290.evidence = append(slices.Clone(memShort.evidence), `Event FailedScheduling from default-scheduler at 2026-11-30T11:59:30Z, 3 times: "0/2 nodes are available: 2 NodeUnfitPod. preemption: 0/2 nodes are available: 2 No preemption victims found for incoming pod."`)
+	v290.evidence = append(slices.Clone(memShort.evidence), `Event FailedScheduling from default-scheduler at 2026-11-30T11:59:30Z, 3 times: "0/2 nodes are available: 2 NodeUnfitPod. preemption: 0/2 nodes are available: 2 No preemption victims found for incoming pod."`,
+		`"NodeUnfitPod" is HAMi v2.9.0's word for any registered node that does not fit`)
 	garbled := memShort
 	garbled.evidence = append(slices.Clone(memShort.evidence), "node gpu-3: not a candidate: decode hami.io/node-nvidia-register: annotation malformed")
 
@@ -276,6 +277,32 @@ func TestAnalyzePodFit(t *testing.T) {
 			fix:     []string{"kubectl -n ml get pod train -w"},
 			reasons: map[string]int{"CardInsufficientMemory": 1},
 			fits:    "gpu-2",
+		},
+	}, {
+		name: "init container: the largest container is named",
+		ev: func() diagnose.PodEvidence {
+			p := fitPod(2, 30000, nil)
+			p.Spec.InitContainers = []corev1.Container{{Name: "warmup", Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
+				"nvidia.com/gpu": resource.MustParse("1"), "nvidia.com/gpumem": resource.MustParse("1000")}}}}
+			return fitEvidence(p, fitFailed(fitCardsEvent, fitMemEvent, fitSummaryEvent)...)
+		},
+		want: func() fitWant {
+			w := memShort
+			w.evidence = []string{"pod ml/train asks warmup: 1 GPU × 1000 MiB, 0 % cores", "pod ml/train asks cuda: 2 GPU × 30000 MiB, 0 % cores"}
+			w.fix = []string{`.spec.containers[0].resources.limits["nvidia.com/gpumem"]="15000"`}
+			return w
+		}(),
+	}, {
+		name: "the extender reads no request",
+		ev: func() diagnose.PodEvidence {
+			return fitEvidence(fitPod(1, 1000, nil), fitFailed("does not request any resource")...)
+		},
+		want: fitWant{
+			caseCode: diagnose.P3NoNodeFits, first: diagnose.CodeFitShort, severity: diagnose.SeverityError,
+			summary:  `the extender says the pod "does not request any resource", though it asks cuda: 1 GPU × 1000 MiB, 0 % cores`,
+			evidence: []string{`Event FilteringFailed from hami-scheduler at 2026-11-30T11:59:30Z, 3 times: "does not request any resource"`},
+			fix:      []string{"kubectl -n kube-system get deployment hami-scheduler -o yaml"},
+			fits:     "gpu-1", // binpack: the busier node
 		},
 	}, {
 		name: "no FilteringFailed yet",
