@@ -305,6 +305,26 @@ func TestAnalyzePodFit(t *testing.T) {
 			fits:     "gpu-1", // binpack: the busier node
 		},
 	}, {
+		name: "memory percentage; a holder with a malformed device list holds nothing",
+		ev: func() diagnose.PodEvidence {
+			p := fitPod(2, 0, nil)
+			p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{
+				"nvidia.com/gpu": resource.MustParse("2"), "nvidia.com/gpumem-percentage": resource.MustParse("80")}
+			ev := fitEvidence(p, fitFailed(fitCardsEvent, fitMemEvent, fitSummaryEvent)...)
+			bad := fitHolder("e", "gpu-2", fitGPU2C, 1)
+			bad.Annotations[annotation.KeyNVIDIAAllocated] = "GPU-2c,NVIDIA,notanumber"
+			ev.Pods = append(ev.Pods, bad)
+			return ev
+		},
+		want: fitWant{
+			caseCode: diagnose.P3NoNodeFits, first: diagnose.CodeFitShort, severity: diagnose.SeverityError,
+			summary:  "no node fits the pod: 2 × 80 % of a GPU's memory asked",
+			evidence: []string{"pod ml/train asks cuda: 2 GPU × 80 % memory, 0 % cores"},
+			fix:      []string{"kubectl -n ml delete pod c", "kubectl -n ml delete pod d"},
+			shortage: "2 × 80 % of a GPU's memory asked; the best node gpu-2 has one GPU with ≥ 80 % of its memory free; " + fitGPU2D + " is held by pods ml/c, ml/d",
+			reasons:  memShort.reasons,
+		},
+	}, {
 		name: "no FilteringFailed yet",
 		ev:   func() diagnose.PodEvidence { return fitEvidence(fitPod(2, 30000, nil)) },
 		want: fitWant{
