@@ -71,6 +71,14 @@ func fitHolder(name, node, uuid string, mem int32) corev1.Pod {
 	}
 }
 
+// fitSchedulerPod is HAMi's scheduler Pod, Running and Ready.
+func fitSchedulerPod() corev1.Pod {
+	p := *schedulerPod()
+	p.Status = corev1.PodStatus{Phase: corev1.PodRunning,
+		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+	return p
+}
+
 func fitEvent(reason, message string, at time.Time) corev1.Event {
 	return corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("train.%x", len(message)), Namespace: "ml"},
 		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: "ml", Name: "train", UID: "uid-train"},
@@ -105,7 +113,7 @@ func fitEvidence(pod *corev1.Pod, events ...corev1.Event) diagnose.PodEvidence {
 			fitHolder("d", "gpu-2", fitGPU2D, 10000),
 		},
 		Scheduler:     schedulerDeployment(),
-		SchedulerPods: []corev1.Pod{*schedulerPod()},
+		SchedulerPods: []corev1.Pod{fitSchedulerPod()},
 		Lease:         lease("hami-scheduler-7d9f8b6c5-x2x4q_2b1c0f7e-5f1d-4e7a-9a57-0c3f1f0b6d11", now.Add(-2*time.Second)),
 	}
 }
