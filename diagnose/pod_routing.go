@@ -62,7 +62,7 @@ func (a *podAnalysis) checkRouting() {
 	f.Summary = fmt.Sprintf("pod %s/%s is not scheduled by HAMi's scheduler: spec.schedulerName is %q, not %q", p.Namespace, p.Name, name, a.opts.SchedulerName)
 	for _, e := range a.eventsWith(eventFailedScheduling) {
 		if src := eventSource(e); src != a.opts.SchedulerName {
-			f.Evidence = append(f.Evidence, fmt.Sprintf("pod %s/%s: Event FailedScheduling from %s: %q", p.Namespace, p.Name, cmp.Or(src, "a scheduler"), e.Message))
+			f.Evidence = append(f.Evidence, fmt.Sprintf("pod %s/%s: Event FailedScheduling from %s: \"%s\"", p.Namespace, p.Name, cmp.Or(src, "a scheduler"), e.Message))
 			break
 		}
 	}
@@ -97,11 +97,11 @@ func eventSource(e corev1.Event) string { return cmp.Or(e.Source.Component, e.Re
 func (a *podAnalysis) noBindingPodFailure() (string, bool) {
 	p := a.pod
 	if strings.Contains(p.Status.Message, noBindingPod) {
-		return fmt.Sprintf("status.reason %s, status.message %q", p.Status.Reason, p.Status.Message), true
+		return fmt.Sprintf("status.reason %s, status.message \"%s\"", p.Status.Reason, p.Status.Message), true
 	}
 	for _, e := range a.events {
 		if strings.Contains(e.Message, noBindingPod) {
-			return fmt.Sprintf("Event %s from %s: %q", e.Reason, cmp.Or(eventSource(e), "the kubelet"), e.Message), true
+			return fmt.Sprintf("Event %s from %s: \"%s\"", e.Reason, cmp.Or(eventSource(e), "the kubelet"), e.Message), true
 		}
 	}
 	return "", false
@@ -342,7 +342,7 @@ func (a *podAnalysis) placementCauses() []PodFinding {
 		src := cmp.Or(eventSource(*e), "a scheduler")
 		return []PodFinding{{Case: P1NotRoutedToHAMi, Severity: SeverityError, Code: CodeDefaultScheduled,
 			Summary: fmt.Sprintf("pod %s/%s was placed on node %s by %s, not by HAMi's scheduler: it carries no HAMi annotations, so HAMi's device plugin cannot allocate its GPUs", p.Namespace, p.Name, p.Spec.NodeName, src),
-			Evidence: []string{fmt.Sprintf("pod %s/%s: Event Scheduled from %s: %q", p.Namespace, p.Name, src, e.Message),
+			Evidence: []string{fmt.Sprintf("pod %s/%s: Event Scheduled from %s: \"%s\"", p.Namespace, p.Name, src, e.Message),
 				fmt.Sprintf("pod %s/%s: spec.nodeName %s", p.Namespace, p.Name, p.Spec.NodeName)},
 			Fix: []string{recreate}}}
 	}
@@ -407,8 +407,8 @@ func (a *podAnalysis) checkScheduler() {
 	}
 	if failing != nil {
 		a.add(PodFinding{Case: P2SchedulerUnreachable, Severity: SeverityError, Code: CodeExtenderUnreachable,
-			Summary:  fmt.Sprintf("kube-scheduler cannot call HAMi's extender for pod %s/%s: %q", p.Namespace, p.Name, failing.Message),
-			Evidence: []string{fmt.Sprintf("pod %s/%s: Event FailedScheduling from %s: %q", p.Namespace, p.Name, cmp.Or(eventSource(*failing), "kube-scheduler"), failing.Message)},
+			Summary:  fmt.Sprintf("kube-scheduler cannot call HAMi's extender for pod %s/%s: \"%s\"", p.Namespace, p.Name, failing.Message),
+			Evidence: []string{fmt.Sprintf("pod %s/%s: Event FailedScheduling from %s: \"%s\"", p.Namespace, p.Name, cmp.Or(eventSource(*failing), "kube-scheduler"), failing.Message)},
 			Fix:      append(a.schedulerFix(), watch)})
 	}
 	for _, c := range causes {
@@ -651,7 +651,14 @@ func (a *podAnalysis) extenderURLCauses() []PodFinding {
 	var out []PodFinding
 	for _, e := range cfg.Extenders {
 		port, ok := urlPort(e.URLPrefix)
-		if !ok || slices.Contains(ports, port) {
+		if !ok {
+			out = append(out, PodFinding{Case: P2SchedulerUnreachable, Code: CodeExtenderURL,
+				Summary:  fmt.Sprintf("kube-scheduler's extender urlPrefix %q is not a URL with a host and port: it cannot call the extender", e.URLPrefix),
+				Evidence: []string{fmt.Sprintf("%s key %s: extenders[].urlPrefix %q", obj, key, e.URLPrefix)},
+				Fix:      []string{fmt.Sprintf("kubectl -n %s edit configmap %s    # urlPrefix: https://127.0.0.1:%d", cm.Namespace, cm.Name, ports[0])}})
+			continue
+		}
+		if slices.Contains(ports, port) {
 			continue
 		}
 		out = append(out, PodFinding{Case: P2SchedulerUnreachable, Code: CodeExtenderURL,
