@@ -104,11 +104,12 @@ func skipBase64Lines(b []byte) []byte {
 	return b
 }
 
+// isBase64Line reports whether the line, blanks around it aside, is one word of base64.
 func isBase64Line(line []byte) bool {
-	for _, c := range line {
+	for _, c := range bytes.TrimSpace(line) {
 		switch {
 		case c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z', c >= '0' && c <= '9':
-		case c == '+', c == '/', c == '=', c == ' ', c == '\t', c == '\r':
+		case c == '+', c == '/', c == '=':
 		default:
 			return false
 		}
