@@ -70,7 +70,8 @@ func gpuPod() *corev1.Pod {
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: bundleTestPod, Namespace: "default", UID: "uid-train",
 		Annotations:   map[string]string{allocation.KeyNode: bundleTestNode},
 		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply}}},
-		Spec: corev1.PodSpec{SchedulerName: "hami-scheduler", Containers: []corev1.Container{{Name: "cuda"}}}}
+		Spec: corev1.PodSpec{SchedulerName: "hami-scheduler", Containers: []corev1.Container{{Name: "cuda",
+			Env: []corev1.EnvVar{{Name: "HF_TOKEN", Value: secretValue}, {Name: "CUDA_DISABLE_CONTROL", Value: "true"}}}}}}
 }
 
 func event(name, namespace, kind, object, message string) *corev1.Event {
@@ -217,6 +218,8 @@ func TestWriteBundlePod(t *testing.T) {
 	checks := []struct{ file, has, lacks string }{
 		{"pods/default/train.yaml", "kind: Pod", "managedFields"},
 		{"pods/default/train.yaml", "schedulerName: hami-scheduler", ""},
+		{"pods/default/train.yaml", "- name: HF_TOKEN\n      value: '[REDACTED]'", ""},
+		{"pods/default/train.yaml", "- name: CUDA_DISABLE_CONTROL\n      value: \"true\"", ""},
 		{"events/pods/default/train.yaml", "0/2 nodes are available", "another pod"},
 		{"events/nodes/gpu-1.yaml", "NodeReady", "0/2 nodes"},
 		{"configmaps/kube-system/hami-scheduler-newversion.yaml", "token: [REDACTED]", kubeToken},
