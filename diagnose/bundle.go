@@ -7,6 +7,7 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"path"
@@ -514,6 +515,11 @@ func (b *bundle) add(p string, data []byte) { b.files[p] = Redact(data) }
 
 // miss records what could not be read and, for a missing permission, the rule to grant.
 func (b *bundle) miss(verb, resource, key string, err error) {
+	// The API server's own words, without the transport's wrapping (Get "https://…": …).
+	var status *apierrors.StatusError
+	if errors.As(err, &status) {
+		err = status
+	}
 	line := fmt.Sprintf("%s %s: %v", resource, key, err)
 	switch {
 	case apierrors.IsForbidden(err):

@@ -277,13 +277,14 @@ func TestWriteBundleMissing(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{
-		`pods/log kube-system/hami-device-plugin-gpu-1 container device-plugin: `,
+		`pods/log kube-system/hami-device-plugin-gpu-1 container device-plugin: pods/log is forbidden: User "doctor" cannot get pods/log (grant get pods/log)`,
 		`leases kube-system/hami-scheduler: `,
 		`mutatingwebhookconfigurations hami-webhook: `,
 		`the leader scheduler Pod: the Lease could not be read (` + followerName + `, ` + leaderName + `); the logs of 2 scheduler Pod(s) are collected instead`,
 		`pods/log kube-system/` + followerName + ` container vgpu-scheduler-extender: `,
 		`pods/log kube-system/` + leaderName + ` container vgpu-scheduler-extender: `,
 	}
+	t.Logf("missing:\n%s", strings.Join(idx.Missing, "\n"))
 	for _, w := range want {
 		if !slices.ContainsFunc(idx.Missing, func(m string) bool { return strings.HasPrefix(m, w) }) {
 			t.Errorf("missing lacks %q:\n%s", w, strings.Join(idx.Missing, "\n"))
