@@ -159,7 +159,7 @@ func (x *BundleIndex) Text() string {
 // are invalid (ErrInvalidOptions), or w fails; nothing is written to w before every read is
 // done. The identity behind client needs [BundleClusterRoleRules].
 func WriteBundle(ctx context.Context, client kubernetes.Interface, target BundleTarget, w io.Writer, opts BundleOptions) (*BundleIndex, error) {
-	o, err := opts.Options.withDefaults()
+	o, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
 	}

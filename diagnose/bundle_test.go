@@ -113,7 +113,9 @@ func pluginLog(c *fake.Clientset) {
 	})
 }
 
-func forbid(c *fake.Clientset, verb, resource, subresource string) {
+// forbid makes get on the resource (and subresource) forbidden.
+func forbid(c *fake.Clientset, resource, subresource string) {
+	const verb = "get"
 	c.PrependReactor(verb, resource, func(a k8stesting.Action) (bool, runtime.Object, error) {
 		if a.GetSubresource() != subresource {
 			return false, nil, nil
@@ -143,7 +145,7 @@ func readBundle(t *testing.T, data []byte, root string) (map[string]string, []st
 	var order []string
 	for {
 		h, err := tr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
@@ -268,9 +270,9 @@ func TestWriteBundlePod(t *testing.T) {
 func TestWriteBundleMissing(t *testing.T) {
 	t.Parallel()
 	c := fakeClient(true, bundleObjects()...)
-	forbid(c, "get", "pods", "log")
-	forbid(c, "get", "leases", "")
-	forbid(c, "get", "mutatingwebhookconfigurations", "")
+	forbid(c, "pods", "log")
+	forbid(c, "leases", "")
+	forbid(c, "mutatingwebhookconfigurations", "")
 	var buf bytes.Buffer
 	idx, err := diagnose.WriteBundle(t.Context(), c, diagnose.BundleTarget{Node: bundleTestNode}, &buf, bundleOptions())
 	if err != nil {
@@ -327,7 +329,7 @@ func (failingWriter) Write([]byte) (int, error) { return 0, errDiskFull }
 func TestWriteBundleErrors(t *testing.T) {
 	t.Parallel()
 	forbidden := fakeClient(true, bundleObjects()...)
-	forbid(forbidden, "get", "pods", "")
+	forbid(forbidden, "pods", "")
 	tests := map[string]struct {
 		client *fake.Clientset
 		target diagnose.BundleTarget
