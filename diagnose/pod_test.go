@@ -66,7 +66,7 @@ func TestStageAndCaseText(t *testing.T) {
 	}
 }
 
-func gpuPod(name string) *corev1.Pod {
+func basicGPUPod(name string) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "team", UID: types.UID("uid-" + name)},
 		Spec: corev1.PodSpec{SchedulerName: "hami-scheduler", Containers: []corev1.Container{{
@@ -83,7 +83,7 @@ func TestAnalyzePodBasics(t *testing.T) {
 	if _, err := diagnose.AnalyzePod(diagnose.PodEvidence{}, opts); !errors.Is(err, diagnose.ErrInvalidOptions) {
 		t.Errorf("nil pod: %v", err)
 	}
-	cpu := gpuPod("web")
+	cpu := basicGPUPod("web")
 	cpu.Spec.Containers[0].Resources = corev1.ResourceRequirements{}
 	r, err := diagnose.AnalyzePod(diagnose.PodEvidence{Pod: cpu}, opts)
 	if err != nil {
@@ -95,7 +95,7 @@ func TestAnalyzePodBasics(t *testing.T) {
 	if _, ok := r.Finding(diagnose.CodePodNoGPU); !ok {
 		t.Errorf("a pod without GPUs: findings %+v, want %s", r.Findings, diagnose.CodePodNoGPU)
 	}
-	r, err = diagnose.AnalyzePod(diagnose.PodEvidence{Pod: gpuPod("train")}, opts)
+	r, err = diagnose.AnalyzePod(diagnose.PodEvidence{Pod: basicGPUPod("train")}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func TestAnalyzePodBasics(t *testing.T) {
 func TestPodErrorsAndReadFailures(t *testing.T) {
 	ctx := t.Context()
 	opts := diagnose.Options{Clock: clocktesting.NewFakePassiveClock(now)}
-	client := fake.NewClientset(gpuPod("train"))
+	client := fake.NewClientset(basicGPUPod("train"))
 	if _, err := diagnose.Pod(ctx, client, "team", "gone", opts); !errors.Is(err, diagnose.ErrPodNotFound) {
 		t.Errorf("missing pod: %v", err)
 	}
