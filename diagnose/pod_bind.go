@@ -552,7 +552,7 @@ func (a *podAnalysis) checkStaleAssignment() {
 			return
 		}
 		a.add(PodFinding{Case: P7StaleAssignment, Severity: SeverityError, Code: CodeStaleAssignment,
-			Summary: fmt.Sprintf("HAMi's annotations assign the pod to node %s, which no longer exists; it was never bound, and HAMi's extender still counts the assignment", node),
+			Summary:  fmt.Sprintf("HAMi's annotations assign the pod to node %s, which no longer exists; it was never bound, and HAMi's extender still counts the assignment", node),
 			Evidence: append(ev, fmt.Sprintf("node %s: not found", node)), Fix: fix})
 		return
 	}
