@@ -293,6 +293,11 @@ func readyEvidence(n *corev1.Node) string {
 // checkAllocateWait (P5) explains a bound pod whose Allocate did not come.
 func (a *podAnalysis) checkAllocateWait() {
 	p, node := a.pod, a.pod.Spec.NodeName
+	n := a.node(node)
+	lock := a.lockOn(n)
+	if lock != nil {
+		a.r.Lock = lock.state
+	}
 	bound, ok := unixAnnotation(p, allocation.KeyBindTime)
 	what := allocation.KeyBindTime
 	if !ok {
@@ -315,16 +320,15 @@ func (a *podAnalysis) checkAllocateWait() {
 	ev := []string{fmt.Sprintf("pod %s/%s: %s %q, %s %s (%s ago, more than %s)", p.Namespace, p.Name, allocation.KeyBindPhase, a.r.BindPhase,
 		what, bound.Format(time.RFC3339), age.Round(time.Second), a.opts.AllocateWait)}
 	var fix []string
-	if n := a.node(node); n != nil {
+	if n != nil {
 		ev = append(ev, readyEvidence(n))
 		if q, ok := n.Status.Allocatable[corev1.ResourceName(a.opts.ResourceName)]; ok {
 			ev = append(ev, fmt.Sprintf("node %s: allocatable %s = %s", node, a.opts.ResourceName, q.String()))
 		} else {
 			ev = append(ev, fmt.Sprintf("node %s: no allocatable %s (the device plugin has not registered with the kubelet)", node, a.opts.ResourceName))
 		}
-		if v := a.lockOn(n); v != nil {
-			a.r.Lock = v.state
-			ev = append(ev, a.lockEvidence(v)...)
+		if lock != nil {
+			ev = append(ev, a.lockEvidence(lock)...)
 		} else {
 			ev = append(ev, fmt.Sprintf("node %s: no %s", node, nodelock.Key))
 		}
