@@ -353,6 +353,7 @@ func TestPodAllocateNeverCame(t *testing.T) {
 		"young: waiting": {
 			ev:       bindEvidence(bound("train-1", 12*time.Second), []corev1.Node{noGPUs}, nil),
 			wantCase: diagnose.PodHealthy, wantInfo: diagnose.CodePodWaiting,
+			wantLock: lockIs("default/train-1", true, ""),
 			check: func(t *testing.T, r diagnose.PodReport) {
 				if !strings.Contains(r.Reason, "bound 12s ago; waiting for the kubelet's Allocate") {
 					t.Errorf("Reason = %q", r.Reason)
