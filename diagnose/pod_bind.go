@@ -170,7 +170,7 @@ func (a *podAnalysis) checkLock() {
 	}
 	a.add(PodFinding{Case: P4NodeLocked, Severity: SeverityError, Code: CodeNodeLocked,
 		Summary:  fmt.Sprintf("node %s is locked by %s: HAMi's scheduler refuses to bind this pod there (\"node %s has been locked within %s\")", node, lockHolder(s), node, a.opts.LockTimeout),
-		Evidence: ev})
+		Evidence: ev, Fix: []string{unlockFix(node)}})
 	if v.neverReleased {
 		a.lockNeverReleased(v)
 		return

@@ -500,3 +500,40 @@ func TestPodStaleAssignment(t *testing.T) {
 		},
 	})
 }
+
+// FuzzPodBind: whatever the node lock, the pod's HAMi annotations and the kubelet's message
+// hold, AnalyzePod returns a report whose error findings each say what to do, and Case is
+// set exactly when there is one.
+func FuzzPodBind(f *testing.F) {
+	f.Add(lockAgo(time.Minute, "default/gone"), gpu0+",NVIDIA,1000,0:;", "allocating", "1764503940", "", uint8(0))
+	f.Add("not-a-time,default", ";", "failed", "x", "device request not found", uint8(1))
+	f.Add("2026-11-30T11:59:00Z", "GPU-x,NVIDIA:;", "success", "-1", "device number not matched", uint8(2))
+	f.Add(",,", "", "", "99999999999999999999", "no binding pod found on node gpu-1", uint8(3))
+	f.Fuzz(func(t *testing.T, lock, toAllocate, phase, unix, message string, shape uint8) {
+		p := filtered("train-1", time.Minute, "hami.io/vgpu-devices-to-allocate", toAllocate, "hami.io/bind-phase", phase,
+			"hami.io/bind-time", unix, "hami.io/vgpu-time", unix)
+		switch shape % 4 {
+		case 1:
+			p.Spec.NodeName = "gpu-1"
+		case 2:
+			p = admissionFailed(p, message)
+		case 3:
+			p.Annotations = map[string]string{"hami.io/mutex.lock": lock}
+		}
+		holder := bound("gone", time.Minute, "hami.io/bind-phase", phase)
+		ev := bindEvidence(p, []corev1.Node{readyNode("gpu-1", time.Hour, lock)}, []*corev1.Pod{holder},
+			podEvent("train-1", corev1.EventTypeWarning, "BindingFailed", message+" node gpu-1 has been locked within 5m0s", time.Second))
+		r, err := diagnose.AnalyzePod(ev, opts())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range r.Errors() {
+			if f.Summary == "" || len(f.Fix) == 0 {
+				t.Fatalf("error finding without summary or fix: %+v", f)
+			}
+		}
+		if (r.Case == diagnose.PodHealthy) != (len(r.Errors()) == 0) {
+			t.Fatalf("case %v with %d errors", r.Case, len(r.Errors()))
+		}
+	})
+}
