@@ -123,8 +123,11 @@ func (a *podAnalysis) pluginOn(node string) (what, image string) {
 func (a *podAnalysis) checkLock() {
 	refusal, named := a.lockRefusal()
 	node := a.r.AssignedNode
-	if node == "" {
+	switch {
+	case node == "":
 		node = named
+	case named != "" && named != node:
+		refusal = nil // about a node the filter chose before
 	}
 	if node == "" {
 		return
@@ -353,7 +356,7 @@ func (a *podAnalysis) checkAllocateWait() {
 // the part after "desc = " of the kubelet's message, or a Warning Event's.
 func (a *podAnalysis) admissionError() (text, source string) {
 	p := a.pod
-	if p.Status.Reason == reasonAdmission || p.Status.Message != "" && strings.Contains(p.Status.Message, "Allocate failed") {
+	if p.Status.Reason == reasonAdmission || strings.Contains(p.Status.Message, "Allocate failed") {
 		return afterDesc(p.Status.Message), fmt.Sprintf("pod %s/%s: status.reason %s: %s", p.Namespace, p.Name, p.Status.Reason, trim(p.Status.Message, 300))
 	}
 	for _, e := range a.events {

@@ -248,6 +248,22 @@ func TestPodNodeLocked(t *testing.T) {
 			wantCase: diagnose.P4NodeLocked, wantErrors: []string{diagnose.CodeNodeLocked, diagnose.CodeLockNeverReleased},
 			wantLock: lockIs("default/holder", true, "does not implement HAMi's allocation protocol"),
 		},
+		"holder Failed": {
+			ev: bindEvidence(pod(), nodes(lockAgo(time.Minute, "default/holder")),
+				[]*corev1.Pod{admissionFailed(bound("holder", time.Minute), "no binding pod found on node gpu-1")}, lockedEvent("train-1")),
+			wantCase: diagnose.P4NodeLocked, wantErrors: []string{diagnose.CodeNodeLocked, diagnose.CodeLockStale},
+			wantLock: lockIs("default/holder", true, "has Failed"),
+		},
+		"an old refusal on another node": {
+			ev: bindEvidence(pod(), nodes(""), nil, podEvent("train-1", corev1.EventTypeWarning, "BindingFailed",
+				"Failed to bind node [gpu-2] to default/train-1: node gpu-2 has been locked within 5m0s", time.Minute)),
+			wantCase: diagnose.PodHealthy, wantInfo: diagnose.CodePodWaiting,
+			check: func(t *testing.T, r diagnose.PodReport) {
+				if _, ok := r.Finding(diagnose.CodePodWaiting); !ok || strings.Contains(r.Reason, "lock") {
+					t.Errorf("Reason = %q", r.Reason)
+				}
+			},
+		},
 		"live lock: waiting": {
 			ev:       bindEvidence(pod(), nodes(lockAgo(10*time.Second, "default/holder")), []*corev1.Pod{holderLive}, lockedEvent("train-1")),
 			wantCase: diagnose.PodHealthy, wantInfo: diagnose.CodePodWaiting,
