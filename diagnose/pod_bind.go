@@ -431,7 +431,8 @@ func (a *podAnalysis) checkAdmission() {
 		f.Summary = fmt.Sprintf("the device plugin's Allocate failed: %s", trim(text, 200))
 	}
 	f.Summary += "; a failed admission is never retried: create the pod again"
-	f.Evidence = append(ev, a.pluginWarnings()...)
+	ev = append(ev, a.pluginWarnings()...)
+	f.Evidence = ev
 	if f.Code == CodeNoBindingPod && slices.ContainsFunc(a.r.Findings, func(x PodFinding) bool {
 		return x.Severity == SeverityError && x.Case == P1NotRoutedToHAMi
 	}) {
