@@ -406,7 +406,7 @@ func TestPodAllocateFailed(t *testing.T) {
 		"no binding pod found: the lock expired": {
 			ev:       bindEvidence(admissionFailed(bound("train-1", 10*time.Minute), "no binding pod found on node gpu-1"), node, nil),
 			wantCase: diagnose.P6AllocateFailed, wantErrors: []string{diagnose.CodeNoBindingPod},
-			wantText: []string{"found no lock and no pending HAMi pod", "node gpu-1: no hami.io/mutex.lock now",
+			wantText: []string{"found no lock and no pending HAMi pod", "node gpu-1: no hami.io/mutex.lock now", "node gpu-1: no other Pending pod bound by HAMi now",
 				"status.reason UnexpectedAdmissionError: Allocate failed due to rpc error", recreate, "never retried"},
 		},
 		"no binding pod found: not HAMi's pod": {
@@ -456,7 +456,7 @@ func TestPodAllocateFailed(t *testing.T) {
 		"another error, quoted": {
 			ev:       bindEvidence(admissionFailed(bound("train-1", time.Minute), "create cache file: permission denied"), node, nil),
 			wantCase: diagnose.P6AllocateFailed, wantErrors: []string{diagnose.CodeAllocateFailed},
-			wantText: []string{"the device plugin's Allocate failed: create cache file: permission denied, which is unexpected", recreate},
+			wantText: []string{"the device plugin's Allocate failed: create cache file: permission denied; a failed", recreate},
 		},
 		"bind-phase failed, not yet Failed": {
 			ev: bindEvidence(pendingFailed, node, nil, podEvent("UnexpectedAdmissionError",
