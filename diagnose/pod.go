@@ -272,8 +272,9 @@ func (a *podAnalysis) progress() string {
 		return "running, with HAMi's limits"
 	case StageAllocated:
 		return "allocated; the container runtime starts it"
+	default:
+		return "nothing stops it"
 	}
-	return "nothing stops it"
 }
 
 // eventTime is when an Event last happened.

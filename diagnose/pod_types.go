@@ -13,7 +13,7 @@ import (
 type Stage int
 
 const (
-	// StageNotAdmitted: spec.schedulerName is not HAMi's scheduler.
+	// StageNotAdmitted means spec.schedulerName is not HAMi's scheduler.
 	StageNotAdmitted Stage = iota - 1
 	// StageAdmitted (S0): spec.schedulerName names HAMi's scheduler.
 	StageAdmitted
@@ -51,8 +51,9 @@ func (s Stage) Describe() string {
 		return "S3 allocated"
 	case StageRunning:
 		return "S4 running"
+	default:
+		return "not admitted to HAMi's scheduler"
 	}
-	return "not admitted to HAMi's scheduler"
 }
 
 // MarshalText writes the stage as String does, so JSON and YAML carry "S2".
@@ -78,7 +79,7 @@ func (s *Stage) UnmarshalText(b []byte) error {
 type PodCase int
 
 const (
-	// PodHealthy: no case applies.
+	// PodHealthy means no case applies.
 	PodHealthy PodCase = iota
 	// P1NotRoutedToHAMi (S0): the pod is not scheduled by HAMi's scheduler: its
 	// schedulerName is another's (the webhook is missing, excludes the pod or was skipped
@@ -111,7 +112,7 @@ const (
 	// (the node's plugin is not HAMi's or this SDK's, CUDA_DISABLE_CONTROL is set, the pod
 	// never went through HAMi).
 	P8RunningWithoutLimits
-	// PodNodeNotRegistered: the pod is stopped before S1 without a FilteringFailed Event and
+	// PodNodeNotRegistered means the pod is stopped before S1 without a FilteringFailed Event and
 	// the node diagnosis of the candidate nodes finds them not registered with HAMi's
 	// scheduler (cases 1–5 of the registration guide); the report carries those diagnoses.
 	PodNodeNotRegistered
@@ -137,8 +138,9 @@ func (c PodCase) Short() string {
 		return "healthy"
 	case PodNodeNotRegistered:
 		return "node"
+	default:
+		return fmt.Sprintf("P%d", int(c))
 	}
-	return fmt.Sprintf("P%d", int(c))
 }
 
 // Name is the case's stable name, "NoNodeFits".
