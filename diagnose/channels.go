@@ -396,21 +396,10 @@ func (a *analysis) checkScheduler() {
 		return
 	}
 	l := a.c.lease
-	if l.Spec.HolderIdentity != nil {
-		s.Leader = *l.Spec.HolderIdentity
-	}
 	now := o.Clock.Now()
-	dur := 15 * time.Second
-	if l.Spec.LeaseDurationSeconds != nil {
-		dur = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
-	}
 	var renewed time.Time
-	switch {
-	case l.Spec.RenewTime != nil:
-		renewed = l.Spec.RenewTime.Time
-	case l.Spec.AcquireTime != nil:
-		renewed = l.Spec.AcquireTime.Time
-	}
+	var dur time.Duration
+	s.Leader, renewed, dur = leaseState(l)
 	s.LeaseValid = s.Leader != "" && !renewed.IsZero() && now.Before(renewed.Add(dur))
 	if !s.LeaseValid {
 		last := "never renewed"

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -273,4 +274,23 @@ func notChecked(what, resource string, err error) Finding {
 // selectorString renders a label map as k=v,k2=v2 in key order.
 func selectorString(m map[string]string) string {
 	return labels.SelectorFromSet(m).String()
+}
+
+// leaseState reads a Lease as leader election does: its holder, when it was last renewed
+// (or acquired) and how long that holds (15 s, client-go's default, when unset).
+func leaseState(l *coordinationv1.Lease) (holder string, renewed time.Time, dur time.Duration) {
+	if l.Spec.HolderIdentity != nil {
+		holder = *l.Spec.HolderIdentity
+	}
+	dur = 15 * time.Second
+	if l.Spec.LeaseDurationSeconds != nil {
+		dur = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
+	}
+	switch {
+	case l.Spec.RenewTime != nil:
+		renewed = l.Spec.RenewTime.Time
+	case l.Spec.AcquireTime != nil:
+		renewed = l.Spec.AcquireTime.Time
+	}
+	return holder, renewed, dur
 }

@@ -547,21 +547,7 @@ func (a *podAnalysis) leaseCause() (PodFinding, bool) {
 		f.Evidence = []string{name + ": not found"}
 		return f, true
 	}
-	holder := ""
-	if l.Spec.HolderIdentity != nil {
-		holder = *l.Spec.HolderIdentity
-	}
-	dur := 15 * time.Second
-	if l.Spec.LeaseDurationSeconds != nil {
-		dur = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
-	}
-	var renewed time.Time
-	switch {
-	case l.Spec.RenewTime != nil:
-		renewed = l.Spec.RenewTime.Time
-	case l.Spec.AcquireTime != nil:
-		renewed = l.Spec.AcquireTime.Time
-	}
+	holder, renewed, dur := leaseState(l)
 	f.Evidence = []string{fmt.Sprintf("%s: holderIdentity %q, renewTime %s, leaseDurationSeconds %d", name, holder, timeOrNever(renewed), int(dur/time.Second))}
 	if holder == "" || renewed.IsZero() || !a.now.Before(renewed.Add(dur)) {
 		f.Summary = fmt.Sprintf("%s expired (held by %q, renewed %s): no HAMi kube-scheduler leads, so none schedules the pod", name, holder, ago(a.now, renewed))
