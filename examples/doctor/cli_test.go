@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/hamireg/hamireg/diagnose"
+	"github.com/hamireg/hamireg/nodelock"
 )
 
 // kubeconfig writes a kubeconfig with contexts ctx-a (namespace team-a, current) and ctx-b
@@ -278,11 +280,58 @@ func TestUnlock(t *testing.T) {
 	}
 }
 
-func TestUnlockNotInThisBuild(t *testing.T) {
+// TestUnlockOnTheClientset runs unlock with package diagnose's LockOf and RemoveStaleLock
+// on a node whose lock names a pod that is gone.
+func TestUnlockOnTheClientset(t *testing.T) {
 	t.Parallel()
-	_, errOut, code := newHarness().run(t, "unlock", "gpu-1", "--kubeconfig", kubeconfig(t))
-	if code != exitError || !strings.Contains(errOut, "diagnose.LockOf") {
-		t.Errorf("exit %d, stderr %q", code, errOut)
+	kc := kubeconfig(t)
+	value := nodelock.NewLock(time.Now().Add(-time.Minute), types.NamespacedName{Namespace: "team-a", Name: "gone"}).String()
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-1", Annotations: map[string]string{nodelock.Key: value}}}
+	h := newHarness(node, gpuPod("team-a", "live"))
+
+	out, errOut, code := h.run(t, "unlock", "gpu-1", "--kubeconfig", kc)
+	if code != 0 || !strings.Contains(out, "Holder   team-a/gone") || !strings.Contains(out, "Stale    its holder pod team-a/gone no longer exists") || !strings.Contains(out, "Nothing written") {
+		t.Errorf("dry run: exit %d\n%s%s", code, out, errOut)
+	}
+	if n, _ := h.client.CoreV1().Nodes().Get(t.Context(), "gpu-1", metav1.GetOptions{}); n.Annotations[nodelock.Key] != value {
+		t.Fatalf("the dry run changed the lock: %v", n.Annotations)
+	}
+	out, errOut, code = h.run(t, "unlock", "gpu-1", "--yes", "--kubeconfig", kc)
+	if code != 0 || !strings.Contains(out, "Removed hami.io/mutex.lock "+strconv.Quote(value)+" from node gpu-1.") {
+		t.Errorf("--yes: exit %d\n%s%s", code, out, errOut)
+	}
+	if n, _ := h.client.CoreV1().Nodes().Get(t.Context(), "gpu-1", metav1.GetOptions{}); n.Annotations[nodelock.Key] != "" {
+		t.Errorf("the lock stayed: %v", n.Annotations)
+	}
+	out, _, code = h.run(t, "unlock", "gpu-1", "--yes", "--kubeconfig", kc)
+	if code != exitCase || !strings.Contains(out, "Refused: ") || !strings.Contains(out, "has no lock") {
+		t.Errorf("no lock: exit %d\n%s", code, out)
+	}
+	_, errOut, code = h.run(t, "unlock", "gpu-9", "--kubeconfig", kc)
+	if code != exitError || !strings.Contains(errOut, "gpu-9") {
+		t.Errorf("unknown node: exit %d %q", code, errOut)
+	}
+}
+
+// TestBundleOnTheClientset writes a real bundle of a pod with package diagnose's WriteBundle.
+func TestBundleOnTheClientset(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "pod.tar.gz")
+	h := newHarness(gpuPod("team-b", "train"))
+	out, errOut, code := h.run(t, "bundle", "team-b/train", "-f", file, "--kubeconfig", kubeconfig(t), "-o", "yaml")
+	var res bundleResult
+	if err := yaml.Unmarshal([]byte(out), &res); err != nil || code != 0 || res.File != file {
+		t.Fatalf("exit %d %v %+v\n%s%s", code, err, res, out, errOut)
+	}
+	var diagnosis bool
+	for _, f := range res.Files {
+		diagnosis = diagnosis || strings.HasSuffix(f, "diagnosis.json")
+	}
+	if !diagnosis {
+		t.Errorf("files %v lack diagnosis.json", res.Files)
+	}
+	if st, err := os.Stat(file); err != nil || st.Size() == 0 {
+		t.Errorf("bundle file: %v", err)
 	}
 }
 
