@@ -19,7 +19,7 @@ const bundleUsage = `Usage:
 It diagnoses the node or the pod, then writes one .tar.gz with the diagnosis (text and JSON),
 the objects, their Events and the logs of the node's device plugin and of the leader scheduler
 Pod (never Secrets; tokens and certificates redacted). What it may not read is listed in the
-bundle's index. Default file: hami-doctor-<target>-<UTC time>.tar.gz.
+bundle's index. Default file: hami-doctor-<target>-<UTC time>.tar.gz in the current folder.
 Exit status: 0 when written, 2 on errors.
 `
 
@@ -111,13 +111,10 @@ func (c *cli) bundleCmd(args []string) int {
 	return exitHealthy
 }
 
-// bundleFileName is hami-doctor-<node or namespace-pod>-<UTC time>.tar.gz.
+// bundleFileName is the archive's default name, diagnose's Root + ".tar.gz":
+// hami-doctor-<pod-namespace-name or node-name>-<UTC time>.tar.gz.
 func bundleFileName(t bundleTarget, now time.Time) string {
-	what := t.Node
-	if what == "" {
-		what = t.Namespace + "-" + t.Pod
-	}
-	return fmt.Sprintf("hami-doctor-%s-%s.tar.gz", what, now.UTC().Format("20060102T150405Z"))
+	return t.Root(now) + ".tar.gz"
 }
 
 func printBundle(w io.Writer, res bundleResult) {

@@ -386,10 +386,10 @@ func TestBundle(t *testing.T) {
 func TestBundleFileName(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 12, 2, 7, 8, 9, 0, time.UTC)
-	if got := bundleFileName(bundleTarget{Namespace: "ns", Pod: "p"}, now); got != "hami-doctor-ns-p-20261202T070809Z.tar.gz" {
+	if got := bundleFileName(bundleTarget{Namespace: "ns", Pod: "p"}, now); got != "hami-doctor-pod-ns-p-20261202-070809.tar.gz" {
 		t.Errorf("pod: %s", got)
 	}
-	if got := bundleFileName(bundleTarget{Node: "gpu-1"}, now); got != "hami-doctor-gpu-1-20261202T070809Z.tar.gz" {
+	if got := bundleFileName(bundleTarget{Node: "gpu-1"}, now); got != "hami-doctor-node-gpu-1-20261202-070809.tar.gz" {
 		t.Errorf("node: %s", got)
 	}
 }
