@@ -52,7 +52,7 @@ func (c *cli) bundleCmd(args []string) int {
 	if err != nil {
 		return c.fail("bundle", fs, err)
 	}
-	ctx, cancel := f.context()
+	ctx, cancel := f.context(c.ctx)
 	defer cancel()
 
 	// The diagnosis first: it goes into the bundle as text and JSON.
@@ -80,7 +80,7 @@ func (c *cli) bundleCmd(args []string) int {
 
 	name := *file
 	if name == "" {
-		name = bundleFileName(target, time.Now())
+		name = bundleFileName(target, c.clock.Now())
 	}
 	out, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {

@@ -78,7 +78,7 @@ func newHarness(objs ...runtime.Object) *harness {
 func (h *harness) run(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	c := newCLI(h.argv0, strings.NewReader(""), &out, &errb)
+	c := newCLI(t.Context(), h.argv0, strings.NewReader(""), &out, &errb)
 	c.connect = func(f *genericclioptions.ConfigFlags) (kubernetes.Interface, error) {
 		h.seen = f
 		return h.client, nil

@@ -94,7 +94,7 @@ func (c *cli) explain(args []string) int {
 	}
 	registers := verdict.Registers
 	if *hs != "" || *alloc >= 0 {
-		res.Handshake = decideHandshake(vendor, *hs, *alloc, version, time.Now())
+		res.Handshake = decideHandshake(vendor, *hs, *alloc, version, c.clock.Now())
 		registers = registers && res.Handshake.Healthy
 	}
 	err = write(c.stdout, *output, res, func() {

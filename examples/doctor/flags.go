@@ -133,9 +133,9 @@ func (f *clusterFlags) podNamespace() (string, error) {
 	return ns, nil
 }
 
-// context is the verb's context, bounded by --timeout.
-func (f *clusterFlags) context() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), f.timeout)
+// context is the verb's context: parent, bounded by --timeout.
+func (f *clusterFlags) context(parent context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(parent, f.timeout)
 }
 
 // connectREST makes the client from kubectl's flags.

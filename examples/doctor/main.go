@@ -32,13 +32,18 @@
 package main
 
 import (
+	"context"
+	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
 )
 
 // Exit statuses of every verb.
@@ -49,12 +54,17 @@ const (
 )
 
 func main() {
-	c := newCLI(os.Args[0], os.Stdin, os.Stdout, os.Stderr)
-	os.Exit(c.run(os.Args[1:]))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := newCLI(ctx, os.Args[0], os.Stdin, os.Stdout, os.Stderr).run(os.Args[1:])
+	stop()
+	os.Exit(code)
 }
 
 // cli is one invocation: its name in usage texts, its streams, and how it reaches the cluster.
 type cli struct {
+	// ctx is the program's context; clock its source of time.
+	ctx   context.Context
+	clock clock.PassiveClock
 	// name is "kubectl hami-doctor" when run as a kubectl plugin, else "doctor".
 	name           string
 	stdin          io.Reader
@@ -65,9 +75,9 @@ type cli struct {
 	api diagnoseAPI
 }
 
-// newCLI returns the command line for argv0 (os.Args[0]) and the streams.
-func newCLI(argv0 string, stdin io.Reader, stdout, stderr io.Writer) *cli {
-	return &cli{name: commandName(argv0), stdin: stdin, stdout: stdout, stderr: stderr, connect: connectREST, api: defaultAPI()}
+// newCLI returns the command line for argv0 (os.Args[0]) and the streams, on the real clock.
+func newCLI(ctx context.Context, argv0 string, stdin io.Reader, stdout, stderr io.Writer) *cli {
+	return &cli{ctx: ctx, clock: clock.RealClock{}, name: commandName(argv0), stdin: stdin, stdout: stdout, stderr: stderr, connect: connectREST, api: defaultAPI()}
 }
 
 // commandName is how usage texts call the program: "kubectl hami-doctor" when the binary is
@@ -78,11 +88,6 @@ func commandName(argv0 string) string {
 		return "kubectl " + strings.ReplaceAll(strings.TrimSuffix(rest, ".exe"), "_", "-")
 	}
 	return "doctor"
-}
-
-// run runs the program as the doctor with the real cluster connection; the tests call it.
-func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	return newCLI("doctor", stdin, stdout, stderr).run(args)
 }
 
 const usage = `Usage:
@@ -106,7 +111,7 @@ func (c *cli) text(s string) string { return strings.ReplaceAll(s, "{cmd}", c.na
 
 func (c *cli) run(args []string) int {
 	if len(args) == 0 {
-		io.WriteString(c.stderr, c.text(usage))
+		fmt.Fprint(c.stderr, c.text(usage))
 		return exitError
 	}
 	switch args[0] {
@@ -125,7 +130,7 @@ func (c *cli) run(args []string) int {
 	case "bundle":
 		return c.bundleCmd(args[1:])
 	case "help", "-h", "--help":
-		io.WriteString(c.stdout, c.text(usage))
+		fmt.Fprint(c.stdout, c.text(usage))
 		return exitHealthy
 	default:
 		c.errorf("unknown command %q\n\n%s", args[0], c.text(usage))

@@ -44,7 +44,7 @@ func (c *cli) nodeCmd(args []string) int {
 	if err != nil {
 		return c.fail("node", fs, err)
 	}
-	ctx, cancel := f.context()
+	ctx, cancel := f.context(c.ctx)
 	defer cancel()
 	r, err := diagnose.Node(ctx, client, name, f.opts)
 	if err != nil {
@@ -71,7 +71,7 @@ func (c *cli) nodesCmd(args []string) int {
 	if err != nil {
 		return c.fail("nodes", fs, err)
 	}
-	ctx, cancel := f.context()
+	ctx, cancel := f.context(c.ctx)
 	defer cancel()
 	reports, err := diagnose.Nodes(ctx, client, f.opts)
 	if err != nil {
@@ -137,10 +137,10 @@ func printReport(w io.Writer, r *diagnose.Report) {
 		}
 		fmt.Fprintf(w, "  [%s]%s %s: %s\n", f.Severity, where, f.Code, f.Summary)
 		for _, e := range f.Evidence {
-			fmt.Fprintf(w, "      evidence: %s\n", indentLines(e, "                "))
+			fmt.Fprintf(w, "      evidence: %s\n", indentLines(e))
 		}
 		for _, c := range f.Fix {
-			fmt.Fprintf(w, "      fix:      %s\n", indentLines(c, "                "))
+			fmt.Fprintf(w, "      fix:      %s\n", indentLines(c))
 		}
 		if len(f.OnNode) > 0 {
 			fmt.Fprintf(w, "      on node %s (not visible from the API server):\n", r.Node)
@@ -151,8 +151,9 @@ func printReport(w io.Writer, r *diagnose.Report) {
 	}
 }
 
-func indentLines(s, indent string) string {
-	return strings.ReplaceAll(s, "\n", "\n"+indent)
+// indentLines indents the second and later lines of s under the text of a finding's line.
+func indentLines(s string) string {
+	return strings.ReplaceAll(s, "\n", "\n                ")
 }
 
 func pluginText(p *diagnose.PluginChannel) string {

@@ -56,7 +56,7 @@ func (c *cli) podCmd(args []string) int {
 	if err != nil {
 		return c.fail("pod", fs, err)
 	}
-	ctx, cancel := f.context()
+	ctx, cancel := f.context(c.ctx)
 	defer cancel()
 	r, err := diagnose.Pod(ctx, client, ns, name, f.opts)
 	if err != nil {
@@ -93,7 +93,7 @@ func (c *cli) podsCmd(args []string) int {
 	if err != nil {
 		return c.fail("pods", fs, err)
 	}
-	ctx, cancel := f.context()
+	ctx, cancel := f.context(c.ctx)
 	defer cancel()
 	reports, err := diagnose.Pods(ctx, client, ns, f.opts)
 	if err != nil {
@@ -167,10 +167,10 @@ func printPodReport(w io.Writer, r *diagnose.PodReport) {
 			}
 			fmt.Fprintf(w, "  [%s]%s %s: %s\n", f.Severity, where, f.Code, f.Summary)
 			for _, e := range f.Evidence {
-				fmt.Fprintf(w, "      evidence: %s\n", indentLines(e, "                "))
+				fmt.Fprintf(w, "      evidence: %s\n", indentLines(e))
 			}
 			for _, c := range f.Fix {
-				fmt.Fprintf(w, "      fix:      %s\n", indentLines(c, "                "))
+				fmt.Fprintf(w, "      fix:      %s\n", indentLines(c))
 			}
 		}
 	}

@@ -40,7 +40,7 @@ func (c *cli) unlockCmd(args []string) int {
 	if err != nil {
 		return c.fail("unlock", fs, err)
 	}
-	ctx, cancel := f.context()
+	ctx, cancel := f.context(c.ctx)
 	defer cancel()
 	res := unlockResult{DryRun: !*yes}
 	lock, err := c.api.lockOf(ctx, client, node, f.opts)
