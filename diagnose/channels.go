@@ -353,7 +353,7 @@ func (a *analysis) checkScheduler() {
 			Evidence: []string{"kubectl -n " + o.Namespace + " get deployment " + o.Scheduler + ": not found"},
 			Fix: []string{
 				"kubectl get deployments -A -l " + DefaultSchedulerSelector,
-				"if it is installed under another name or namespace: doctor node " + node + " --namespace <ns> --scheduler <name>",
+				"if it is installed under another name or namespace: kubectl hami-doctor node " + node + " --hami-namespace <ns> --scheduler <name>",
 			}})
 	case a.c.deployErr != nil && a.c.opts.NodeLabelSelector == nil:
 		a.add(notChecked("the scheduler Deployment "+depRef+" (its --node-label-selector)", "deployments", a.c.deployErr))

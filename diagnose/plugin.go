@@ -172,7 +172,7 @@ func (a *analysis) whyNoPod() {
 				Fix: []string{
 					"kubectl get daemonsets -A -l " + DefaultPluginSelector,
 					"helm list -A | grep -i hami",
-					"if HAMi is installed under another name or namespace: doctor node " + a.node.Name + " --namespace <ns> --daemonset <name>",
+					"if HAMi is installed under another name or namespace: kubectl hami-doctor node " + a.node.Name + " --hami-namespace <ns> --daemonset <name>",
 				}})
 			return
 		}

@@ -1,8 +1,8 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -15,86 +15,96 @@ import (
 	"github.com/hamireg/hamireg/handshake"
 )
 
-// Exit statuses.
+// Exit statuses of explain.
 const (
 	exitRegisters    = 0
 	exitNotRegisters = 1
 	exitUsage        = 2
 )
 
-const usage = `Usage:
-  doctor explain [flags] VALUE     explain a register annotation value
-  doctor explain [flags] -f FILE   read the value from a file
-  doctor explain [flags] -         read the value from standard input
-  doctor node NAME [flags]         diagnose one node in the cluster: channels, case 1-5, fixes
-  doctor nodes [flags]             one line per GPU node in the cluster
+const explainUsage = `Usage:
+  {cmd} explain [flags] VALUE     explain a register annotation value
+  {cmd} explain [flags] -f FILE   read the value from a file
+  {cmd} explain [flags] -         read the value from standard input
 
-explain: exit status 0 when the node would register, 1 when it would not, 2 on usage errors.
-node, nodes: exit status 0 when healthy, 1 when a case applies, 2 on errors.
-Run "doctor node -h" for the cluster flags (--kubeconfig, --namespace, -o json, ...).
+It reads no cluster. Exit status: 0 when the node would register, 1 when it would not,
+2 on usage errors.
 `
 
-func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return exitUsage
-	}
-	switch args[0] {
-	case "explain":
-		return explain(args[1:], stdin, stdout, stderr)
-	case "node":
-		return nodeCmd(args[1:], stdout, stderr)
-	case "nodes":
-		return nodesCmd(args[1:], stdout, stderr)
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
-		return exitRegisters
-	default:
-		fmt.Fprintf(stderr, "doctor: unknown command %q\n\n%s", args[0], usage)
-		return exitUsage
-	}
+// explainResult is explain's -o json and yaml form.
+type explainResult struct {
+	Vendor       string           `json:"vendor"`
+	Key          string           `json:"key"`
+	Registers    bool             `json:"registers"`
+	Devices      json.RawMessage  `json:"devices,omitempty"` // in HAMi's register form
+	Error        string           `json:"error,omitempty"`
+	HAMiLog      string           `json:"hamiLog,omitempty"`
+	HAMiLogLevel string           `json:"hamiLogLevel,omitempty"`
+	HAMiCrashes  bool             `json:"hamiCrashes,omitempty"`
+	Handshake    *handshakeResult `json:"handshake,omitempty"`
 }
 
-func explain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("explain", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	file := fs.String("f", "", "read the annotation value from `FILE`")
+// handshakeResult is the handshake part of explainResult.
+type handshakeResult struct {
+	Key         string `json:"key"`
+	Value       string `json:"value"`
+	State       string `json:"state"`
+	AgeSeconds  int64  `json:"ageSeconds,omitempty"`
+	Allocatable int64  `json:"allocatable"`
+	Healthy     bool   `json:"healthy"`
+	Reason      string `json:"reason"`
+}
+
+func (c *cli) explain(args []string) int {
+	fs, output := c.newFlags("explain", explainUsage)
+	file := fs.StringP("file", "f", "", "read the annotation value from `FILE`")
 	vendorName := fs.String("vendor", annotation.VendorNVIDIA, "HAMi vendor word whose annotation this is (NVIDIA, DCU, XPU, Vastai, biren, an Ascend or Iluvatar chip)")
 	hs := fs.String("handshake", "", "also interpret this handshake annotation `VALUE` (hami.io/node-handshake)")
 	alloc := fs.Int64("allocatable", -1, "allocatable count of the vendor's resource (e.g. nvidia.com/gpu), for --handshake")
 	hamiVersion := fs.String("hami-version", "master", "HAMi semantics for --handshake: master or v2.9.0")
-	fs.Usage = func() { fmt.Fprint(stderr, usage, "\nFlags:\n"); fs.PrintDefaults() }
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+	if err := parse(fs, args); err != nil {
+		return c.fail("explain", fs, err)
+	}
+	if err := checkOutput(*output); err != nil {
+		return c.fail("explain", fs, err)
 	}
 	vendor, ok := annotation.VendorByName(*vendorName)
 	if !ok {
 		vendor, ok = vendorByChip(*vendorName)
 	}
 	if !ok {
-		fmt.Fprintf(stderr, "doctor: unknown vendor %q\n", *vendorName)
-		return exitUsage
+		return c.fail("explain", fs, fmt.Errorf("%w: unknown vendor %q", errUsage, *vendorName))
 	}
-	value, err := readValue(fs.Args(), *file, stdin)
+	version, err := parseHAMiVersion(*hamiVersion)
 	if err != nil {
-		fmt.Fprintf(stderr, "doctor: %v\n\n%s", err, usage)
-		return exitUsage
+		return c.fail("explain", fs, err)
+	}
+	value, err := readValue(fs.Args(), *file, c.stdin)
+	if err != nil {
+		return c.fail("explain", fs, fmt.Errorf("%w: %w", errUsage, err))
 	}
 	verdict := annotation.Check(vendor, map[string]string{vendor.RegisterKey: value})
-	printVerdict(stdout, vendor, verdict)
+	res := explainResult{Vendor: vendor.Name, Key: vendor.RegisterKey, Registers: verdict.Registers,
+		HAMiLog: verdict.HAMiLog, HAMiLogLevel: verdict.HAMiLogLevel, HAMiCrashes: verdict.HAMiCrashes}
+	if verdict.Err != nil {
+		res.Error = verdict.Err.Error()
+	}
+	if verdict.Registers {
+		res.Devices = json.RawMessage(annotation.Encode(verdict.Devices))
+	}
 	registers := verdict.Registers
 	if *hs != "" || *alloc >= 0 {
-		var version handshake.Version
-		switch *hamiVersion {
-		case "master", "":
-		case "v2.9.0", "2.9.0":
-			version = handshake.VersionV290
-		default:
-			fmt.Fprintf(stderr, "doctor: unknown --hami-version %q (master or v2.9.0)\n", *hamiVersion)
-			return exitUsage
+		res.Handshake = decideHandshake(vendor, *hs, *alloc, version, c.clock.Now())
+		registers = registers && res.Handshake.Healthy
+	}
+	err = write(c.stdout, *output, res, func() {
+		printVerdict(c.stdout, vendor, verdict)
+		if res.Handshake != nil {
+			printHandshake(c.stdout, vendor, res.Handshake, *alloc < 0)
 		}
-		healthy := printHandshake(stdout, vendor, *hs, *alloc, version)
-		registers = registers && healthy
+	})
+	if err != nil {
+		return c.fail("explain", nil, err)
 	}
 	if registers {
 		return exitRegisters
@@ -180,30 +190,41 @@ func printVerdict(w io.Writer, vendor annotation.Vendor, v annotation.Verdict) {
 	}
 }
 
-func printHandshake(w io.Writer, vendor annotation.Vendor, raw string, alloc int64, version handshake.Version) bool {
-	fmt.Fprintln(w)
+// decideHandshake interprets a handshake value as HAMi's scheduler does at now; a negative
+// alloc counts as 0.
+func decideHandshake(vendor annotation.Vendor, raw string, alloc int64, version handshake.Version, now time.Time) *handshakeResult {
 	key := vendor.HandshakeKey
 	if key == "" {
-		fmt.Fprintf(w, "Handshake: vendor %s has none.\n", vendor.Name)
-		return true
+		return &handshakeResult{Healthy: true, Reason: "vendor " + vendor.Name + " has no handshake"}
 	}
-	now := time.Now()
+	alloc = max(alloc, 0)
 	v := handshake.Parse(raw, raw != "", time.Local)
-	if alloc < 0 {
-		alloc = 0
+	d := handshake.Decide(handshake.Input{Handshake: v, Allocatable: alloc, Now: now, Registered: true, Reported: alloc}, handshake.Options{Version: version})
+	r := &handshakeResult{Key: key, Value: raw, State: fmt.Sprint(v.State), Allocatable: alloc, Healthy: d.Healthy, Reason: d.Reason}
+	if v.TimeOK {
+		r.AgeSeconds = int64(now.Sub(v.Time).Round(time.Second) / time.Second)
+	}
+	return r
+}
+
+func printHandshake(w io.Writer, vendor annotation.Vendor, h *handshakeResult, noAlloc bool) {
+	fmt.Fprintln(w)
+	if h.Key == "" {
+		fmt.Fprintf(w, "Handshake: vendor %s has none.\n", vendor.Name)
+		return
+	}
+	if noAlloc {
 		fmt.Fprintln(w, "(no --allocatable given: assuming 0)")
 	}
-	d := handshake.Decide(handshake.Input{Handshake: v, Allocatable: alloc, Now: now, Registered: true, Reported: alloc}, handshake.Options{Version: version})
-	fmt.Fprintf(w, "Handshake %s = %q (%s)\n", key, raw, v.State)
-	if v.TimeOK {
-		fmt.Fprintf(w, "  stamped %s ago\n", now.Sub(v.Time).Round(time.Second))
+	fmt.Fprintf(w, "Handshake %s = %q (%s)\n", h.Key, h.Value, h.State)
+	if h.AgeSeconds != 0 {
+		fmt.Fprintf(w, "  stamped %v ago\n", time.Duration(h.AgeSeconds)*time.Second)
 	}
-	fmt.Fprintf(w, "  allocatable %s = %s\n", orDash(vendor.ResourceName), strconv.FormatInt(alloc, 10))
-	fmt.Fprintf(w, "  healthy: %v; %s\n", d.Healthy, d.Reason)
-	if v.State == handshake.StateRequesting && d.Healthy && alloc > 0 {
+	fmt.Fprintf(w, "  allocatable %s = %s\n", orDash(vendor.ResourceName), strconv.FormatInt(h.Allocatable, 10))
+	fmt.Fprintf(w, "  healthy: %v; %s\n", h.Healthy, h.Reason)
+	if h.State == handshake.StateRequesting.String() && h.Healthy && h.Allocatable > 0 {
 		fmt.Fprintln(w, "  An old Requesting_ timestamp is normal: nobody refreshes it since HAMi 2.8; allocatable keeps the node registered.")
 	}
-	return d.Healthy
 }
 
 func orDash(s string) string {

@@ -67,6 +67,17 @@ func TestExplain(t *testing.T) {
 		"unknown vendor": {args: []string{"explain", "--vendor", "ACME", "[]"}, code: 2, want: []string{`unknown vendor "ACME"`}},
 		"unknown cmd":    {args: []string{"frobnicate"}, code: 2, want: []string{`unknown command "frobnicate"`}},
 		"no args":        {args: nil, code: 2, want: []string{"Usage:"}},
+		"json": {
+			args: []string{"explain", "-o", "json", "--handshake", "Requesting_2020-01-01 00:00:00", "--allocatable", "80", `[{"id":"GPU-a","count":10,"health":true}]`},
+			code: 0,
+			want: []string{`"registers": true`, `"key": "hami.io/node-nvidia-register"`, `"id": "GPU-a"`, `"handshake": {`, `"healthy": true`},
+		},
+		"yaml not registering": {
+			args: []string{"explain", "-o", "yaml", `[]`},
+			code: 1,
+			want: []string{"registers: false", "hamiLog: no nvidia gpu device found", "hamiLogLevel: info"},
+		},
+		"bad output": {args: []string{"explain", "-o", "xml", "[]"}, code: 2, want: []string{`unknown output format "xml"`}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

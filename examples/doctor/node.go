@@ -2,143 +2,56 @@ package main
 
 import (
 	"cmp"
-	"context"
-	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"slices"
 	"strings"
 	"text/tabwriter"
-	"time"
 
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
+	"github.com/spf13/pflag"
 
-	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/diagnose"
-	"github.com/hamireg/hamireg/handshake"
-)
-
-// Exit statuses of node and nodes.
-const (
-	exitHealthy = 0
-	exitCase    = 1
-	exitError   = 2
 )
 
 const nodeUsage = `Usage:
-  doctor node NAME [flags]   diagnose one node: the three channels, the case (1-5) and the fix
-  doctor nodes [flags]       one line per GPU node
+  {cmd} node NAME [flags]   diagnose one node: the three channels, the case (1-5) and the fix
+  {cmd} nodes [flags]       one line per GPU node
 
 Exit status: 0 when healthy, 1 when a case applies, 2 on errors.
 `
 
-// clusterFlags are the flags shared by node and nodes.
-type clusterFlags struct {
-	kubeconfig, context, output, vendor, resource, hamiVersion string
-	timeout                                                    time.Duration
-	opts                                                       diagnose.Options
+// oneName returns the single positional argument of a verb.
+func oneName(fs *pflag.FlagSet, what string) (string, error) {
+	switch fs.NArg() {
+	case 1:
+		return fs.Arg(0), nil
+	case 0:
+		return "", fmt.Errorf("%w: no %s given", errUsage, what)
+	}
+	return "", fmt.Errorf("%w: unexpected arguments %q (give one %s)", errUsage, fs.Args()[1:], what)
 }
 
-func newClusterFlags(name string, stderr io.Writer) (*flag.FlagSet, *clusterFlags) {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	f := &clusterFlags{}
-	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig `FILE` (default $KUBECONFIG, ~/.kube/config, then the in-cluster config)")
-	fs.StringVar(&f.context, "context", "", "kubeconfig context to use")
-	fs.StringVar(&f.output, "o", "text", "output format: text or json")
-	fs.StringVar(&f.opts.Namespace, "namespace", diagnose.DefaultNamespace, "namespace HAMi is installed in")
-	fs.StringVar(&f.opts.DaemonSet, "daemonset", diagnose.DefaultDaemonSet, "device plugin DaemonSet")
-	fs.StringVar(&f.opts.PluginSelector, "plugin-selector", diagnose.DefaultPluginSelector, "label selector of the device plugin Pods (when the DaemonSet cannot be read)")
-	fs.StringVar(&f.opts.PluginContainer, "plugin-container", diagnose.DefaultPluginContainer, "device plugin container name")
-	fs.StringVar(&f.opts.Scheduler, "scheduler", diagnose.DefaultScheduler, "HAMi scheduler Deployment")
-	fs.StringVar(&f.opts.SchedulerSelector, "scheduler-selector", diagnose.DefaultSchedulerSelector, "label selector of the scheduler Pods")
-	fs.StringVar(&f.opts.Lease, "lease", diagnose.DefaultLease, "Lease held by the scheduler's kube-scheduler")
-	fs.StringVar(&f.vendor, "vendor", annotation.VendorNVIDIA, "HAMi vendor word to check")
-	fs.StringVar(&f.resource, "resource", "", "extended resource name (default the vendor's, nvidia.com/gpu)")
-	fs.StringVar(&f.hamiVersion, "hami-version", "master", "scheduler semantics for the handshake: master or v2.9.0")
-	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "overall time limit")
-	return fs, f
-}
-
-func (f *clusterFlags) complete() error {
-	if f.output != "text" && f.output != "json" {
-		return fmt.Errorf("unknown output format %q (text or json)", f.output)
+func (c *cli) nodeCmd(args []string) int {
+	fs, f := c.newClusterFlags("node", nodeUsage)
+	if err := parse(fs, args); err != nil {
+		return c.fail("node", fs, err)
 	}
-	vendor, ok := annotation.VendorByName(f.vendor)
-	if !ok {
-		vendor, ok = vendorByChip(f.vendor)
-	}
-	if !ok {
-		return fmt.Errorf("unknown vendor %q", f.vendor)
-	}
-	f.opts.Vendor = vendor
-	f.opts.ResourceName = f.resource
-	switch f.hamiVersion {
-	case "master", "":
-	case "v2.9.0", "2.9.0":
-		f.opts.HAMiVersion = handshake.VersionV290
-	default:
-		return fmt.Errorf("unknown --hami-version %q (master or v2.9.0)", f.hamiVersion)
-	}
-	return nil
-}
-
-// connect checks the flags and makes the client.
-func (f *clusterFlags) connect() (kubernetes.Interface, error) {
-	if err := f.complete(); err != nil {
-		return nil, err
-	}
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = f.kubeconfig
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: f.context}).ClientConfig()
+	name, err := oneName(fs, "node name")
 	if err != nil {
-		return nil, fmt.Errorf("load kubeconfig: %w (give --kubeconfig, or run in a Pod)", err)
+		return c.fail("node", fs, err)
 	}
-	cfg.UserAgent = "hamireg-doctor"
-	return kubernetes.NewForConfig(cfg)
-}
-
-func nodeCmd(args []string, stdout, stderr io.Writer) int {
-	fs, f := newClusterFlags("node", stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, nodeUsage, "\nFlags:\n"); fs.PrintDefaults() }
-	name, rest := "", args
-	if len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
-		name, rest = rest[0], rest[1:]
-	}
-	if err := fs.Parse(rest); err != nil {
-		return exitError
-	}
-	if name == "" && fs.NArg() == 1 {
-		name = fs.Arg(0)
-	} else if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "doctor node: unexpected arguments %q\n", fs.Args())
-		return exitError
-	}
-	if name == "" {
-		fmt.Fprint(stderr, "doctor node: no node name given\n\n", nodeUsage)
-		return exitError
-	}
-	client, err := f.connect()
+	client, err := c.client(f)
 	if err != nil {
-		fmt.Fprintf(stderr, "doctor node: %v\n", err)
-		return exitError
+		return c.fail("node", fs, err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
+	ctx, cancel := f.context(c.ctx)
 	defer cancel()
 	r, err := diagnose.Node(ctx, client, name, f.opts)
 	if err != nil {
-		fmt.Fprintf(stderr, "doctor node: %v\n", err)
-		return exitError
+		return c.fail("node", nil, err)
 	}
-	if f.output == "json" {
-		if err := writeJSON(stdout, r); err != nil {
-			fmt.Fprintf(stderr, "doctor node: %v\n", err)
-			return exitError
-		}
-	} else {
-		printReport(stdout, r)
+	if err := write(c.stdout, f.output, r, func() { printReport(c.stdout, r) }); err != nil {
+		return c.fail("node", nil, err)
 	}
 	if r.Case != diagnose.Healthy {
 		return exitCase
@@ -146,38 +59,29 @@ func nodeCmd(args []string, stdout, stderr io.Writer) int {
 	return exitHealthy
 }
 
-func nodesCmd(args []string, stdout, stderr io.Writer) int {
-	fs, f := newClusterFlags("nodes", stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, nodeUsage, "\nFlags:\n"); fs.PrintDefaults() }
-	if err := fs.Parse(args); err != nil {
-		return exitError
+func (c *cli) nodesCmd(args []string) int {
+	fs, f := c.newClusterFlags("nodes", nodeUsage)
+	if err := parse(fs, args); err != nil {
+		return c.fail("nodes", fs, err)
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "doctor nodes: unexpected arguments %q\n", fs.Args())
-		return exitError
+		return c.fail("nodes", fs, fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args()))
 	}
-	client, err := f.connect()
+	client, err := c.client(f)
 	if err != nil {
-		fmt.Fprintf(stderr, "doctor nodes: %v\n", err)
-		return exitError
+		return c.fail("nodes", fs, err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
+	ctx, cancel := f.context(c.ctx)
 	defer cancel()
 	reports, err := diagnose.Nodes(ctx, client, f.opts)
 	if err != nil {
-		fmt.Fprintf(stderr, "doctor nodes: %v\n", err)
-		return exitError
+		return c.fail("nodes", nil, err)
 	}
-	if f.output == "json" {
-		if reports == nil {
-			reports = []diagnose.Report{}
-		}
-		if err := writeJSON(stdout, reports); err != nil {
-			fmt.Fprintf(stderr, "doctor nodes: %v\n", err)
-			return exitError
-		}
-	} else {
-		printNodes(stdout, reports, f.opts)
+	if reports == nil {
+		reports = []diagnose.Report{}
+	}
+	if err := write(c.stdout, f.output, reports, func() { printNodes(c.stdout, c.name, reports, f.opts) }); err != nil {
+		return c.fail("nodes", nil, err)
 	}
 	if len(reports) == 0 {
 		return exitCase
@@ -190,16 +94,7 @@ func nodesCmd(args []string, stdout, stderr io.Writer) int {
 	return exitHealthy
 }
 
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(v); err != nil {
-		return fmt.Errorf("write JSON: %w", err)
-	}
-	return nil
-}
-
-func printNodes(w io.Writer, reports []diagnose.Report, opts diagnose.Options) {
+func printNodes(w io.Writer, name string, reports []diagnose.Report, opts diagnose.Options) {
 	if len(reports) == 0 {
 		fmt.Fprintf(w, "No node looks like a GPU node: none carries the register annotation, the resource, a device plugin Pod or the DaemonSet's nodeSelector labels (gpu=on in HAMi's chart).\n")
 		fmt.Fprintf(w, "Label GPU nodes, e.g.: kubectl label node <node> gpu=on   (namespace checked: %s)\n", cmp.Or(opts.Namespace, diagnose.DefaultNamespace))
@@ -211,7 +106,7 @@ func printNodes(w io.Writer, reports []diagnose.Report, opts diagnose.Options) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Node, r.Plugin.State, countCell(&r), r.Spec.State, r.Handshake.State, r.Case.Short(), r.Reason)
 	}
 	_ = tw.Flush()
-	fmt.Fprintln(w, "\nDetails and fixes: doctor node NAME")
+	fmt.Fprintf(w, "\nDetails and fixes: %s node NAME\n", name)
 }
 
 func countCell(r *diagnose.Report) string {
@@ -242,10 +137,10 @@ func printReport(w io.Writer, r *diagnose.Report) {
 		}
 		fmt.Fprintf(w, "  [%s]%s %s: %s\n", f.Severity, where, f.Code, f.Summary)
 		for _, e := range f.Evidence {
-			fmt.Fprintf(w, "      evidence: %s\n", indentLines(e, "                "))
+			fmt.Fprintf(w, "      evidence: %s\n", indentLines(e))
 		}
 		for _, c := range f.Fix {
-			fmt.Fprintf(w, "      fix:      %s\n", indentLines(c, "                "))
+			fmt.Fprintf(w, "      fix:      %s\n", indentLines(c))
 		}
 		if len(f.OnNode) > 0 {
 			fmt.Fprintf(w, "      on node %s (not visible from the API server):\n", r.Node)
@@ -256,8 +151,9 @@ func printReport(w io.Writer, r *diagnose.Report) {
 	}
 }
 
-func indentLines(s, indent string) string {
-	return strings.ReplaceAll(s, "\n", "\n"+indent)
+// indentLines indents the second and later lines of s under the text of a finding's line.
+func indentLines(s string) string {
+	return strings.ReplaceAll(s, "\n", "\n                ")
 }
 
 func pluginText(p *diagnose.PluginChannel) string {

@@ -22,11 +22,11 @@ func TestNodeUsageErrors(t *testing.T) {
 	}{
 		"no name":            {args: []string{"node"}, want: "no node name given"},
 		"two names":          {args: []string{"node", "a", "b"}, want: "unexpected arguments"},
-		"bad output":         {args: []string{"node", "a", "-o", "yaml"}, want: `unknown output format "yaml"`},
+		"bad output":         {args: []string{"node", "a", "-o", "wide"}, want: `unknown output format "wide"`},
 		"bad vendor":         {args: []string{"nodes", "--vendor", "Foo"}, want: `unknown vendor "Foo"`},
 		"bad version":        {args: []string{"nodes", "--hami-version", "v1"}, want: "unknown --hami-version"},
 		"missing kubeconfig": {args: []string{"node", "a", "--kubeconfig", missing}, want: "give --kubeconfig"},
-		"unknown flag":       {args: []string{"nodes", "--bogus"}, want: "flag provided but not defined"},
+		"unknown flag":       {args: []string{"nodes", "--bogus"}, want: "unknown flag: --bogus"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -64,12 +64,12 @@ func TestPrintReport(t *testing.T) {
 		}
 	}
 	out.Reset()
-	printNodes(&out, []diagnose.Report{*r}, diagnose.Options{})
+	printNodes(&out, "doctor", []diagnose.Report{*r}, diagnose.Options{})
 	if !strings.Contains(out.String(), "gpu-7") || !strings.Contains(out.String(), "case 1") || !strings.Contains(out.String(), "NODE") {
 		t.Errorf("nodes output:\n%s", out.String())
 	}
 	out.Reset()
-	printNodes(&out, nil, diagnose.Options{})
+	printNodes(&out, "doctor", nil, diagnose.Options{})
 	if !strings.Contains(out.String(), "kubectl label node <node> gpu=on") {
 		t.Errorf("empty nodes output:\n%s", out.String())
 	}

@@ -18,8 +18,13 @@ import (
 // modulePath is the SDK's module; its go.mod marks the repository root.
 const modulePath = "github.com/hamireg/hamireg"
 
-// programs are the example programs the quickstart runs, built from the checkout.
-var programs = []string{"extender", "deviceplugin", "doctor"}
+// programs are the example programs of the SDK's root module the quickstart runs, built
+// from the checkout.
+var programs = []string{"extender", "deviceplugin"}
+
+// doctorBinary is examples/doctor (a module of its own, built from its folder) under the
+// name it has as a kubectl plugin ("kubectl hami-doctor").
+const doctorBinary = "kubectl-hami_doctor"
 
 // findRepo returns dir, or when it is empty the nearest folder at or above the working
 // directory whose go.mod declares the SDK's module.
@@ -108,18 +113,27 @@ func (q *quickstart) buildPrograms(ctx context.Context) (string, error) {
 	for _, p := range programs {
 		args = append(args, "./examples/"+p)
 	}
+	start := time.Now()
+	if err := q.withProgress(ctx, q.goCommand(ctx, q.opts.repo, args...), "building examples/"+strings.Join(programs, ", examples/")); err != nil {
+		return "", fmt.Errorf("go build in %s: %w", q.opts.repo, err)
+	}
+	doctorDir := filepath.Join(q.opts.repo, "examples", "doctor")
+	if err := q.withProgress(ctx, q.goCommand(ctx, doctorDir, "build", "-o", filepath.Join(dir, doctorBinary), "."), "building examples/doctor as "+doctorBinary); err != nil {
+		return "", fmt.Errorf("go build in %s: %w", doctorDir, err)
+	}
+	q.out.item("programs", "examples/%s and examples/doctor (%s) built in %v (%s)", strings.Join(programs, ", examples/"), doctorBinary, round(time.Since(start)), dir)
+	return dir, nil
+}
+
+// goCommand is the go command with args in folder dir, with go-nvml's CGO_CFLAGS.
+func (q *quickstart) goCommand(ctx context.Context, dir string, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, "go", args...)
-	cmd.Dir = q.opts.repo
+	cmd.Dir = dir
 	cmd.Env = os.Environ()
 	if os.Getenv("CGO_CFLAGS") == "" { // go-nvml's header trips deprecation warnings
 		cmd.Env = append(cmd.Env, "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
 	}
-	start := time.Now()
-	if err := q.withProgress(ctx, cmd, "building examples/"+strings.Join(programs, ", examples/")); err != nil {
-		return "", fmt.Errorf("go build in %s: %w", q.opts.repo, err)
-	}
-	q.out.item("programs", "examples/%s built in %v (%s)", strings.Join(programs, ", examples/"), round(time.Since(start)), dir)
-	return dir, nil
+	return cmd
 }
 
 // withProgress runs cmd, printing its standard error indented and, while it runs longer than

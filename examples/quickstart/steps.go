@@ -258,7 +258,8 @@ func (q *quickstart) podEvents(ctx context.Context, pod *corev1.Pod) string {
 	return b.String()
 }
 
-// doctor is step 5: examples/doctor on the healthy node; then, with the device plugin paused
+// doctor is step 5: examples/doctor (kubectl hami-doctor) on the healthy node and on the pod
+// step 3 left Pending over the quota (case P3); then, with the device plugin paused
 // (SIGSTOP) so that the doctor sees the broken node before the agent repairs it, the register
 // annotation deleted by hand and the doctor again; then the plugin resumed and the time it
 // takes to heal the annotation.
@@ -272,6 +273,18 @@ func (q *quickstart) doctor(ctx context.Context) error {
 		return fmt.Errorf("doctor node %s exited %d on the healthy node, want 0:\n%s", q.opts.node, code, out)
 	}
 	q.out.block("   │ ", out)
+
+	// The pod of step 3 over the quota: the pod diagnosis names the case.
+	q.out.linef("")
+	pod := quotaNamespace + "/" + overPod
+	out, code, err = q.runDoctorArgs(ctx, "pod", pod)
+	if err != nil {
+		return err
+	}
+	if code != 1 {
+		return fmt.Errorf("doctor pod %s exited %d on the pod over the quota, want 1 (a case applies):\n%s", pod, code, out)
+	}
+	q.out.item("", "%s", podCaseLine(out))
 
 	pid := q.plugin.Pid()
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
@@ -350,12 +363,18 @@ func (q *quickstart) doctor(ctx context.Context) error {
 	return nil
 }
 
-// runDoctor runs examples/doctor node NAME with the admin kubeconfig; it returns the output
-// and the exit status.
+// runDoctor runs kubectl hami-doctor node NAME with the admin kubeconfig; it returns the
+// output and the exit status.
 func (q *quickstart) runDoctor(ctx context.Context) (string, int, error) {
-	args := []string{"node", q.opts.node, "--kubeconfig", q.cp.Kubeconfig()}
-	q.out.item("doctor", "$ doctor %s", strings.Join(args, " "))
-	cmd := exec.CommandContext(ctx, filepath.Join(q.bin, "doctor"), args...)
+	return q.runDoctorArgs(ctx, "node", q.opts.node)
+}
+
+// runDoctorArgs runs examples/doctor, built as the kubectl plugin kubectl-hami_doctor, with
+// args and the admin kubeconfig; it returns the output and the exit status.
+func (q *quickstart) runDoctorArgs(ctx context.Context, args ...string) (string, int, error) {
+	args = append(args, "--kubeconfig", q.cp.Kubeconfig())
+	q.out.item("doctor", "$ kubectl hami-doctor %s", strings.Join(args, " "))
+	cmd := exec.CommandContext(ctx, filepath.Join(q.bin, doctorBinary), args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
@@ -395,7 +414,8 @@ func (q *quickstart) keep(ctx context.Context) error {
 	q.out.item("", "kubectl get node %s -o yaml            # the three channels", q.opts.node)
 	q.out.item("", "kubectl get pods -A -o wide")
 	q.out.item("", "kubectl -n %s describe pod %s               # Pending: over ResourceQuota %s", quotaNamespace, overPod, quotaName)
-	q.out.item("", "go run ./examples/doctor node %s    # from the repository root", q.opts.node)
+	q.out.item("", "%s node %s     # cd examples/doctor && go build -o ~/bin/%s .", filepath.Join(q.bin, doctorBinary), q.opts.node, doctorBinary)
+	q.out.item("", "%s pod %s/%s", filepath.Join(q.bin, doctorBinary), quotaNamespace, overPod)
 	if q.metricsURL != "" {
 		q.out.item("", "curl -s %s | grep ^hami_", q.metricsURL)
 	}
@@ -406,4 +426,16 @@ func (q *quickstart) keep(ctx context.Context) error {
 	q.out.linef("")
 	q.out.linef("quickstart: %v: stopping everything", context.Cause(ctx))
 	return nil
+}
+
+// podCaseLine is the case line of a pod report ("case  P3-NoNodeFits: ..."), or its first
+// line when it has none.
+func podCaseLine(out string) string {
+	for line := range strings.Lines(out) {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "case "); ok {
+			return "pod case: " + strings.TrimSpace(rest)
+		}
+	}
+	first, _, _ := strings.Cut(out, "\n")
+	return first
 }

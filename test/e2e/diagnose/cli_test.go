@@ -22,8 +22,9 @@ var doctorBin struct {
 	err  error
 }
 
-// buildDoctor builds examples/doctor once per test binary, without cgo (it needs none), so
-// the packages come from the build cache of `make unit`'s CGO_ENABLED=0 build.
+// buildDoctor builds examples/doctor (a module of its own) once per test binary, without cgo
+// (it needs none), so the packages come from the build cache of `make unit`'s CGO_ENABLED=0
+// build; it is named as the kubectl plugin is installed.
 func buildDoctor(t *testing.T) string {
 	t.Helper()
 	doctorBin.once.Do(func() {
@@ -32,12 +33,12 @@ func buildDoctor(t *testing.T) string {
 			doctorBin.err = err
 			return
 		}
-		doctorBin.path = filepath.Join(cp.Dir(), "doctor") // removed with the control plane
-		cmd := exec.Command("go", "build", "-o", doctorBin.path, "./examples/doctor")
-		cmd.Dir = root
+		doctorBin.path = filepath.Join(cp.Dir(), "kubectl-hami_doctor") // removed with the control plane
+		cmd := exec.Command("go", "build", "-o", doctorBin.path, ".")
+		cmd.Dir = filepath.Join(root, "examples", "doctor")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
-			doctorBin.err = errors.New("go build ./examples/doctor: " + err.Error() + "\n" + string(out))
+			doctorBin.err = errors.New("go build in examples/doctor: " + err.Error() + "\n" + string(out))
 		}
 	})
 	if doctorBin.err != nil {
@@ -51,7 +52,7 @@ func (h *hami) doctor(t *testing.T, args ...string) (stdout, stderr string, code
 	t.Helper()
 	bin := buildDoctor(t)
 	h.renewLease(t)
-	args = append(args, "--kubeconfig", cp.Kubeconfig(), "--namespace", h.ns)
+	args = append(args, "--kubeconfig", cp.Kubeconfig(), "--hami-namespace", h.ns)
 	cmd := exec.CommandContext(t.Context(), bin, args...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb

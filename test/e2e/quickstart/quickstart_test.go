@@ -246,6 +246,8 @@ func TestQuickstart(t *testing.T) {
 		// Step 5: healthy, the case and its fix, the heal.
 		regexp.MustCompile(`(?m)^== 5\. the doctor on qs-node`),
 		regexp.MustCompile(`(?m)^   │ Node qs-node: healthy$`),
+		regexp.MustCompile(`(?m)^   doctor +\$ kubectl hami-doctor pod team-a/big --kubeconfig \S+$`),
+		regexp.MustCompile(`(?m)^ +pod case: P3-NoNodeFits: .*quota`),
 		regexp.MustCompile(`(?m)^   │ Node qs-node: case 4: register annotation missing or unusable$`),
 		regexp.MustCompile(`(?m)^   │ +fix: +kubectl -n kube-system logs hami-device-plugin-\S+ -c device-plugin`),
 		regexp.MustCompile(`(?m)^ +hami\.io/node-nvidia-register healed by the node agent \S+ after it resumed$`),
@@ -351,7 +353,7 @@ func TestQuickstartNoNamespace(t *testing.T) {
 		"quickstart: FAILED: start the kubelet's device manager: private mount namespace for the kubelet device manager not available",
 		"sudo -E env \"PATH=$PATH\" make quickstart",
 		"sudo sysctl -w user.max_user_namespaces=15000",
-		"go run ./examples/doctor explain",
+		"cd examples/doctor && go run . explain",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output has no %q:\n%s", want, out)

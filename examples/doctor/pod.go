@@ -1,0 +1,253 @@
+package main
+
+import (
+	"cmp"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/hamireg/hamireg/diagnose"
+)
+
+const podUsage = `Usage:
+  {cmd} pod NAME [-n NAMESPACE] [flags]   diagnose one GPU pod: stage S0-S4, case P1-P8, fixes
+  {cmd} pod NAMESPACE/NAME [flags]
+  {cmd} pods [-n NAMESPACE | -A] [flags]  one line per GPU pod that is not running
+
+-n is the pod's namespace (default the kubeconfig context's); --hami-namespace is where HAMi
+is installed. Exit status: 0 when no case applies, 1 when one does, 2 on errors.
+`
+
+// podTarget splits "NAMESPACE/NAME" or "NAME" (in the namespace of -n or the kubeconfig).
+func podTarget(f *clusterFlags, arg string) (namespace, name string, err error) {
+	ns, name, qualified := strings.Cut(arg, "/")
+	if !qualified {
+		ns, name = "", arg
+	}
+	if name == "" || (qualified && ns == "") || strings.Contains(name, "/") {
+		return "", "", fmt.Errorf("%w: pod %q: give NAME or NAMESPACE/NAME", errUsage, arg)
+	}
+	if qualified {
+		if f.kube.Namespace != nil && *f.kube.Namespace != "" && *f.kube.Namespace != ns {
+			return "", "", fmt.Errorf("%w: pod %q is in namespace %s, but -n says %s: give one of them", errUsage, arg, ns, *f.kube.Namespace)
+		}
+		return ns, name, nil
+	}
+	ns, err = f.podNamespace()
+	return ns, name, err
+}
+
+func (c *cli) podCmd(args []string) int {
+	fs, f := c.newClusterFlags("pod", podUsage)
+	if err := parse(fs, args); err != nil {
+		return c.fail("pod", fs, err)
+	}
+	arg, err := oneName(fs, "pod name")
+	if err != nil {
+		return c.fail("pod", fs, err)
+	}
+	ns, name, err := podTarget(f, arg)
+	if err != nil {
+		return c.fail("pod", fs, err)
+	}
+	client, err := c.client(f)
+	if err != nil {
+		return c.fail("pod", fs, err)
+	}
+	ctx, cancel := f.context(c.ctx)
+	defer cancel()
+	r, err := diagnose.Pod(ctx, client, ns, name, f.opts)
+	if err != nil {
+		return c.fail("pod", nil, err)
+	}
+	if err := write(c.stdout, f.output, r, func() { printPodReport(c.stdout, r) }); err != nil {
+		return c.fail("pod", nil, err)
+	}
+	if r.Case != diagnose.PodHealthy {
+		return exitCase
+	}
+	return exitHealthy
+}
+
+func (c *cli) podsCmd(args []string) int {
+	fs, f := c.newClusterFlags("pods", podUsage)
+	all := fs.BoolP("all-namespaces", "A", false, "every namespace (instead of -n or the kubeconfig's)")
+	if err := parse(fs, args); err != nil {
+		return c.fail("pods", fs, err)
+	}
+	if fs.NArg() > 0 {
+		return c.fail("pods", fs, fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args()))
+	}
+	ns := ""
+	if !*all {
+		var err error
+		if ns, err = f.podNamespace(); err != nil {
+			return c.fail("pods", fs, err)
+		}
+	} else if f.kube.Namespace != nil && *f.kube.Namespace != "" {
+		return c.fail("pods", fs, fmt.Errorf("%w: give -n NAMESPACE or -A, not both", errUsage))
+	}
+	client, err := c.client(f)
+	if err != nil {
+		return c.fail("pods", fs, err)
+	}
+	ctx, cancel := f.context(c.ctx)
+	defer cancel()
+	reports, err := diagnose.Pods(ctx, client, ns, f.opts)
+	if err != nil {
+		return c.fail("pods", nil, err)
+	}
+	if reports == nil {
+		reports = []diagnose.PodReport{}
+	}
+	if err := write(c.stdout, f.output, reports, func() { printPods(c.stdout, c.name, ns, reports) }); err != nil {
+		return c.fail("pods", nil, err)
+	}
+	for _, r := range reports {
+		if r.Case != diagnose.PodHealthy {
+			return exitCase
+		}
+	}
+	return exitHealthy
+}
+
+// printPods prints one line per pod: NAMESPACE NAME PHASE STAGE CASE REASON.
+func printPods(w io.Writer, name, namespace string, reports []diagnose.PodReport) {
+	if len(reports) == 0 {
+		where := "in namespace " + namespace
+		if namespace == "" {
+			where = "in any namespace"
+		}
+		fmt.Fprintf(w, "No GPU pod %s that is not Running or Succeeded.\n", where)
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAMESPACE\tNAME\tPHASE\tSTAGE\tCASE\tREASON")
+	for _, r := range reports {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Namespace, r.Name, orDash(r.Phase), r.Stage, r.Case.Code(), r.Reason)
+	}
+	_ = tw.Flush()
+	fmt.Fprintf(w, "\nDetails and fixes: %s pod NAMESPACE/NAME\n", name)
+}
+
+// printPodReport prints a pod's diagnosis, then the node diagnoses it hands over to in the
+// format of the node verb.
+func printPodReport(w io.Writer, r *diagnose.PodReport) {
+	fmt.Fprintf(w, "Pod %s/%s: %s\n", r.Namespace, r.Name, r.Case.Code())
+	fmt.Fprintf(w, "  %s\n\n", r.Reason)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "  phase\t%s\n", orDash(r.Phase))
+	fmt.Fprintf(tw, "  scheduler\t%s\n", orDash(r.SchedulerName))
+	fmt.Fprintf(tw, "  node\t%s (assigned %s, bind-phase %s)\n", orDash(r.Node), orDash(r.AssignedNode), orDash(r.BindPhase))
+	fmt.Fprintf(tw, "  stage\t%s\n", r.Stage.Describe())
+	fmt.Fprintf(tw, "  case\t%s: %s\n", r.Case.Code(), r.Reason)
+	_ = tw.Flush()
+
+	if len(r.Asks) > 0 {
+		fmt.Fprintln(w, "\nAsks")
+		for _, a := range r.Asks {
+			fmt.Fprintf(w, "  %s\n", a)
+		}
+	}
+	if r.Lock != nil {
+		fmt.Fprintln(w, "\nLock")
+		fmt.Fprintf(w, "  %s\n", lockLine(r.Lock))
+	}
+	if r.Fit != nil {
+		printFit(w, r.Fit)
+	}
+	if len(r.Findings) > 0 {
+		fmt.Fprintln(w, "\nFindings")
+		for _, f := range r.Findings {
+			where := ""
+			if f.Case != diagnose.PodHealthy {
+				where = " " + f.Case.Short()
+			}
+			fmt.Fprintf(w, "  [%s]%s %s: %s\n", f.Severity, where, f.Code, f.Summary)
+			for _, e := range f.Evidence {
+				fmt.Fprintf(w, "      evidence: %s\n", indentLines(e))
+			}
+			for _, c := range f.Fix {
+				fmt.Fprintf(w, "      fix:      %s\n", indentLines(c))
+			}
+		}
+	}
+	for i := range r.Nodes {
+		fmt.Fprintf(w, "\n--- handed over to the node diagnosis of %s ---\n", r.Nodes[i].Node)
+		printReport(w, &r.Nodes[i])
+	}
+}
+
+// printFit prints the recomputed fit: one row per candidate node.
+func printFit(w io.Writer, fit *diagnose.FitExplanation) {
+	fmt.Fprintln(w, "\nFit")
+	if fit.Shortage != "" {
+		fmt.Fprintf(w, "  %s\n", fit.Shortage)
+	}
+	if fit.Fits != "" {
+		fmt.Fprintf(w, "  fits now on node %s\n", fit.Fits)
+	}
+	if len(fit.Nodes) == 0 {
+		fmt.Fprintln(w, "  no candidate node")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  NODE\tREASON\tFREE GPUS\tHOLDERS")
+	for _, n := range fit.Nodes {
+		fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\n", n.Node, cmp.Or(n.Reason, "fits"), n.FreeGPUs, orDash(strings.Join(holders(n.GPUs), ",")))
+	}
+	_ = tw.Flush()
+}
+
+// holders lists the pods holding a node's GPUs, each once, in order.
+func holders(gpus []diagnose.GPUFree) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, g := range gpus {
+		for _, h := range g.HeldBy {
+			if !seen[h] {
+				seen[h] = true
+				out = append(out, h)
+			}
+		}
+	}
+	return out
+}
+
+// lockLine is one line about a node lock: the value, its holder and whether it is stale.
+func lockLine(l *diagnose.LockState) string {
+	s := fmt.Sprintf("node %s: hami.io/mutex.lock = %q", l.Node, l.Value)
+	var parts []string
+	if l.Holder != "" {
+		holder := "holder " + l.Holder
+		switch {
+		case !l.HolderExists:
+			holder += " (gone)"
+		default:
+			holder += fmt.Sprintf(" (on node %s, bind-phase %s)", orDash(l.HolderNode), orDash(l.HolderBindPhase))
+		}
+		parts = append(parts, holder)
+	}
+	if age := lockAge(l); age > 0 {
+		parts = append(parts, fmt.Sprintf("%v old", age))
+	}
+	switch {
+	case l.Error != "":
+		parts = append(parts, "malformed: "+l.Error)
+	case l.Stale != "":
+		parts = append(parts, "stale: "+l.Stale)
+	default:
+		parts = append(parts, "live")
+	}
+	return s + " (" + strings.Join(parts, "; ") + ")"
+}
+
+// lockAge is the lock's age, from Age or, after JSON, AgeSeconds.
+func lockAge(l *diagnose.LockState) time.Duration {
+	if l.Age > 0 {
+		return l.Age.Round(time.Second)
+	}
+	return time.Duration(l.AgeSeconds) * time.Second
+}
