@@ -28,7 +28,7 @@ var (
 	cp *harness.ControlPlane
 	// pluginBin is the examples/deviceplugin binary, extenderBin examples/extender's, built
 	// into cp.Dir() (removed with it); the errors say why one is missing.
-	pluginBin, extenderBin     string
+	pluginBin, extenderBin      string
 	errPluginBuild, errExtBuild error
 )
 
