@@ -219,8 +219,11 @@ func TestBundle(t *testing.T) {
 	t.Parallel()
 	g := gpuNode(t)
 	webhook, plugin, leader := chart(t, g)
-	pod := g.Schedule(t, g.CreatePod(t, "bundled", harness.Ctr{Name: "cuda", GPUs: 1}), allocation.PodDevices{{g.Share(0, 4000, 20)}})
-	opts := doctorOptions(g, diagnose.DefaultSchedulerName)
+	// HAMi's scheduler bound the pod (allocationtest plays it, under a name no kube-scheduler
+	// of the cluster has): the bundle's pod is at S2.
+	name := newSchedulerName()
+	pod := g.Schedule(t, create(t, gpuPod(g.Namespace, "bundled", name, map[string]string{harness.GPUResource: "1"}, nil)), allocation.PodDevices{{g.Share(0, 4000, 20)}})
+	opts := doctorOptions(g, name)
 	opts.Webhook = webhook
 	r := doctor(t, g.Namespace, pod.Name, opts)
 	report, err := json.MarshalIndent(r, "", "  ")
