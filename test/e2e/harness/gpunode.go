@@ -367,8 +367,11 @@ func (cp *ControlPlane) Bind(tb testing.TB, pod *corev1.Pod, node string) {
 	}
 }
 
-// ErrPluginExited: the device plugin process had exited before it was stopped.
+// ErrPluginExited is the error of a device plugin process that had exited before it was stopped.
 var ErrPluginExited = errors.New("deviceplugin had exited")
+
+// pluginRuns numbers the plugin processes, for their log names.
+var pluginRuns atomic.Int64
 
 // DevicePlugin is one examples/deviceplugin process.
 type DevicePlugin struct {
@@ -383,7 +386,7 @@ type DevicePlugin struct {
 // exits 66); its log tail is printed when tb failed.
 func StartDevicePlugin(tb testing.TB, bin, node string, args ...string) *DevicePlugin {
 	tb.Helper()
-	d := &DevicePlugin{logPath: filepath.Join(tb.TempDir(), fmt.Sprintf("deviceplugin-%d.log", time.Now().UnixNano()))}
+	d := &DevicePlugin{logPath: filepath.Join(tb.TempDir(), fmt.Sprintf("deviceplugin-%d.log", pluginRuns.Add(1)))}
 	env := []string{"NODE_NAME=" + node}
 	for _, e := range os.Environ() {
 		if !strings.HasPrefix(e, "NODE_NAME=") && !strings.HasPrefix(e, "NodeName=") && !strings.HasPrefix(e, "HOOK_PATH=") {
