@@ -1,8 +1,12 @@
 package diagnose_test
 
 import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
 	"context"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -29,4 +33,40 @@ func ExampleNode() {
 	// Output:
 	// case 1: device plugin not scheduled on the node
 	// kubectl label node gpu-7 gpu=on
+}
+
+// A support bundle about a node of a cluster where only the Node exists: the archive holds
+// the Node, its Events and the index, and the index says what could not be collected.
+func ExampleWriteBundle() {
+	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-7"}})
+	var buf bytes.Buffer
+	idx, err := diagnose.WriteBundle(context.Background(), client, diagnose.BundleTarget{Node: "gpu-7"}, &buf,
+		diagnose.BundleOptions{Files: []diagnose.BundleFile{{Name: "report.txt", Data: []byte("case 1\n")}}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	gz, err := gzip.NewReader(&buf)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	tr := tar.NewReader(gz)
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			break
+		}
+		if h.Typeflag == tar.TypeReg {
+			fmt.Println(strings.TrimPrefix(h.Name, idx.Root+"/"))
+		}
+	}
+	fmt.Println(len(idx.Missing) > 0, strings.HasPrefix(idx.Missing[0], "daemonsets kube-system/hami-device-plugin:"))
+	// Output:
+	// index.txt
+	// index.json
+	// diagnosis/report.txt
+	// events/nodes/gpu-7.yaml
+	// nodes/gpu-7.yaml
+	// true true
 }

@@ -428,6 +428,7 @@ func (g *podGather) evidence(ctx context.Context, pod *corev1.Pod) PodEvidence {
 	for k, err := range g.errs {
 		ev.ReadErrors[k] = err
 	}
+	g.clusterReadErrors(ev.ReadErrors)
 	events, err := g.client.CoreV1().Events(pod.Namespace).List(ctx, metav1.ListOptions{FieldSelector: fields.Set{
 		"involvedObject.kind": "Pod", "involvedObject.name": pod.Name, "involvedObject.namespace": pod.Namespace,
 	}.String()})

@@ -47,7 +47,13 @@ func ExtenderSchedulerConfig(tb testing.TB, url string) *kubeschedulerconfigv1.K
 // printed when the test failed).
 func (cp *ControlPlane) StartExtender(tb testing.TB, bin string, extra ...string) string {
 	tb.Helper()
-	addr := fmt.Sprintf("127.0.0.1:%d", FreePort(tb))
+	return cp.StartExtenderAt(tb, bin, fmt.Sprintf("127.0.0.1:%d", FreePort(tb)), extra...)
+}
+
+// StartExtenderAt is StartExtender on the address addr ("127.0.0.1:port"), e.g. the port a
+// kube-scheduler configuration already names.
+func (cp *ControlPlane) StartExtenderAt(tb testing.TB, bin, addr string, extra ...string) string {
+	tb.Helper()
 	sp := proc.NewSpawner()
 	args := append([]string{"--http_bind", addr, "--metrics-bind-address=", "--kubeconfig", cp.Kubeconfig(), "--leader-elect=false", "-v", "2"}, extra...)
 	p, err := sp.Start(proc.Options{Name: "extender", Path: bin, Args: args, LogPath: filepath.Join(tb.TempDir(), "extender.log")})

@@ -18,17 +18,17 @@ import (
 func TestRegistersAndTracksHealth(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, "--health-quiet-period=3s")
-	gpu0 := f.byIndex[0]
-	for _, d := range f.gpus {
+	gpu0 := f.ByIndex[0]
+	for _, d := range f.GPUs {
 		if d.Count != split || !d.Health || d.Mode != "hami-core" || !strings.Contains(d.Type, "A100-SXM4-40GB") || d.Devmem != 40960 || d.Devcore != 100 {
 			t.Errorf("registered device %+v: want count %d, healthy, hami-core, an A100 of 40960 MiB, devcore 100", d, split)
 		}
 	}
-	log := f.agent.log(t)
+	log := f.Plugin.Log(t)
 	// Both counts: the writes the plugin logged (HAMi's line, before every patch, changing
 	// or not) and the changes a watch of the Node saw (its event may trail the GET).
-	harness.Eventually(t, "the watch to see the annotation", 10*time.Second, func() bool { return f.changes.Load() >= 1 })
-	if n, c := strings.Count(log, updateLine), f.changes.Load(); n != 1 || c != 1 {
+	harness.Eventually(t, "the watch to see the annotation", 10*time.Second, func() bool { return f.RegisterChanges() >= 1 })
+	if n, c := strings.Count(log, updateLine), f.RegisterChanges(); n != 1 || c != 1 {
 		t.Errorf("%d annotation writes logged, %d changes seen; want 1 and 1:\n%s", n, c, log)
 	}
 	if w, r := strings.Index(log, updateLine), strings.Index(log, "Registered device plugin with the kubelet"); w < 0 || r < w {
@@ -36,21 +36,21 @@ func TestRegistersAndTracksHealth(t *testing.T) {
 	}
 
 	healthOf := func(uuid string) (healthy, found bool) {
-		for _, d := range f.registered(t) {
+		for _, d := range f.Registered(t) {
 			if d.ID == uuid {
 				return d.Health, true
 			}
 		}
 		return false, false
 	}
-	f.agent.signal(t, syscall.SIGUSR1)
+	f.Plugin.Signal(t, syscall.SIGUSR1)
 	took := harness.Eventually(t, "GPU 0 unhealthy in the annotation", 10*time.Second, func() bool {
 		h, ok := healthOf(gpu0)
 		return ok && !h
 	})
-	harness.WaitForResources(t, f.dm, resourceName, gpus*split, (gpus-1)*split)
+	harness.WaitForResources(t, f.DM, resourceName, gpus*split, (gpus-1)*split)
 	t.Logf("XID seen in the annotation after %v", took)
-	for _, d := range f.registered(t) {
+	for _, d := range f.Registered(t) {
 		if d.ID != gpu0 && !d.Health {
 			t.Errorf("GPU %s unhealthy too", d.ID)
 		}
@@ -60,21 +60,21 @@ func TestRegistersAndTracksHealth(t *testing.T) {
 		h, ok := healthOf(gpu0)
 		return ok && h
 	})
-	harness.WaitForResources(t, f.dm, resourceName, gpus*split, gpus*split)
-	if n := strings.Count(f.agent.log(t), updateLine); n != 3 {
+	harness.WaitForResources(t, f.DM, resourceName, gpus*split, gpus*split)
+	if n := strings.Count(f.Plugin.Log(t), updateLine); n != 3 {
 		t.Errorf("%d annotation writes logged, want 3 (registration, unhealthy, healthy again)", n)
 	}
-	harness.Eventually(t, "the watch to see 3 annotation values", 10*time.Second, func() bool { return f.changes.Load() >= 3 })
-	if c := f.changes.Load(); c != 3 {
+	harness.Eventually(t, "the watch to see 3 annotation values", 10*time.Second, func() bool { return f.RegisterChanges() >= 3 })
+	if c := f.RegisterChanges(); c != 3 {
 		t.Errorf("%d annotation changes seen, want 3", c)
 	}
-	if v := cp.GetNode(t, f.node).Annotations[annotation.KeyNVIDIARegister]; v == "" {
+	if v := cp.GetNode(t, f.Name).Annotations[annotation.KeyNVIDIARegister]; v == "" {
 		t.Error("annotation gone")
 	}
-	f.agent.stop(t)
-	if log := f.agent.log(t); !strings.Contains(log, "Device plugin stopped") {
+	f.Plugin.Stop(t)
+	if log := f.Plugin.Log(t); !strings.Contains(log, "Device plugin stopped") {
 		t.Errorf("no clean stop in the log:\n%s", log)
 	}
 	// The plugin ended its ListAndWatch stream: the kubelet marks the devices unhealthy.
-	harness.WaitForResources(t, f.dm, resourceName, gpus*split, 0)
+	harness.WaitForResources(t, f.DM, resourceName, gpus*split, 0)
 }

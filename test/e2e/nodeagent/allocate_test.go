@@ -15,6 +15,7 @@ import (
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/envtest/kubeletpeer"
 	"github.com/hamireg/hamireg/kubeletplugin"
+	"github.com/hamireg/hamireg/test/e2e/harness"
 )
 
 // cacheFile is HAMi-core's shared cache under the chart's HOOK_PATH, a random UUID per
@@ -81,29 +82,29 @@ func TestAllocate(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	tests := map[string]struct {
-		ctrs    []ctr
+		ctrs    []harness.Ctr
 		devices func() allocation.PodDevices // init containers first
 	}{
 		"one container": {
-			ctrs:    []ctr{{name: "cuda", gpus: 1}},
-			devices: func() allocation.PodDevices { return allocation.PodDevices{{f.share(0, 3000, 30)}} },
+			ctrs:    []harness.Ctr{{Name: "cuda", GPUs: 1}},
+			devices: func() allocation.PodDevices { return allocation.PodDevices{{f.Share(0, 3000, 30)}} },
 		},
 		"two containers": {
-			ctrs: []ctr{{name: "trainer", gpus: 1}, {name: "evaluator", gpus: 1}},
+			ctrs: []harness.Ctr{{Name: "trainer", GPUs: 1}, {Name: "evaluator", GPUs: 1}},
 			devices: func() allocation.PodDevices {
-				return allocation.PodDevices{{f.share(1, 3000, 30)}, {f.share(2, 2000, 20)}}
+				return allocation.PodDevices{{f.Share(1, 3000, 30)}, {f.Share(2, 2000, 20)}}
 			},
 		},
 		"init container": {
-			ctrs: []ctr{{name: "warmup", init: true, gpus: 1}, {name: "main", gpus: 2}},
+			ctrs: []harness.Ctr{{Name: "warmup", Init: true, GPUs: 1}, {Name: "main", GPUs: 2}},
 			devices: func() allocation.PodDevices {
-				return allocation.PodDevices{{f.share(3, 1000, 10)}, {f.share(4, 4000, 40), f.share(5, 4000, 40)}}
+				return allocation.PodDevices{{f.Share(3, 1000, 10)}, {f.Share(4, 4000, 40), f.Share(5, 4000, 40)}}
 			},
 		},
 		"sidecar without GPU": {
-			ctrs: []ctr{{name: "proxy"}, {name: "infer", gpus: 1}, {name: "logger"}},
+			ctrs: []harness.Ctr{{Name: "proxy"}, {Name: "infer", GPUs: 1}, {Name: "logger"}},
 			devices: func() allocation.PodDevices {
-				return allocation.PodDevices{{}, {f.share(6, 8000, 50)}, {}}
+				return allocation.PodDevices{{}, {f.Share(6, 8000, 50)}, {}}
 			},
 		},
 	}
@@ -111,8 +112,8 @@ func TestAllocate(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			podName := strings.ToLower(strings.ReplaceAll(name, " ", "-"))
 			devices := tc.devices()
-			pod := f.schedule(t, f.createPod(t, podName, tc.ctrs...), devices)
-			if f.lock(t) == "" {
+			pod := f.Schedule(t, f.CreatePod(t, podName, tc.ctrs...), devices)
+			if f.Lock(t) == "" {
 				t.Fatal("no node lock after bind")
 			}
 			entryOf := map[string]allocation.ContainerDevices{}
@@ -120,10 +121,10 @@ func TestAllocate(t *testing.T) {
 				c, _ := allocation.ContainerAt(pod, i)
 				entryOf[c.Name] = d
 			}
-			names := gpuContainers(pod)
+			names := harness.GPUContainers(pod)
 			var reused []string
 			for i, c := range names {
-				got, err := f.dm.Allocate(t.Context(), pod, c)
+				got, err := f.DM.Allocate(t.Context(), pod, c)
 				if err != nil {
 					t.Fatalf("allocate container %s: %v", c, err)
 				}
@@ -132,14 +133,14 @@ func TestAllocate(t *testing.T) {
 					reused = append(reused, got.DeviceIDs[resourceName]...)
 				}
 				if i < len(names)-1 {
-					p, _ := f.pod(t, podName)
-					if ph := p.Annotations[allocation.KeyBindPhase]; ph != string(allocation.PhaseAllocating) || f.lock(t) == "" {
-						t.Errorf("after container %s of %d: bind-phase %q, lock %q; want allocating and the lock kept", c, len(names), ph, f.lock(t))
+					p, _ := f.Pod(t, podName)
+					if ph := p.Annotations[allocation.KeyBindPhase]; ph != string(allocation.PhaseAllocating) || f.Lock(t) == "" {
+						t.Errorf("after container %s of %d: bind-phase %q, lock %q; want allocating and the lock kept", c, len(names), ph, f.Lock(t))
 					}
 				}
 			}
-			f.wantProtocolEnd(t, podName, allocation.PhaseSuccess)
-			p, _ := f.pod(t, podName)
+			f.WantProtocolEnd(t, podName, allocation.PhaseSuccess)
+			p, _ := f.Pod(t, podName)
 			left, err := allocation.DecodePodDevices(p.Annotations[annotation.KeyNVIDIAToAllocate], allocation.VersionMaster)
 			if err != nil {
 				t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/allocation/allocationtest"
 	"github.com/hamireg/hamireg/nodelock"
+	"github.com/hamireg/hamireg/test/e2e/harness"
 )
 
 // podsPerOp is the number of pods one benchmark op binds and allocates.
@@ -52,23 +53,23 @@ func benchmarkAllocate(b *testing.B, args ...string) {
 	b.Helper()
 	f := newFixture(b, args...)
 	ctx := b.Context()
-	gone := watchLockRemovals(b, f.node)
+	gone := watchLockRemovals(b, f.Name)
 	sched := allocationtest.NewScheduler(cp.AdminClient(), allocationtest.Options{})
 	var held, alloc []time.Duration
 	for op := 0; b.Loop(); op++ {
 		for i := range podsPerOp {
-			pod := f.createPod(b, fmt.Sprintf("bench-%d-%d", op, i), ctr{name: "cuda", gpus: 1})
-			pod, err := sched.Filter(ctx, pod, f.node, allocation.PodDevices{{f.share(uint(i%gpus), 1000, 10)}})
+			pod := f.CreatePod(b, fmt.Sprintf("bench-%d-%d", op, i), harness.Ctr{Name: "cuda", GPUs: 1})
+			pod, err := sched.Filter(ctx, pod, f.Name, allocation.PodDevices{{f.Share(uint(i%gpus), 1000, 10)}})
 			if err != nil {
 				b.Fatal(err)
 			}
 			locked := time.Now()
-			pod, err = sched.Bind(ctx, pod, f.node)
+			pod, err = sched.Bind(ctx, pod, f.Name)
 			if err != nil {
 				b.Fatal(err)
 			}
 			start := time.Now()
-			if _, err := f.dm.Allocate(ctx, pod, "cuda"); err != nil {
+			if _, err := f.DM.Allocate(ctx, pod, "cuda"); err != nil {
 				b.Fatalf("allocate pod %s: %v", pod.Name, err)
 			}
 			alloc = append(alloc, time.Since(start))

@@ -1,14 +1,12 @@
 package nodeagent_test
 
 import (
-	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
@@ -22,7 +20,7 @@ func TestAllocateFailures(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	tests := map[string]struct {
-		ctrs    []ctr
+		ctrs    []harness.Ctr
 		devices func() allocation.PodDevices
 		// between runs after the bind, before Allocate.
 		between func(t *testing.T, pod *corev1.Pod)
@@ -31,26 +29,26 @@ func TestAllocateFailures(t *testing.T) {
 		phase allocation.BindPhase
 	}{
 		"entry count mismatch": {
-			ctrs: []ctr{{name: "cuda", gpus: 1}},
+			ctrs: []harness.Ctr{{Name: "cuda", GPUs: 1}},
 			devices: func() allocation.PodDevices {
-				return allocation.PodDevices{{f.share(0, 1000, 10), f.share(1, 1000, 10)}}
+				return allocation.PodDevices{{f.Share(0, 1000, 10), f.Share(1, 1000, 10)}}
 			},
 			wantErr: "device number not matched",
 			phase:   allocation.PhaseFailed,
 		},
 		"malformed to-allocate annotation": {
-			ctrs:    []ctr{{name: "cuda", gpus: 1}},
-			devices: func() allocation.PodDevices { return allocation.PodDevices{{f.share(0, 1000, 10)}} },
+			ctrs:    []harness.Ctr{{Name: "cuda", GPUs: 1}},
+			devices: func() allocation.PodDevices { return allocation.PodDevices{{f.Share(0, 1000, 10)}} },
 			between: func(t *testing.T, pod *corev1.Pod) {
 				t.Helper()
-				patchPodAnnotation(t, pod, annotation.KeyNVIDIAToAllocate, f.byIndex[0]+",NVIDIA,1000:;")
+				cp.PatchPodAnnotation(t, pod, annotation.KeyNVIDIAToAllocate, f.ByIndex[0]+",NVIDIA,1000:;")
 			},
 			wantErr: "malformed",
 			phase:   allocation.PhaseFailed,
 		},
 		"pod deleted between bind and Allocate": {
-			ctrs:    []ctr{{name: "cuda", gpus: 1}},
-			devices: func() allocation.PodDevices { return allocation.PodDevices{{f.share(2, 1000, 10)}} },
+			ctrs:    []harness.Ctr{{Name: "cuda", GPUs: 1}},
+			devices: func() allocation.PodDevices { return allocation.PodDevices{{f.Share(2, 1000, 10)}} },
 			between: func(t *testing.T, pod *corev1.Pod) {
 				t.Helper()
 				if err := cp.AdminClient().CoreV1().Pods(pod.Namespace).Delete(t.Context(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64(0))}); err != nil {
@@ -63,44 +61,44 @@ func TestAllocateFailures(t *testing.T) {
 	for name, tc := range tests { // sequential: one pod at a time holds the node lock
 		t.Run(name, func(t *testing.T) {
 			podName := strings.ToLower(strings.ReplaceAll(name, " ", "-"))
-			pod := f.schedule(t, f.createPod(t, podName, tc.ctrs...), tc.devices())
+			pod := f.Schedule(t, f.CreatePod(t, podName, tc.ctrs...), tc.devices())
 			if tc.between != nil {
 				tc.between(t, pod)
 			}
-			_, err := f.dm.Allocate(t.Context(), pod, gpuContainers(pod)[0])
+			_, err := f.DM.Allocate(t.Context(), pod, harness.GPUContainers(pod)[0])
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Fatalf("Allocate: %s, want an error containing %q", describe(err), tc.wantErr)
 			}
 			t.Logf("the kubelet got: %v", err)
 			if tc.phase == "" {
-				if _, ok := f.pod(t, podName); ok {
+				if _, ok := f.Pod(t, podName); ok {
 					t.Errorf("pod %s exists", podName)
 				}
 			}
-			f.wantProtocolEnd(t, podName, tc.phase)
+			f.WantProtocolEnd(t, podName, tc.phase)
 		})
 	}
 
 	t.Run("pod not bound by a HAMi scheduler", func(t *testing.T) {
-		pod := f.createPod(t, "foreign", ctr{name: "cuda", gpus: 1})
-		bind(t, pod, f.node)
-		_, err := f.dm.Allocate(t.Context(), pod, "cuda")
-		if err == nil || !strings.Contains(err.Error(), "no binding pod found on node "+f.node) {
+		pod := f.CreatePod(t, "foreign", harness.Ctr{Name: "cuda", GPUs: 1})
+		cp.Bind(t, pod, f.Name)
+		_, err := f.DM.Allocate(t.Context(), pod, "cuda")
+		if err == nil || !strings.Contains(err.Error(), "no binding pod found on node "+f.Name) {
 			t.Fatalf("Allocate: %s, want no binding pod found", describe(err))
 		}
-		p, _ := f.pod(t, "foreign")
+		p, _ := f.Pod(t, "foreign")
 		if ph, ok := p.Annotations[allocation.KeyBindPhase]; ok {
 			t.Errorf("a pod the protocol does not know got %s %q", allocation.KeyBindPhase, ph)
 		}
-		f.wantProtocolEnd(t, "foreign", "")
+		f.WantProtocolEnd(t, "foreign", "")
 	})
 
 	t.Run("next pod", func(t *testing.T) {
-		pod := f.schedule(t, f.createPod(t, "next", ctr{name: "cuda", gpus: 1}), allocation.PodDevices{{f.share(3, 1000, 10)}})
-		if _, err := f.dm.Allocate(t.Context(), pod, "cuda"); err != nil {
+		pod := f.Schedule(t, f.CreatePod(t, "next", harness.Ctr{Name: "cuda", GPUs: 1}), allocation.PodDevices{{f.Share(3, 1000, 10)}})
+		if _, err := f.DM.Allocate(t.Context(), pod, "cuda"); err != nil {
 			t.Fatalf("Allocate after the failures: %v", err)
 		}
-		f.wantProtocolEnd(t, "next", allocation.PhaseSuccess)
+		f.WantProtocolEnd(t, "next", allocation.PhaseSuccess)
 	})
 }
 
@@ -114,12 +112,12 @@ func TestAllocateAcrossAPIServerRestart(t *testing.T) {
 	f := newFixture(t)
 
 	t.Run("down during Allocate", func(t *testing.T) {
-		pod := f.schedule(t, f.createPod(t, "outage", ctr{name: "cuda", gpus: 1}), allocation.PodDevices{{f.share(0, 1000, 10)}})
+		pod := f.Schedule(t, f.CreatePod(t, "outage", harness.Ctr{Name: "cuda", GPUs: 1}), allocation.PodDevices{{f.Share(0, 1000, 10)}})
 		if err := cp.StopAPIServer(); err != nil {
 			t.Fatal(err)
 		}
 		start := time.Now()
-		_, err := f.dm.Allocate(t.Context(), pod, "cuda")
+		_, err := f.DM.Allocate(t.Context(), pod, "cuda")
 		took := time.Since(start)
 		if serr := cp.StartAPIServer(t.Context()); serr != nil {
 			t.Fatal(serr)
@@ -129,17 +127,17 @@ func TestAllocateAcrossAPIServerRestart(t *testing.T) {
 		}
 		t.Logf("Allocate failed after %v: %v", took.Round(time.Millisecond), err)
 		harness.Eventually(t, "bind-phase failed and the lock gone after the restart", 60*time.Second, func() bool {
-			p, ok := f.pod(t, "outage")
-			return ok && p.Annotations[allocation.KeyBindPhase] == string(allocation.PhaseFailed) && f.lock(t) == ""
+			p, ok := f.Pod(t, "outage")
+			return ok && p.Annotations[allocation.KeyBindPhase] == string(allocation.PhaseFailed) && f.Lock(t) == ""
 		})
-		f.wantProtocolEnd(t, "outage", allocation.PhaseFailed)
+		f.WantProtocolEnd(t, "outage", allocation.PhaseFailed)
 	})
 
 	t.Run("restart during Allocate", func(t *testing.T) {
-		pod := f.schedule(t, f.createPod(t, "restart", ctr{name: "cuda", gpus: 1}), allocation.PodDevices{{f.share(1, 1000, 10)}})
+		pod := f.Schedule(t, f.CreatePod(t, "restart", harness.Ctr{Name: "cuda", GPUs: 1}), allocation.PodDevices{{f.Share(1, 1000, 10)}})
 		res := make(chan error, 1)
 		go func() {
-			_, err := f.dm.Allocate(t.Context(), pod, "cuda")
+			_, err := f.DM.Allocate(t.Context(), pod, "cuda")
 			res <- err
 		}()
 		if err := cp.RestartAPIServer(t.Context()); err != nil {
@@ -152,38 +150,17 @@ func TestAllocateAcrossAPIServerRestart(t *testing.T) {
 		}
 		t.Logf("Allocate across the restart: %s", describe(err))
 		harness.Eventually(t, "bind-phase "+string(want)+" and the lock gone", 60*time.Second, func() bool {
-			p, ok := f.pod(t, "restart")
-			return ok && p.Annotations[allocation.KeyBindPhase] == string(want) && f.lock(t) == ""
+			p, ok := f.Pod(t, "restart")
+			return ok && p.Annotations[allocation.KeyBindPhase] == string(want) && f.Lock(t) == ""
 		})
-		f.wantProtocolEnd(t, "restart", want)
+		f.WantProtocolEnd(t, "restart", want)
 	})
 
 	t.Run("next pod", func(t *testing.T) {
-		pod := f.schedule(t, f.createPod(t, "after", ctr{name: "cuda", gpus: 1}), allocation.PodDevices{{f.share(2, 1000, 10)}})
-		if _, err := f.dm.Allocate(t.Context(), pod, "cuda"); err != nil {
+		pod := f.Schedule(t, f.CreatePod(t, "after", harness.Ctr{Name: "cuda", GPUs: 1}), allocation.PodDevices{{f.Share(2, 1000, 10)}})
+		if _, err := f.DM.Allocate(t.Context(), pod, "cuda"); err != nil {
 			t.Fatalf("Allocate after the restarts: %v", err)
 		}
-		f.wantProtocolEnd(t, "after", allocation.PhaseSuccess)
+		f.WantProtocolEnd(t, "after", allocation.PhaseSuccess)
 	})
-}
-
-// patchPodAnnotation sets one annotation of pod with a merge patch, as a hand edit would.
-func patchPodAnnotation(t *testing.T, pod *corev1.Pod, key, value string) {
-	t.Helper()
-	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{key: value}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cp.AdminClient().CoreV1().Pods(pod.Namespace).Patch(t.Context(), pod.Name, types.MergePatchType, body, metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// bind binds pod to node with a plain Binding, as a scheduler that knows nothing of HAMi does.
-func bind(t *testing.T, pod *corev1.Pod, node string) {
-	t.Helper()
-	b := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID}, Target: corev1.ObjectReference{Kind: "Node", Name: node}}
-	if err := cp.AdminClient().CoreV1().Pods(pod.Namespace).Bind(t.Context(), b, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 }

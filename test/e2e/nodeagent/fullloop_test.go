@@ -9,27 +9,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/envtest"
 	"github.com/hamireg/hamireg/test/e2e/harness"
 )
-
-// onlyNodes labels the fixtures' Nodes with one value of harness.TestLabel and returns the
-// extender flag that selects them.
-func onlyNodes(t *testing.T, fixtures ...*fixture) string {
-	t.Helper()
-	value := fixtures[0].node
-	label := fmt.Appendf(nil, `{"metadata":{"labels":{%q:%q}}}`, harness.TestLabel, value)
-	for _, f := range fixtures {
-		if _, err := cp.AdminClient().CoreV1().Nodes().Patch(harness.Context(t), f.node, types.MergePatchType, label, metav1.PatchOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return "--node-label-selector=" + harness.TestLabel + "=" + value
-}
 
 // TestFullLoop: kube-scheduler configured from examples/extender's manifests calls the
 // extender process, which filters and binds 20 GPU pods onto two nodes, each running
@@ -39,18 +24,18 @@ func onlyNodes(t *testing.T, fixtures ...*fixture) string {
 func TestFullLoop(t *testing.T) {
 	t.Parallel()
 	ctx := harness.Context(t)
-	nodes := []*fixture{newFixture(t), newFixture(t)}
-	byName := map[string]*fixture{}
+	nodes := []*harness.GPUNode{newFixture(t), newFixture(t)}
+	byName := map[string]*harness.GPUNode{}
 	for _, f := range nodes {
-		byName[f.node] = f
-		makeReady(t, f) // the kubelet's node status, Ready, without the not-ready taint
+		byName[f.Name] = f
+		f.MakeReady(t) // the kubelet's node status, Ready, without the not-ready taint
 	}
 	// The extender registers this test's nodes only: the other tests' nodes of the package's
 	// cluster would be candidates as well.
 	if errExtenderBuild != nil {
 		t.Fatal(errExtenderBuild)
 	}
-	url := cp.StartExtender(t, extenderBin, "--node-scheduler-policy", "spread", onlyNodes(t, nodes...))
+	url := cp.StartExtender(t, extenderBin, "--node-scheduler-policy", "spread", cp.LabelNodes(t, nodes...))
 	sched, err := cp.StartScheduler(ctx, envtest.SchedulerOptions{Config: harness.ExtenderSchedulerConfig(t, url)})
 	if err != nil {
 		t.Fatal(err)
@@ -63,7 +48,7 @@ func TestFullLoop(t *testing.T) {
 	})
 
 	const pods, mem, cores = 20, 4000, 20
-	ns := nodes[0].ns
+	ns := nodes[0].Namespace
 	for i := range pods {
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("loop-%02d", i), Namespace: ns},
@@ -96,7 +81,7 @@ func TestFullLoop(t *testing.T) {
 				continue
 			}
 			admitted[pod.Name] = true
-			perNode[f.node]++
+			perNode[f.Name]++
 			pd, err := allocation.DecodePodDevices(pod.Annotations[annotation.KeyNVIDIAAllocated], allocation.VersionMaster)
 			if err != nil || len(pd) != 1 || len(pd[0]) != 1 {
 				t.Errorf("pod %s: %s = %q (%v), want one device", pod.Name, annotation.KeyNVIDIAAllocated, pod.Annotations[annotation.KeyNVIDIAAllocated], err)
@@ -105,7 +90,7 @@ func TestFullLoop(t *testing.T) {
 			if d := pd[0][0]; d.Usedmem != mem || d.Usedcores != cores {
 				t.Errorf("pod %s: the extender chose %+v, want %d MiB and %d%% cores", pod.Name, d, mem, cores)
 			}
-			got, err := f.dm.Allocate(ctx, pod, "cuda")
+			got, err := f.DM.Allocate(ctx, pod, "cuda")
 			if err != nil {
 				t.Errorf("pod %s: ManagerImpl.Allocate: %v", pod.Name, err)
 				continue
@@ -122,12 +107,12 @@ func TestFullLoop(t *testing.T) {
 	})
 
 	for _, f := range nodes {
-		harness.Eventually(t, "no lock on "+f.node, 10*time.Second, func() bool { return f.lock(t) == "" })
-		if perNode[f.node] == 0 {
-			t.Errorf("node %s got no pod (spread policy): %v", f.node, perNode)
+		harness.Eventually(t, "no lock on "+f.Name, 10*time.Second, func() bool { return f.Lock(t) == "" })
+		if perNode[f.Name] == 0 {
+			t.Errorf("node %s got no pod (spread policy): %v", f.Name, perNode)
 		}
-		if !f.agent.running() {
-			t.Errorf("deviceplugin of %s exited: %v", f.node, f.agent.p.ExitError())
+		if !f.Plugin.Running() {
+			t.Errorf("deviceplugin of %s exited: %v", f.Name, f.Plugin.ExitError())
 		}
 	}
 	// No GPU over-committed: 5 pods of 20 % cores at most per GPU.

@@ -1,7 +1,6 @@
 package nodeagent_test
 
 import (
-	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -9,31 +8,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/envtest"
 	"github.com/hamireg/hamireg/test/e2e/harness"
 )
-
-// makeReady gives the fixture's Node what a kubelet would: its device count, room for pods,
-// the Ready condition, and no not-ready taint.
-func makeReady(t *testing.T, f *fixture) {
-	t.Helper()
-	ctx := harness.Context(t)
-	if err := f.dm.UpdateNodeStatus(ctx, cp.AdminClient().CoreV1(), f.node); err != nil {
-		t.Fatal(err)
-	}
-	patch := fmt.Appendf(nil, `{"status":{"capacity":{"pods":"110","cpu":"64","memory":"512Gi"},"allocatable":{"pods":"110","cpu":"64","memory":"512Gi"},`+
-		`"conditions":[{"type":"Ready","status":"True","reason":"KubeletReady","lastHeartbeatTime":%q}]}}`, time.Now().UTC().Format(time.RFC3339))
-	if _, err := cp.AdminClient().CoreV1().Nodes().Patch(ctx, f.node, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cp.AdminClient().CoreV1().Nodes().Patch(ctx, f.node, types.MergePatchType, []byte(`{"spec":{"taints":null}}`), metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // TestTopologyAwarePlacement: examples/deviceplugin on a simulated 8-GPU DGX-1V (hybrid cube
 // mesh of NVLinks) publishes its topology scores with the register annotation
@@ -48,17 +28,17 @@ func TestTopologyAwarePlacement(t *testing.T) {
 	var scores []annotation.PairScore
 	harness.Eventually(t, "the score annotation", 20*time.Second, func() bool {
 		var err error
-		scores, err = annotation.DecodePairScores(cp.GetNode(t, f.node).Annotations[annotation.KeyNVIDIAScore])
+		scores, err = annotation.DecodePairScores(cp.GetNode(t, f.Name).Annotations[annotation.KeyNVIDIAScore])
 		return err == nil && len(scores) == gpus
 	})
-	if got := scores[6].Scores[f.byIndex[7]]; scores[6].UUID != f.byIndex[6] || got != 250 {
+	if got := scores[6].Scores[f.ByIndex[7]]; scores[6].UUID != f.ByIndex[6] || got != 250 {
 		t.Fatalf("score of GPU 6 to 7 = %d (entry %s), want 250: %+v", got, scores[6].UUID, scores)
 	}
-	makeReady(t, f)
+	f.MakeReady(t)
 	if errExtenderBuild != nil {
 		t.Fatal(errExtenderBuild)
 	}
-	url := cp.StartExtender(t, extenderBin, onlyNodes(t, f)) // this test's node only: the package's other tests have theirs
+	url := cp.StartExtender(t, extenderBin, cp.LabelNodes(t, f)) // this test's node only: the package's other tests have theirs
 	sched, err := cp.StartScheduler(ctx, envtest.SchedulerOptions{Config: harness.ExtenderSchedulerConfig(t, url)})
 	if err != nil {
 		t.Fatal(err)
@@ -73,25 +53,25 @@ func TestTopologyAwarePlacement(t *testing.T) {
 	place := func(name string, limits corev1.ResourceList) allocation.ContainerDevices {
 		t.Helper()
 		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns,
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.Namespace,
 				Annotations: map[string]string{allocation.KeyGPUSchedulerPolicy: string(allocation.PolicyTopologyAware)}},
 			Spec: corev1.PodSpec{SchedulerName: "hami-scheduler", Containers: []corev1.Container{{
 				Name: "cuda", Image: "registry.invalid/cuda:0", Resources: corev1.ResourceRequirements{Limits: limits}}}},
 		}
-		if _, err := cp.AdminClient().CoreV1().Pods(f.ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		if _, err := cp.AdminClient().CoreV1().Pods(f.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		harness.Eventually(t, name+" bound", 30*time.Second, func() bool { //nolint:contextcheck // f.pod uses the test's context
-			p, ok := f.pod(t, name)
+			p, ok := f.Pod(t, name)
 			if ok {
 				pod = p
 			}
-			return ok && p.Spec.NodeName == f.node && p.Annotations[allocation.KeyBindPhase] == string(allocation.PhaseAllocating)
+			return ok && p.Spec.NodeName == f.Name && p.Annotations[allocation.KeyBindPhase] == string(allocation.PhaseAllocating)
 		})
-		if _, err := f.dm.Allocate(ctx, pod, "cuda"); err != nil { // the kubelet admits it: the node lock is released
+		if _, err := f.DM.Allocate(ctx, pod, "cuda"); err != nil { // the kubelet admits it: the node lock is released
 			t.Fatalf("%s: Allocate: %v", name, err)
 		}
-		f.wantProtocolEnd(t, name, allocation.PhaseSuccess) //nolint:contextcheck // the helper uses the test's context
+		f.WantProtocolEnd(t, name, allocation.PhaseSuccess) //nolint:contextcheck // the helper uses the test's context
 		pd, err := allocation.DecodePodDevices(pod.Annotations[annotation.KeyNVIDIAAllocated], allocation.VersionMaster)
 		if err != nil || len(pd) != 1 {
 			t.Fatalf("%s: %q: %v", name, pod.Annotations[annotation.KeyNVIDIAAllocated], err)
@@ -101,7 +81,7 @@ func TestTopologyAwarePlacement(t *testing.T) {
 	index := func(devs allocation.ContainerDevices) []uint {
 		var out []uint
 		for _, d := range devs {
-			for i, id := range f.byIndex {
+			for i, id := range f.ByIndex {
 				if id == d.UUID {
 					out = append(out, i)
 				}
@@ -120,7 +100,7 @@ func TestTopologyAwarePlacement(t *testing.T) {
 	}
 
 	// Without topology the same node state gives 6 and 5: the scores made the difference.
-	devs := allocation.WithUsage(f.gpus, allocation.PodDevices{first}.Usage())
+	devs := allocation.WithUsage(f.GPUs, allocation.PodDevices{first}.Usage())
 	req := allocation.PodRequest{Containers: []allocation.Request{{Count: 2, Type: annotation.VendorNVIDIA, Memory: 1000}}}
 	spread, _, ok := allocation.Fit(devs, req, nil, nil, allocation.Config{})
 	if got := index(spread[0]); !ok || !slices.Equal(got, []uint{6, 5}) {
