@@ -26,7 +26,9 @@
 // lock stays: the device plugin finds the pod it allocates for through the lock
 // ([FromAnnotations]) and removes it after the pod's last container was allocated
 // ([Locker.Release]), or on an Allocate error. When the bind fails, the scheduler removes
-// it. Release only removes the caller's own lock; [Locker.ForceRelease] removes any. The
+// it. Release only removes the caller's own lock; [Locker.ForceRelease] removes any;
+// [Locker.ReleaseIf] removes a lock only while its value is still the one a person was shown
+// (a repair of a stale lock; otherwise [ErrChanged]). The
 // value names a pod by namespace and name only, so a pod deleted and created again under
 // the same name (a StatefulSet's) counts as the lock's owner, as in HAMi.
 //

@@ -26,6 +26,9 @@ var (
 	// ErrInvalidArgument means a node or pod name that cannot be written into a lock: empty, or
 	// containing a comma.
 	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrChanged means [Locker.ReleaseIf] found a lock value other than the one it was told
+	// to remove and left it in place ([*ChangedError]).
+	ErrChanged = errors.New("node lock changed")
 )
 
 // MalformedError describes a node lock value that does not parse. It unwraps to
@@ -153,6 +156,28 @@ func ago(d time.Duration) string {
 	}
 	return d.Round(time.Second).String() + " ago"
 }
+
+// ChangedError is returned by [Locker.ReleaseIf] when the node's lock is no longer the value
+// it was asked to remove (someone took, renewed or replaced it since it was read); nothing
+// was removed. It unwraps to [ErrChanged].
+type ChangedError struct {
+	// Node is the Node.
+	Node string
+	// Want is the value the caller asked to remove; Value the lock annotation as found.
+	Want, Value string
+}
+
+// Error implements error, e.g.
+//
+//	unlock node gpu-1: the lock is now "2026-05-19T09:20:00Z,default,b" (pod default/b), not "2026-05-19T09:14:52Z,default,a"; nothing was removed (read it again): node lock changed
+func (e *ChangedError) Error() string {
+	l, err := Parse(e.Value)
+	return fmt.Sprintf("unlock node %s: the lock is now %q (%s), not %q; nothing was removed (read it again): %v",
+		e.Node, e.Value, holder(l, e.Value, err), e.Want, ErrChanged)
+}
+
+// Unwrap returns [ErrChanged].
+func (e *ChangedError) Unwrap() error { return ErrChanged }
 
 // APIError is a failed request to the API server. It unwraps to the client's error, so
 // apierrors.IsForbidden(err) and friends work.

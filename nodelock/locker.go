@@ -268,6 +268,44 @@ func (l *Locker) ForceRelease(ctx context.Context, node string) error {
 	return nil
 }
 
+// ReleaseIf removes the lock on node only if its value is still exactly value, the one a
+// caller read and showed (a repair that a person confirmed); it is the conditional removal
+// for operators that [Locker.ForceRelease] is not. A different value, whoever holds it, is
+// left in place and reported as a [*ChangedError] (errors.Is [ErrChanged]). No lock: nil,
+// as in [Locker.Release] (the value is gone either way; a caller that must know whether it
+// removed it reads the Node first). The removal is the same merge patch of the key to null
+// conditional on the resourceVersion read, so a lock written between the read and the
+// patch gets a 409 Conflict, is read again and compared again. An empty node or value is
+// [ErrInvalidArgument]; API failures are [*APIError] values.
+func (l *Locker) ReleaseIf(ctx context.Context, node, value string) error {
+	switch {
+	case node == "":
+		return fmt.Errorf("unlock node: empty node name: %w", ErrInvalidArgument)
+	case value == "":
+		return fmt.Errorf("unlock node %q: empty lock value (pass the value that was read): %w", node, ErrInvalidArgument)
+	}
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "node", klog.KRef("", node))
+	removed, err := l.remove(ctx, logger, node, func(found string) error {
+		if found != value {
+			return &ChangedError{Node: node, Want: value, Value: found}
+		}
+		return nil
+	})
+	var changed *ChangedError
+	switch {
+	case errors.As(err, &changed):
+		return err
+	case err != nil:
+		return fmt.Errorf("unlock node %q: %w", node, err)
+	case removed == "":
+		logger.V(3).Info("No node lock to release", "expected", value)
+	default:
+		held, parseErr := Parse(removed)
+		logger.Info("Released node lock", "holder", holder(held, removed, parseErr), "previous", removed)
+	}
+	return nil
+}
+
 // remove removes the lock from node if check accepts its value (returns nil), with a
 // merge patch of the key to null conditional on the resourceVersion read, retried as
 // [Locker.retry] does. It returns the value removed, "" when there was no lock.

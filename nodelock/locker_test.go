@@ -584,3 +584,74 @@ func TestConcurrentAcquire(t *testing.T) {
 		}
 	}
 }
+
+func TestReleaseIf(t *testing.T) {
+	t.Parallel()
+	shown := lockAt(t0.Add(-time.Hour), "default/gone")
+	newer := lockAt(t0, "default/newer")
+	tests := map[string]struct {
+		lock        string
+		value       string
+		before      func(*corev1.Node) // a write that gets in before the first patch
+		wantErr     error
+		wantLock    string
+		wantPatches int
+	}{
+		"the value shown":        {lock: shown, value: shown, wantLock: "<absent>", wantPatches: 1},
+		"no lock":                {value: shown, wantLock: "<absent>"},
+		"another value":          {lock: newer, value: shown, wantErr: nodelock.ErrChanged, wantLock: newer},
+		"an unreadable value":    {lock: "garbage", value: "garbage", wantLock: "<absent>", wantPatches: 1},
+		"a legacy value":         {lock: lockAt(t0, ""), value: lockAt(t0, ""), wantLock: "<absent>", wantPatches: 1},
+		"same pod, another time": {lock: lockAt(t0, "default/gone"), value: shown, wantErr: nodelock.ErrChanged, wantLock: lockAt(t0, "default/gone")},
+		"unrelated write first": {
+			lock: shown, value: shown, before: func(n *corev1.Node) { n.Annotations["x"] = "y" }, wantLock: "<absent>", wantPatches: 2,
+		},
+		"taken over in between": { // the conflict reads again: now it is newer's, left in place
+			lock: shown, value: shown, before: func(n *corev1.Node) { n.Annotations[nodelock.Key] = newer },
+			wantErr: nodelock.ErrChanged, wantLock: newer, wantPatches: 1,
+		},
+		"empty value": {lock: shown, wantErr: nodelock.ErrInvalidArgument, wantLock: shown},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			_, ctx := ktesting.NewTestContext(t)
+			c := newCluster(t, lockAnnotation(tc.lock), nil)
+			c.editBeforePatches(1, tc.before)
+			err := newLocker(t, c, nodelock.Options{Clock: testingclock.NewFakeClock(t0)}).ReleaseIf(ctx, nodeName, tc.value)
+			if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil) != (err == nil) {
+				t.Fatalf("ReleaseIf: %v, want %v", err, tc.wantErr)
+			}
+			var ce *nodelock.ChangedError
+			if errors.As(err, &ce) {
+				if ce.Node != nodeName || ce.Want != tc.value || ce.Value != tc.wantLock {
+					t.Errorf("ChangedError = %+v", ce)
+				}
+			}
+			c.check(t, tc.wantLock, tc.wantPatches)
+		})
+	}
+}
+
+func TestChangedErrorMessage(t *testing.T) {
+	t.Parallel()
+	err := &nodelock.ChangedError{Node: "gpu-1", Want: "2026-05-19T09:14:52Z,default,a", Value: "2026-05-19T09:20:00Z,default,b"}
+	want := `unlock node gpu-1: the lock is now "2026-05-19T09:20:00Z,default,b" (pod default/b), not "2026-05-19T09:14:52Z,default,a"; nothing was removed (read it again): node lock changed`
+	if err.Error() != want {
+		t.Errorf("Error:\n got %s\nwant %s", err, want)
+	}
+}
+
+func TestReleaseIfForbidden(t *testing.T) {
+	t.Parallel()
+	_, ctx := ktesting.NewTestContext(t)
+	shown := lockAt(t0, "default/a")
+	c := newCluster(t, lockAnnotation(shown), nil)
+	c.fail("patch", "nodes", -1, apierrors.NewForbidden(nodesGVR.GroupResource(), nodeName, errors.New("no RBAC policy matched")))
+	err := newLocker(t, c, nodelock.Options{}).ReleaseIf(ctx, nodeName, shown)
+	var apiErr *nodelock.APIError
+	if !errors.As(err, &apiErr) || !apierrors.IsForbidden(err) {
+		t.Fatalf("ReleaseIf: %v, want a Forbidden APIError", err)
+	}
+	c.check(t, shown, 1)
+}
