@@ -2,6 +2,7 @@ package doctor_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -29,7 +30,7 @@ import (
 // which binds and reaches S3.
 func TestP4PluginNeverReleases(t *testing.T) {
 	t.Parallel()
-	g := cp.StartGPUNode(t, harness.GPUNodeOptions{Bin: agentBin})
+	g := cp.StartGPUNode(t, harness.GPUNodeOptions{Bin: pluginBin})
 	g.MakeReady(t)
 	h := startHAMi(t, g, "--node-lock-retry-timeout=-1s") // fail a bind at once, as HAMi v2.9.0
 
@@ -48,7 +49,8 @@ func TestP4PluginNeverReleases(t *testing.T) {
 	waitEvent(t, second, "BindingFailed", "node "+g.Name+" has been locked within")
 	opts := h.opts(0)
 	r := waitCase(t, g.Namespace, "second", opts, diagnose.P4NodeLocked)
-	wantFinding(t, r, diagnose.P4NodeLocked, diagnose.CodeLockNeverReleased, left, "kubectl hami-doctor unlock "+g.Name+" --yes")
+	wantFinding(t, r, diagnose.P4NodeLocked, diagnose.CodeNodeLocked, fmt.Sprintf("node %s: %s = %q", g.Name, nodelock.Key, left), "")
+	wantFinding(t, r, diagnose.P4NodeLocked, diagnose.CodeLockNeverReleased, "is done allocating (bind-phase success)", "kubectl hami-doctor unlock "+g.Name+" --yes")
 	if r.Lock == nil {
 		t.Fatalf("no lock in the report\n%s", dump(r))
 	}
@@ -76,7 +78,7 @@ func TestP4PluginNeverReleases(t *testing.T) {
 // exists but was bound to another node.
 func TestP4StaleLock(t *testing.T) {
 	t.Parallel()
-	g := cp.StartGPUNode(t, harness.GPUNodeOptions{Bin: agentBin})
+	g := cp.StartGPUNode(t, harness.GPUNodeOptions{Bin: pluginBin})
 	g.MakeReady(t)
 	h := startHAMi(t, g, "--node-lock-retry-timeout=-1s")
 	opts := h.opts(0)
@@ -90,7 +92,9 @@ func TestP4StaleLock(t *testing.T) {
 		pod := h.create(t, g, name)
 		waitEvent(t, pod, "BindingFailed", "node "+g.Name+" has been locked within")
 		r := waitCase(t, g.Namespace, name, opts, diagnose.P4NodeLocked)
-		wantFinding(t, r, diagnose.P4NodeLocked, code, value, "kubectl hami-doctor unlock "+g.Name+" --yes")
+		wantFinding(t, r, diagnose.P4NodeLocked, diagnose.CodeNodeLocked, fmt.Sprintf("node %s: %s = %q", g.Name, nodelock.Key, value), "")
+		f := wantFinding(t, r, diagnose.P4NodeLocked, code, "node "+g.Name+": ", "kubectl hami-doctor unlock "+g.Name+" --yes")
+		t.Logf("%s: %q", f.Summary, f.Evidence)
 		if r.Lock == nil || r.Lock.Value != value || r.Lock.Stale == "" {
 			t.Fatalf("lock in the report: %+v, want %q and stale\n%s", r.Lock, value, dump(r))
 		}
@@ -109,10 +113,10 @@ func TestP4StaleLock(t *testing.T) {
 	})
 
 	t.Run("holder bound to another node", func(t *testing.T) {
-		// The holder exists and runs elsewhere: a bind of it to this node failed and it was
-		// placed on another (a Node without GPUs here), the lock left behind.
-		other := cp.CreateNode(t, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: harness.UniqueName("cpu")}})
-		holder := g.CreatePod(t, "elsewhere", harness.Ctr{Name: "main"})
+		// The holder exists and runs elsewhere: a bind of it to this node failed, the lock
+		// left behind, and it was placed on another node (bound with a plain Binding here).
+		other := cp.CreateNode(t, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: harness.UniqueName("other")}})
+		holder := g.CreatePod(t, "elsewhere", harness.Ctr{Name: "cuda", GPUs: 1})
 		cp.Bind(t, holder, other.Name)
 		value := nodelock.NewLock(time.Now(), types.NamespacedName{Namespace: g.Namespace, Name: "elsewhere"}).String()
 		r := stopped(t, "after-elsewhere", value, diagnose.CodeLockStale)
@@ -159,7 +163,7 @@ func TestP4StaleLock(t *testing.T) {
 // the kubelet admit the pod: S3.
 func TestP5PluginStoppedAfterBind(t *testing.T) {
 	t.Parallel()
-	g := cp.StartGPUNode(t, harness.GPUNodeOptions{Bin: agentBin})
+	g := cp.StartGPUNode(t, harness.GPUNodeOptions{Bin: pluginBin})
 	g.MakeReady(t)
 	h := startHAMi(t, g)
 	pod := waitAllocating(t, g, h.create(t, g, "late").Name)
@@ -173,7 +177,7 @@ func TestP5PluginStoppedAfterBind(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := waitCase(t, g.Namespace, "late", h.opts(2*time.Second), diagnose.P5AllocateNeverCame)
-	wantFinding(t, r, diagnose.P5AllocateNeverCame, diagnose.CodeAllocateLate, "node "+g.Name, "")
+	wantFinding(t, r, diagnose.P5AllocateNeverCame, diagnose.CodeAllocateLate, "node "+g.Name+": allocatable "+harness.GPUResource+" = 0", "")
 	if len(r.Nodes) == 0 || r.Nodes[0].Node != g.Name {
 		t.Errorf("the report hands over to no diagnosis of node %s: %+v", g.Name, r.Nodes)
 	}
@@ -198,7 +202,7 @@ func TestP5PluginStoppedAfterBind(t *testing.T) {
 // report says, gets it to S3.
 func TestP6CountMismatch(t *testing.T) {
 	t.Parallel()
-	g := cp.StartGPUNode(t, harness.GPUNodeOptions{Bin: agentBin})
+	g := cp.StartGPUNode(t, harness.GPUNodeOptions{Bin: pluginBin})
 	g.MakeReady(t)
 	h := startHAMi(t, g)
 	pod := waitAllocating(t, g, h.create(t, g, "mismatch").Name)
@@ -239,7 +243,7 @@ func TestP6CountMismatch(t *testing.T) {
 // kube-scheduler running again (the component that retries the Pending pod) get it to S3.
 func TestP7NodeRestartedAfterFilter(t *testing.T) {
 	t.Parallel()
-	g := cp.StartGPUNode(t, harness.GPUNodeOptions{Bin: agentBin})
+	g := cp.StartGPUNode(t, harness.GPUNodeOptions{Bin: pluginBin})
 	g.MakeReady(t)
 	h := startHAMi(t, g, "--node-lock-retry-timeout=60s")
 	first := waitAllocating(t, g, h.create(t, g, "first").Name)
@@ -263,7 +267,7 @@ func TestP7NodeRestartedAfterFilter(t *testing.T) {
 	restartNode(t, g.Name, unixTime(t, pod, allocation.KeyTime))
 
 	r := waitCase(t, g.Namespace, "stale", h.opts(2*time.Second), diagnose.P7StaleAssignment)
-	wantFinding(t, r, diagnose.P7StaleAssignment, diagnose.CodeNodeRestarted, g.Name, "hami.io/vgpu-node-")
+	wantFinding(t, r, diagnose.P7StaleAssignment, diagnose.CodeNodeRestarted, "node "+g.Name+": Ready=True since", "annotate pod stale hami.io/vgpu-node-")
 	if r.Stage != diagnose.StageFiltered || r.Lock != nil && r.Lock.Value != "" {
 		t.Errorf("stage %s, lock %+v, want S1 and no lock", r.Stage, r.Lock)
 	}
