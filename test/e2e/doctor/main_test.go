@@ -1,0 +1,46 @@
+// Package doctor_test reproduces, against real peers, the cases that stop a GPU pod (spec
+// gpu-pod-doctor.md §2) and diagnoses each with diagnose.Pod, as `doctor pod` does: the
+// kube-apiserver and etcd (harness), kube-scheduler (a plain default-scheduler profile, or
+// examples/extender's configuration with a scheduler name of the test's own), the
+// examples/extender process, and a GPU node (harness.GPUNode: the kubelet's device manager
+// and examples/deviceplugin --simulate dgxa100). The test plays the kubelet's admission
+// (Allocate per GPU container, and the pod status the kubelet writes when it fails). Each
+// scenario asserts the case code, an evidence line and the fix, applies the fix as the
+// client-go call its kubectl command means, and checks that the pod reaches S3 (bind-phase
+// success): P1 (placed by the default scheduler, no webhook), P2 (extender down), P3
+// (memory short with the holder named, a GPU type selector, a ResourceQuota); and the
+// support bundle (diagnose.WriteBundle) with read-only RBAC.
+package doctor_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/hamireg/hamireg/envtest"
+	"github.com/hamireg/hamireg/envtest/kubeletpeer"
+	"github.com/hamireg/hamireg/test/e2e/harness"
+)
+
+var (
+	// cp is the control plane shared by every test of this binary.
+	cp *harness.ControlPlane
+	// pluginBin is the examples/deviceplugin binary, extenderBin examples/extender's, built
+	// into cp.Dir() (removed with it); the errors say why one is missing.
+	pluginBin, extenderBin      string
+	errPluginBuild, errExtBuild error
+)
+
+// TestMain starts the control plane and builds the two programs once. --request-timeout
+// bounds kube-apiserver's graceful shutdown, which waits for the programs' open watches.
+func TestMain(m *testing.M) {
+	if code, child := kubeletpeer.RunIfChild(context.Background()); child {
+		os.Exit(code) // the kubelet device manager's child ends here
+	}
+	harness.Main(m, envtest.Options{APIServerFlags: []string{"--request-timeout=5s"}}, func(c *harness.ControlPlane) {
+		cp = c
+		pluginBin, errPluginBuild = harness.BuildProgram(filepath.Join(c.Dir(), "deviceplugin"), "./examples/deviceplugin", race)
+		extenderBin, errExtBuild = harness.BuildProgram(filepath.Join(c.Dir(), "extender"), "./examples/extender", race)
+	})
+}
