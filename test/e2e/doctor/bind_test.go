@@ -30,11 +30,10 @@ import (
 // which binds and reaches S3.
 func TestP4PluginNeverReleases(t *testing.T) {
 	t.Parallel()
-	g := cp.StartGPUNode(t, harness.GPUNodeOptions{Bin: pluginBin})
-	g.MakeReady(t)
-	h := startHAMi(t, g, "--node-lock-retry-timeout=-1s") // fail a bind at once, as HAMi v2.9.0
+	g := gpuNode(t)
+	h := startBindHAMi(t, g, "--node-lock-retry-timeout=-1s") // fail a bind at once, as HAMi v2.9.0
 
-	holder := waitAllocating(t, g, h.create(t, g, "holder").Name)
+	holder := h.waitBound(t, h.create(t, "holder").Name)
 	left := g.Lock(t) // "<bind time>,<ns>,holder"
 	if !strings.HasSuffix(left, ","+g.Namespace+",holder") {
 		t.Fatalf("lock of bound pod holder: %q", left)
@@ -45,14 +44,14 @@ func TestP4PluginNeverReleases(t *testing.T) {
 	g.WantProtocolEnd(t, "holder", allocation.PhaseSuccess)
 	setNodeLock(t, g.Name, left) // what a plugin that never releases leaves
 
-	second := h.create(t, g, "second")
-	waitEvent(t, second, "BindingFailed", "node "+g.Name+" has been locked within")
+	h.create(t, "second")
+	waitEvent(t, g.Namespace, "second", "BindingFailed", "node "+g.Name+" has been locked within")
 	opts := h.opts(0)
 	r := waitCase(t, g.Namespace, "second", opts, diagnose.P4NodeLocked)
-	wantFinding(t, r, diagnose.P4NodeLocked, diagnose.CodeNodeLocked, fmt.Sprintf("node %s: %s = %q", g.Name, nodelock.Key, left), "")
-	wantFinding(t, r, diagnose.P4NodeLocked, diagnose.CodeLockNeverReleased, "is done allocating (bind-phase success)", "kubectl hami-doctor unlock "+g.Name+" --yes")
+	wantCase(t, r, diagnose.P4NodeLocked, diagnose.CodeNodeLocked, fmt.Sprintf("node %s: %s = %q", g.Name, nodelock.Key, left), "")
+	wantCase(t, r, diagnose.P4NodeLocked, diagnose.CodeLockNeverReleased, "is done allocating (bind-phase success)", "kubectl hami-doctor unlock "+g.Name+" --yes")
 	if r.Lock == nil {
-		t.Fatalf("no lock in the report\n%s", dump(r))
+		t.Fatal("no lock in the report")
 	}
 	if l := r.Lock; l.Node != g.Name || l.Value != left || l.Holder != g.Namespace+"/holder" || !l.HolderExists ||
 		l.HolderBindPhase != string(allocation.PhaseSuccess) || l.Stale == "" || l.Expired {
@@ -66,21 +65,20 @@ func TestP4PluginNeverReleases(t *testing.T) {
 	if l := g.Lock(t); l != "" {
 		t.Fatalf("lock after the repair: %q", l)
 	}
-	admitToS3(t, g, h, waitAllocating(t, g, "second"))
+	allocated(t, g, "second", opts)
 }
 
 // TestP4StaleLock: locks that stop a pod although nobody should wait for them, and the lock
 // of a deleted holder. The SDK's extender (nodelock) takes over a lock whose holder is gone,
 // so that one stops no pod: it is found with diagnose.LockOf on the node (Stale, holder gone)
 // and removed with RemoveStaleLock; a pod after it is not stopped either way. The two locks
-// that do stop a pod for real, with the extender refusing the bind: a legacy value (a time
-// alone, naming no pod, as HAMi before v2.5 wrote it) within the timeout, and a holder that
+// that do stop a pod for real, with the extender refusing the bind: HAMi's legacy value (a
+// time alone, naming no pod: no plugin releases it) within the timeout, and a holder that
 // exists but was bound to another node.
 func TestP4StaleLock(t *testing.T) {
 	t.Parallel()
-	g := cp.StartGPUNode(t, harness.GPUNodeOptions{Bin: pluginBin})
-	g.MakeReady(t)
-	h := startHAMi(t, g, "--node-lock-retry-timeout=-1s")
+	g := gpuNode(t)
+	h := startBindHAMi(t, g, "--node-lock-retry-timeout=-1s")
 	opts := h.opts(0)
 
 	// stopped creates the pod while the node carries value, waits for the extender's refusal
@@ -89,19 +87,19 @@ func TestP4StaleLock(t *testing.T) {
 	stopped := func(t *testing.T, name, value, code string) *diagnose.PodReport {
 		t.Helper()
 		setNodeLock(t, g.Name, value)
-		pod := h.create(t, g, name)
-		waitEvent(t, pod, "BindingFailed", "node "+g.Name+" has been locked within")
+		h.create(t, name)
+		waitEvent(t, g.Namespace, name, "BindingFailed", "node "+g.Name+" has been locked within")
 		r := waitCase(t, g.Namespace, name, opts, diagnose.P4NodeLocked)
-		wantFinding(t, r, diagnose.P4NodeLocked, diagnose.CodeNodeLocked, fmt.Sprintf("node %s: %s = %q", g.Name, nodelock.Key, value), "")
-		f := wantFinding(t, r, diagnose.P4NodeLocked, code, "node "+g.Name+": ", "kubectl hami-doctor unlock "+g.Name+" --yes")
+		wantCase(t, r, diagnose.P4NodeLocked, diagnose.CodeNodeLocked, fmt.Sprintf("node %s: %s = %q", g.Name, nodelock.Key, value), "")
+		f := wantCase(t, r, diagnose.P4NodeLocked, code, "node "+g.Name+": ", "kubectl hami-doctor unlock "+g.Name+" --yes")
 		t.Logf("%s: %q", f.Summary, f.Evidence)
 		if r.Lock == nil || r.Lock.Value != value || r.Lock.Stale == "" {
-			t.Fatalf("lock in the report: %+v, want %q and stale\n%s", r.Lock, value, dump(r))
+			t.Fatalf("lock in the report: %s, want %q and stale", dump(r.Lock), value)
 		}
 		if err := diagnose.RemoveStaleLock(t.Context(), cp.AdminClient(), *r.Lock, opts); err != nil {
 			t.Fatalf("RemoveStaleLock: %v", err)
 		}
-		admitToS3(t, g, h, waitAllocating(t, g, name))
+		allocated(t, g, name, opts)
 		return r
 	}
 
@@ -152,7 +150,7 @@ func TestP4StaleLock(t *testing.T) {
 		}
 		// Not repaired, the same lock does not stop a pod: the extender takes it over.
 		setNodeLock(t, g.Name, value)
-		admitToS3(t, g, h, waitAllocating(t, g, h.create(t, g, "after-gone").Name))
+		allocated(t, g, h.create(t, "after-gone").Name, opts)
 	})
 }
 
@@ -163,10 +161,9 @@ func TestP4StaleLock(t *testing.T) {
 // the kubelet admit the pod: S3.
 func TestP5PluginStoppedAfterBind(t *testing.T) {
 	t.Parallel()
-	g := cp.StartGPUNode(t, harness.GPUNodeOptions{Bin: pluginBin})
-	g.MakeReady(t)
-	h := startHAMi(t, g)
-	pod := waitAllocating(t, g, h.create(t, g, "late").Name)
+	g := gpuNode(t)
+	h := startBindHAMi(t, g)
+	pod := h.waitBound(t, h.create(t, "late").Name)
 
 	g.Plugin.Stop(t)
 	harness.Eventually(t, "the device manager without healthy "+harness.GPUResource, 20*time.Second, func() bool {
@@ -177,7 +174,7 @@ func TestP5PluginStoppedAfterBind(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := waitCase(t, g.Namespace, "late", h.opts(2*time.Second), diagnose.P5AllocateNeverCame)
-	wantFinding(t, r, diagnose.P5AllocateNeverCame, diagnose.CodeAllocateLate, "node "+g.Name+": allocatable "+harness.GPUResource+" = 0", "")
+	wantCase(t, r, diagnose.P5AllocateNeverCame, diagnose.CodeAllocateLate, "node "+g.Name+": allocatable "+harness.GPUResource+" = 0", "")
 	if len(r.Nodes) == 0 || r.Nodes[0].Node != g.Name {
 		t.Errorf("the report hands over to no diagnosis of node %s: %+v", g.Name, r.Nodes)
 	}
@@ -189,7 +186,7 @@ func TestP5PluginStoppedAfterBind(t *testing.T) {
 	g.StartPlugin(t)
 	harness.WaitForResources(t, g.DM, harness.GPUResource, harness.SimulatedGPUs*harness.DefaultSplit, harness.SimulatedGPUs*harness.DefaultSplit)
 	g.MakeReady(t)
-	admitToS3(t, g, h, pod)
+	allocated(t, g, pod.Name, h.opts(0))
 }
 
 // TestP6CountMismatch: the kubelet asks the plugin for a different count than the pod's
@@ -202,10 +199,9 @@ func TestP5PluginStoppedAfterBind(t *testing.T) {
 // report says, gets it to S3.
 func TestP6CountMismatch(t *testing.T) {
 	t.Parallel()
-	g := cp.StartGPUNode(t, harness.GPUNodeOptions{Bin: pluginBin})
-	g.MakeReady(t)
-	h := startHAMi(t, g)
-	pod := waitAllocating(t, g, h.create(t, g, "mismatch").Name)
+	g := gpuNode(t)
+	h := startBindHAMi(t, g)
+	pod := h.waitBound(t, h.create(t, "mismatch").Name)
 
 	key := annotation.KeyNVIDIAToAllocate
 	pd, err := allocation.DecodePodDevices(pod.Annotations[key], allocation.VersionMaster)
@@ -226,12 +222,11 @@ func TestP6CountMismatch(t *testing.T) {
 	g.FailAdmission(t, pod, err)
 
 	r := waitCase(t, g.Namespace, pod.Name, h.opts(0), diagnose.P6AllocateFailed)
-	f := wantFinding(t, r, diagnose.P6AllocateFailed, diagnose.CodeNumberMismatch, "device number not matched", "kubectl -n "+g.Namespace)
+	f := wantCase(t, r, diagnose.P6AllocateFailed, diagnose.CodeNumberMismatch, "device number not matched", "kubectl -n "+g.Namespace)
 	t.Logf("evidence: %q; fix: %q", f.Evidence, f.Fix)
 
 	// The fix: create the pod again (a failed admission never retries).
-	again := recreate(t, pod)
-	admitToS3(t, g, h, waitAllocating(t, g, again.Name))
+	allocated(t, g, recreate(t, pod, func(*corev1.Pod) {}).Name, h.opts(0))
 }
 
 // TestP7NodeRestartedAfterFilter: the pod is filtered (hami.io/vgpu-node and the device
@@ -243,12 +238,11 @@ func TestP6CountMismatch(t *testing.T) {
 // kube-scheduler running again (the component that retries the Pending pod) get it to S3.
 func TestP7NodeRestartedAfterFilter(t *testing.T) {
 	t.Parallel()
-	g := cp.StartGPUNode(t, harness.GPUNodeOptions{Bin: pluginBin})
-	g.MakeReady(t)
-	h := startHAMi(t, g, "--node-lock-retry-timeout=60s")
-	first := waitAllocating(t, g, h.create(t, g, "first").Name)
+	g := gpuNode(t)
+	h := startBindHAMi(t, g, "--node-lock-retry-timeout=60s")
+	first := h.waitBound(t, h.create(t, "first").Name)
 
-	h.create(t, g, "stale")
+	h.create(t, "stale")
 	var pod *corev1.Pod
 	harness.Eventually(t, "pod stale filtered onto "+g.Name, 30*time.Second, func() bool {
 		p, ok := g.Pod(t, "stale")
@@ -267,13 +261,13 @@ func TestP7NodeRestartedAfterFilter(t *testing.T) {
 	restartNode(t, g.Name, unixTime(t, pod, allocation.KeyTime))
 
 	r := waitCase(t, g.Namespace, "stale", h.opts(2*time.Second), diagnose.P7StaleAssignment)
-	wantFinding(t, r, diagnose.P7StaleAssignment, diagnose.CodeNodeRestarted, "node "+g.Name+": Ready=True since", "annotate pod stale hami.io/vgpu-node-")
+	wantCase(t, r, diagnose.P7StaleAssignment, diagnose.CodeNodeRestarted, "node "+g.Name+": Ready=True since", "annotate pod stale hami.io/vgpu-node-")
 	if r.Stage != diagnose.StageFiltered || r.Lock != nil && r.Lock.Value != "" {
 		t.Errorf("stage %s, lock %+v, want S1 and no lock", r.Stage, r.Lock)
 	}
 
 	// The fix: clear the filter's annotations; kube-scheduler, running again, retries.
 	clearHAMiAnnotations(t, pod)
-	h.start(t)
-	admitToS3(t, g, h, waitAllocating(t, g, "stale"))
+	h.restart(t)
+	allocated(t, g, "stale", h.opts(0))
 }
