@@ -18,6 +18,10 @@ import (
 	"github.com/hamireg/hamireg/test/e2e/harness"
 )
 
+// noScheduler is a scheduler name nobody serves: the holders the tests bind by hand must not
+// be placed by the default-scheduler profile other tests of the package run.
+const noScheduler = "e2e-nobody"
+
 // The bind side of a GPU pod (P4–P7), each reproduced with kube-scheduler, examples/extender,
 // the kubelet's device manager and examples/deviceplugin --simulate, diagnosed with
 // diagnose.Pod, repaired as the report says, and taken to S3 by the test's Allocate.
@@ -114,7 +118,7 @@ func TestP4StaleLock(t *testing.T) {
 		// The holder exists and runs elsewhere: a bind of it to this node failed, the lock
 		// left behind, and it was placed on another node (bound with a plain Binding here).
 		other := cp.CreateNode(t, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: harness.UniqueName("other")}})
-		holder := g.CreatePod(t, "elsewhere", harness.Ctr{Name: "cuda", GPUs: 1})
+		holder := create(t, gpuPod(g.Namespace, "elsewhere", noScheduler, map[string]string{harness.GPUResource: "1"}, nil))
 		cp.Bind(t, holder, other.Name)
 		value := nodelock.NewLock(time.Now(), types.NamespacedName{Namespace: g.Namespace, Name: "elsewhere"}).String()
 		r := stopped(t, "after-elsewhere", value, diagnose.CodeLockStale)
@@ -124,7 +128,7 @@ func TestP4StaleLock(t *testing.T) {
 	})
 
 	t.Run("holder deleted", func(t *testing.T) {
-		holder := g.CreatePod(t, "gone", harness.Ctr{Name: "cuda", GPUs: 1})
+		holder := create(t, gpuPod(g.Namespace, "gone", noScheduler, map[string]string{harness.GPUResource: "1"}, nil))
 		value := nodelock.NewLock(time.Now(), types.NamespacedName{Namespace: g.Namespace, Name: holder.Name}).String()
 		setNodeLock(t, g.Name, value)
 		if err := cp.AdminClient().CoreV1().Pods(g.Namespace).Delete(t.Context(), holder.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
