@@ -80,7 +80,9 @@ func judgeLock(n *corev1.Node, now time.Time, timeout time.Duration, lookup hold
 	case phase == allocation.PhaseSuccess || phase == allocation.PhaseFailed:
 		v.neverReleased = true
 		s.Stale = fmt.Sprintf("its holder pod %s is done allocating (bind-phase %s) and the lock stayed: the node's device plugin does not release it", s.Holder, phase)
-	case s.HolderNode == n.Name && (p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed):
+	case p.Status.Phase == corev1.PodFailed:
+		s.Stale = fmt.Sprintf("its holder pod %s has Failed (bind-phase %q): it will never be allocated", s.Holder, s.HolderBindPhase)
+	case s.HolderNode == n.Name && (p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodSucceeded):
 		v.neverReleased = true
 		s.Stale = fmt.Sprintf("its holder pod %s is %s with bind-phase %q: the node's device plugin does not implement HAMi's allocation protocol and never releases the lock",
 			s.Holder, p.Status.Phase, s.HolderBindPhase)

@@ -174,7 +174,7 @@ func TestRemoveStaleLock(t *testing.T) {
 func TestRemoveStaleLockFromReport(t *testing.T) {
 	t.Parallel()
 	gone := lockAgo(time.Minute, "default/gone")
-	ev := bindEvidence(filtered("train-1", 30*time.Second), []corev1.Node{readyNode("gpu-1", time.Hour, gone)}, nil, lockedEvent("train-1"))
+	ev := bindEvidence(filtered("train-1", 30*time.Second), []corev1.Node{readyNode("gpu-1", time.Hour, gone)}, nil, lockedEvent())
 	r, err := diagnose.AnalyzePod(ev, opts())
 	if err != nil || r.Lock == nil {
 		t.Fatalf("AnalyzePod: %v, lock %v", err, r.Lock)

@@ -39,10 +39,13 @@ func clearAnnotationsFix(p *corev1.Pod) string {
 		p.Namespace, p.Name)
 }
 
-// unlockFix is the repair verb for the node's stale lock.
-func unlockFix(node string) string {
-	return fmt.Sprintf("kubectl hami-doctor unlock %s --yes    # removes the lock only if it is still the one shown here", node)
+// unlockFix is the repair verb for the node's stale lock, with a note after the command.
+func unlockFix(node, note string) string {
+	return fmt.Sprintf("kubectl hami-doctor unlock %s --yes    # %s", node, note)
 }
+
+// unlockNote says what the repair verb does.
+const unlockNote = "removes the lock only if it is still the one shown here"
 
 // lockRefusal returns the newest BindingFailed or FailedScheduling Event of the pod that says
 // the node lock refused the bind, and the node it names.
@@ -123,8 +126,11 @@ func (a *podAnalysis) pluginOn(node string) (what, image string) {
 func (a *podAnalysis) checkLock() {
 	refusal, named := a.lockRefusal()
 	node := a.r.AssignedNode
-	if node == "" {
+	switch {
+	case node == "":
 		node = named
+	case named != "" && named != node:
+		refusal = nil // about a node the filter chose before
 	}
 	if node == "" {
 		return
@@ -170,7 +176,7 @@ func (a *podAnalysis) checkLock() {
 	}
 	a.add(PodFinding{Case: P4NodeLocked, Severity: SeverityError, Code: CodeNodeLocked,
 		Summary:  fmt.Sprintf("node %s is locked by %s: HAMi's scheduler refuses to bind this pod there (\"node %s has been locked within %s\")", node, lockHolder(s), node, a.opts.LockTimeout),
-		Evidence: ev})
+		Evidence: ev, Fix: []string{unlockFix(node, unlockNote)}})
 	if v.neverReleased {
 		a.lockNeverReleased(v)
 		return
@@ -217,7 +223,7 @@ func (a *podAnalysis) lockNeverReleased(v *lockVerdict) {
 	s := v.state
 	what, image := a.pluginOn(s.Node)
 	ev := []string{fmt.Sprintf("node %s: %s", s.Node, s.Stale)}
-	fix := []string{unlockFix(s.Node) + " (this pod only; the next GPU pod on the node finds the lock again)"}
+	fix := []string{unlockFix(s.Node, "unblocks this pod; the plugin keeps the next pod's lock again")}
 	if what != "" {
 		ev = append(ev, fmt.Sprintf("node %s: the device plugin is %s, image %s", s.Node, what, image))
 	}
@@ -235,7 +241,7 @@ func (a *podAnalysis) lockNeverReleased(v *lockVerdict) {
 
 // staleFix is the repair of a stale lock, with what HAMi's scheduler would need by hand.
 func (a *podAnalysis) staleFix(s *LockState) []string {
-	fix := []string{unlockFix(s.Node)}
+	fix := []string{unlockFix(s.Node, unlockNote)}
 	switch {
 	case s.Error != "":
 		fix = append(fix, fmt.Sprintf("or by hand: kubectl annotate node %s %s-    # HAMi's scheduler never takes an unreadable value over", s.Node, nodelock.Key))
@@ -353,7 +359,7 @@ func (a *podAnalysis) checkAllocateWait() {
 // the part after "desc = " of the kubelet's message, or a Warning Event's.
 func (a *podAnalysis) admissionError() (text, source string) {
 	p := a.pod
-	if p.Status.Reason == reasonAdmission || p.Status.Message != "" && strings.Contains(p.Status.Message, "Allocate failed") {
+	if p.Status.Reason == reasonAdmission || strings.Contains(p.Status.Message, "Allocate failed") {
 		return afterDesc(p.Status.Message), fmt.Sprintf("pod %s/%s: status.reason %s: %s", p.Namespace, p.Name, p.Status.Reason, trim(p.Status.Message, 300))
 	}
 	for _, e := range a.events {
@@ -364,12 +370,13 @@ func (a *podAnalysis) admissionError() (text, source string) {
 	return "", ""
 }
 
-// afterDesc returns the gRPC description of "rpc error: code = … desc = <error>".
+// afterDesc returns the gRPC description of the kubelet's "Allocate failed due to rpc error:
+// code = … desc = <error>, which is unexpected".
 func afterDesc(msg string) string {
 	if _, desc, ok := strings.Cut(msg, "desc = "); ok {
-		return strings.TrimSpace(desc)
+		msg = desc
 	}
-	return strings.TrimSpace(msg)
+	return strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(msg), ", which is unexpected"))
 }
 
 // pluginWarnings quotes the Warning Events on the pod besides the scheduler's and the
@@ -428,7 +435,8 @@ func (a *podAnalysis) checkAdmission() {
 		f.Summary = fmt.Sprintf("the device plugin's Allocate failed: %s", trim(text, 200))
 	}
 	f.Summary += "; a failed admission is never retried: create the pod again"
-	f.Evidence = append(ev, a.pluginWarnings()...)
+	ev = append(ev, a.pluginWarnings()...)
+	f.Evidence = ev
 	if f.Code == CodeNoBindingPod && slices.ContainsFunc(a.r.Findings, func(x PodFinding) bool {
 		return x.Severity == SeverityError && x.Case == P1NotRoutedToHAMi
 	}) {
@@ -456,6 +464,19 @@ func (a *podAnalysis) noBindingPod(text string, ev []string) (string, []string) 
 	}
 	if t, ok := unixAnnotation(p, allocation.KeyBindTime); ok {
 		ev = append(ev, fmt.Sprintf("pod %s/%s: %s %s (%s ago)", p.Namespace, p.Name, allocation.KeyBindTime, t.Format(time.RFC3339), a.now.Sub(t).Round(time.Second)))
+	}
+	var pending []string
+	for _, o := range a.ev.Pods {
+		phase := allocation.BindPhase(o.Annotations[allocation.KeyBindPhase])
+		if o.Spec.NodeName == node && o.Status.Phase == corev1.PodPending && o.Annotations[allocation.KeyNode] == node &&
+			(phase == allocation.PhaseAllocating || phase == allocation.PhaseSuccess) && (o.Namespace != p.Namespace || o.Name != p.Name) {
+			pending = append(pending, o.Namespace+"/"+o.Name)
+		}
+	}
+	if len(pending) > 0 {
+		ev = append(ev, fmt.Sprintf("node %s: pending HAMi pods now: %s", node, strings.Join(pending, ", ")))
+	} else {
+		ev = append(ev, fmt.Sprintf("node %s: no other Pending pod bound by HAMi now", node))
 	}
 	return fmt.Sprintf("the device plugin on node %s found no lock and no pending HAMi pod (%q): the node lock was gone (expired after %s, or taken over) before the kubelet's Allocate",
 		node, text, a.opts.LockTimeout), ev

@@ -92,19 +92,20 @@ func admissionFailed(p *corev1.Pod, desc string) *corev1.Pod {
 
 var gpu0 = gpus(1)[0].ID
 
-// podEvent is an Event on the pod default/name, d before now.
-func podEvent(name, typ, reason, msg string, d time.Duration) corev1.Event {
+// podEvent is a Warning Event on the pod default/train-1, d before now.
+func podEvent(reason, msg string, d time.Duration) corev1.Event {
+	const name = "train-1"
 	return corev1.Event{
 		ObjectMeta:     metav1.ObjectMeta{Namespace: bindNS, Name: name + "." + reason},
 		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: bindNS, Name: name},
-		Type:           typ, Reason: reason, Message: msg, LastTimestamp: metav1.NewTime(now.Add(-d)),
+		Type:           corev1.EventTypeWarning, Reason: reason, Message: msg, LastTimestamp: metav1.NewTime(now.Add(-d)),
 	}
 }
 
-// lockedEvent is HAMi's BindingFailed for a bind the lock of gpu-1 refused.
-func lockedEvent(name string) corev1.Event {
-	return podEvent(name, corev1.EventTypeWarning, "BindingFailed",
-		"Failed to bind node [gpu-1] to default/"+name+": node gpu-1 has been locked within 5m0s", 20*time.Second)
+// lockedEvent is HAMi's BindingFailed for the bind of train-1 that the lock of gpu-1 refused.
+func lockedEvent() corev1.Event {
+	return podEvent("BindingFailed",
+		"Failed to bind node [gpu-1] to default/train-1: node gpu-1 has been locked within 5m0s", 20*time.Second)
 }
 
 // bindEvidence is the evidence around pod: nodes, the other pods, events, HAMi's plugin.
@@ -209,7 +210,7 @@ func TestPodNodeLocked(t *testing.T) {
 	unlock := "kubectl hami-doctor unlock gpu-1 --yes"
 	runBindCases(t, map[string]bindCase{
 		"holder gone": {
-			ev:       bindEvidence(pod(), nodes(lockAgo(time.Minute, "default/gone")), nil, lockedEvent("train-1")),
+			ev:       bindEvidence(pod(), nodes(lockAgo(time.Minute, "default/gone")), nil, lockedEvent()),
 			wantCase: diagnose.P4NodeLocked, wantErrors: []string{diagnose.CodeNodeLocked, diagnose.CodeLockStale},
 			wantLock: lockIs("default/gone", false, "no longer exists"),
 			wantText: []string{unlock, "pod default/gone: does not exist", `node gpu-1: hami.io/mutex.lock = "2026-11-30T11:59:00Z,default,gone"`,
@@ -217,7 +218,7 @@ func TestPodNodeLocked(t *testing.T) {
 		},
 		"holder unknown: pods could not be read": {
 			ev: func() diagnose.PodEvidence {
-				ev := bindEvidence(pod(), nodes(lockAgo(time.Minute, "default/gone")), nil, lockedEvent("train-1"))
+				ev := bindEvidence(pod(), nodes(lockAgo(time.Minute, "default/gone")), nil, lockedEvent())
 				ev.ReadErrors["pods in every namespace (GPU usage, lock holders)"] = apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "", errors.New("no RBAC"))
 				return ev
 			}(),
@@ -226,49 +227,69 @@ func TestPodNodeLocked(t *testing.T) {
 			wantText: []string{"pod default/gone: not known whether it exists", "could not be read"},
 		},
 		"holder on another node": {
-			ev:       bindEvidence(pod(), nodes(lockAgo(time.Minute, "default/holder")), []*corev1.Pod{holderElsewhere}, lockedEvent("train-1")),
+			ev:       bindEvidence(pod(), nodes(lockAgo(time.Minute, "default/holder")), []*corev1.Pod{holderElsewhere}, lockedEvent()),
 			wantCase: diagnose.P4NodeLocked, wantErrors: []string{diagnose.CodeNodeLocked, diagnose.CodeLockStale},
 			wantLock: lockIs("default/holder", true, "runs on node gpu-2"),
 			wantText: []string{unlock, "kubectl -n default delete pod holder", "or wait until 2026-11-30T12:04:00Z"},
 		},
 		"holder done: the plugin never releases": {
-			ev:       bindEvidence(pod(), nodes(lockAgo(2*time.Minute, "default/holder")), []*corev1.Pod{holderDone}, lockedEvent("train-1")),
+			ev:       bindEvidence(pod(), nodes(lockAgo(2*time.Minute, "default/holder")), []*corev1.Pod{holderDone}, lockedEvent()),
 			wantCase: diagnose.P4NodeLocked, wantErrors: []string{diagnose.CodeNodeLocked, diagnose.CodeLockNeverReleased},
 			wantLock: lockIs("default/holder", true, "bind-phase success"),
 			wantText: []string{unlock, "kubectl -n kube-system edit daemonset hami-device-plugin", "image projecthami/hami:v2.9.0",
 				"one GPU pod per node per 5m0s", "Pod kube-system/hami-device-plugin-gpu-1"},
 			check: func(t *testing.T, r diagnose.PodReport) {
+				t.Helper()
 				if r.Lock.HolderBindPhase != "success" || r.Lock.HolderNode != "gpu-1" || r.Lock.Expired || r.Lock.AgeSeconds != 120 {
 					t.Errorf("Lock = %+v", r.Lock)
 				}
 			},
 		},
 		"holder runs still allocating: a plugin without the protocol": {
-			ev:       bindEvidence(pod(), nodes(lockAgo(2*time.Minute, "default/holder")), []*corev1.Pod{holderForeign}, lockedEvent("train-1")),
+			ev:       bindEvidence(pod(), nodes(lockAgo(2*time.Minute, "default/holder")), []*corev1.Pod{holderForeign}, lockedEvent()),
 			wantCase: diagnose.P4NodeLocked, wantErrors: []string{diagnose.CodeNodeLocked, diagnose.CodeLockNeverReleased},
 			wantLock: lockIs("default/holder", true, "does not implement HAMi's allocation protocol"),
 		},
+		"holder Failed": {
+			ev: bindEvidence(pod(), nodes(lockAgo(time.Minute, "default/holder")),
+				[]*corev1.Pod{admissionFailed(bound("holder", time.Minute), "no binding pod found on node gpu-1")}, lockedEvent()),
+			wantCase: diagnose.P4NodeLocked, wantErrors: []string{diagnose.CodeNodeLocked, diagnose.CodeLockStale},
+			wantLock: lockIs("default/holder", true, "has Failed"),
+		},
+		"an old refusal on another node": {
+			ev: bindEvidence(pod(), nodes(""), nil, podEvent("BindingFailed",
+				"Failed to bind node [gpu-2] to default/train-1: node gpu-2 has been locked within 5m0s", time.Minute)),
+			wantCase: diagnose.PodHealthy, wantInfo: diagnose.CodePodWaiting,
+			check: func(t *testing.T, r diagnose.PodReport) {
+				t.Helper()
+				if _, ok := r.Finding(diagnose.CodePodWaiting); !ok || strings.Contains(r.Reason, "lock") {
+					t.Errorf("Reason = %q", r.Reason)
+				}
+			},
+		},
 		"live lock: waiting": {
-			ev:       bindEvidence(pod(), nodes(lockAgo(10*time.Second, "default/holder")), []*corev1.Pod{holderLive}, lockedEvent("train-1")),
+			ev:       bindEvidence(pod(), nodes(lockAgo(10*time.Second, "default/holder")), []*corev1.Pod{holderLive}, lockedEvent()),
 			wantCase: diagnose.PodHealthy, wantInfo: diagnose.CodePodWaiting,
 			wantLock: lockIs("default/holder", true, ""),
 			wantText: []string{"waiting for the node lock on gpu-1, held by pod default/holder for 10s", "2026-11-30T12:04:50Z"},
 			check: func(t *testing.T, r diagnose.PodReport) {
+				t.Helper()
 				if !strings.Contains(r.Reason, "waiting for the node lock") {
 					t.Errorf("Reason = %q", r.Reason)
 				}
 			},
 		},
 		"live lock whose holder's Allocate is late": {
-			ev:       bindEvidence(pod(), nodes(lockAgo(3*time.Minute, "default/holder")), []*corev1.Pod{holderSlow}, lockedEvent("train-1")),
+			ev:       bindEvidence(pod(), nodes(lockAgo(3*time.Minute, "default/holder")), []*corev1.Pod{holderSlow}, lockedEvent()),
 			wantCase: diagnose.PodHealthy, wantInfo: diagnose.CodePodWaiting,
 			wantLock: lockIs("default/holder", true, ""),
 			wantText: []string{"its Allocate is late", "kubectl hami-doctor pod default/holder"},
 		},
 		"expired lock": {
-			ev:       bindEvidence(pod(), nodes(lockAgo(7*time.Minute, "default/holder")), []*corev1.Pod{bound("holder", 7*time.Minute)}, lockedEvent("train-1")),
+			ev:       bindEvidence(pod(), nodes(lockAgo(7*time.Minute, "default/holder")), []*corev1.Pod{bound("holder", 7*time.Minute)}, lockedEvent()),
 			wantCase: diagnose.P4NodeLocked, wantErrors: []string{diagnose.CodeNodeLocked, diagnose.CodeLockStale},
 			wantLock: func(t *testing.T, l *diagnose.LockState) {
+				t.Helper()
 				if !l.Expired || !strings.Contains(l.Stale, "7m0s old, older than the lock timeout 5m0s") || l.AgeSeconds != 420 {
 					t.Errorf("Lock = %+v", l)
 				}
@@ -276,21 +297,22 @@ func TestPodNodeLocked(t *testing.T) {
 			wantText: []string{"the lock expired, HAMi's scheduler takes it over"},
 		},
 		"a shorter lock timeout": {
-			ev:       bindEvidence(pod(), nodes(lockAgo(2*time.Minute, "default/holder")), []*corev1.Pod{bound("holder", 2*time.Minute)}, lockedEvent("train-1")),
+			ev:       bindEvidence(pod(), nodes(lockAgo(2*time.Minute, "default/holder")), []*corev1.Pod{bound("holder", 2*time.Minute)}, lockedEvent()),
 			opts:     func(o *diagnose.Options) { o.LockTimeout = time.Minute; o.AllocateWait = 5 * time.Minute },
 			wantCase: diagnose.P4NodeLocked, wantErrors: []string{diagnose.CodeNodeLocked, diagnose.CodeLockStale},
 			wantLock: lockIs("default/holder", true, "older than the lock timeout 1m0s"),
 		},
 		"legacy value naming no pod": {
-			ev:       bindEvidence(pod(), nodes(lockAgo(time.Minute, "")), nil, lockedEvent("train-1")),
+			ev:       bindEvidence(pod(), nodes(lockAgo(time.Minute, "")), nil, lockedEvent()),
 			wantCase: diagnose.P4NodeLocked, wantErrors: []string{diagnose.CodeNodeLocked, diagnose.CodeLockStale},
 			wantLock: lockIs("", false, "names no pod"),
 			wantText: []string{"a lock that names no pod", "or wait until 2026-11-30T12:04:00Z"},
 		},
 		"malformed value": {
-			ev:       bindEvidence(pod(), nodes("not-a-time,default"), nil, lockedEvent("train-1")),
+			ev:       bindEvidence(pod(), nodes("not-a-time,default"), nil, lockedEvent()),
 			wantCase: diagnose.P4NodeLocked, wantErrors: []string{diagnose.CodeNodeLocked, diagnose.CodeLockStale},
 			wantLock: func(t *testing.T, l *diagnose.LockState) {
+				t.Helper()
 				if l.Value != "not-a-time,default" || !strings.Contains(l.Error, "expected 3 parts, got 2") || l.Stale == "" || l.Holder != "" {
 					t.Errorf("Lock = %+v", l)
 				}
@@ -299,14 +321,14 @@ func TestPodNodeLocked(t *testing.T) {
 		},
 		"node named by kube-scheduler's event only": {
 			ev: bindEvidence(gpuPodIn("train-1", 1), nodes(lockAgo(time.Minute, "default/gone")), nil,
-				podEvent("train-1", corev1.EventTypeWarning, "FailedScheduling",
+				podEvent("FailedScheduling",
 					`running Bind plugin "DefaultBinder": node gpu-1 has been locked within 5m0s`, 10*time.Second)),
 			wantCase: diagnose.P4NodeLocked, wantErrors: []string{diagnose.CodeNodeLocked, diagnose.CodeLockStale},
 			wantLock: lockIs("default/gone", false, "no longer exists"),
 			wantText: []string{"event FailedScheduling"},
 		},
 		"refused earlier, unlocked now": {
-			ev:       bindEvidence(pod(), nodes(""), nil, lockedEvent("train-1")),
+			ev:       bindEvidence(pod(), nodes(""), nil, lockedEvent()),
 			wantCase: diagnose.PodHealthy, wantInfo: diagnose.CodePodWaiting,
 			wantText: []string{"the node is unlocked now: kube-scheduler retries the bind"},
 		},
@@ -340,6 +362,7 @@ func TestPodAllocateNeverCame(t *testing.T) {
 			wantText: []string{"bound to node gpu-1 5m0s ago", "node gpu-1: no allocatable nvidia.com/gpu", "node gpu-1: Ready=True",
 				"node diagnosis case 3", "kubectl -n kube-system delete pod hami-device-plugin-gpu-1", "the kubelet retries the pod's admission once the plugin registers"},
 			check: func(t *testing.T, r diagnose.PodReport) {
+				t.Helper()
 				if len(r.Nodes) != 1 || r.Nodes[0].Node != "gpu-1" || r.Stage != diagnose.StageBound {
 					t.Errorf("Nodes = %+v, stage %v", r.Nodes, r.Stage)
 				}
@@ -355,6 +378,7 @@ func TestPodAllocateNeverCame(t *testing.T) {
 			wantCase: diagnose.PodHealthy, wantInfo: diagnose.CodePodWaiting,
 			wantLock: lockIs("default/train-1", true, ""),
 			check: func(t *testing.T, r diagnose.PodReport) {
+				t.Helper()
 				if !strings.Contains(r.Reason, "bound 12s ago; waiting for the kubelet's Allocate") {
 					t.Errorf("Reason = %q", r.Reason)
 				}
@@ -382,7 +406,7 @@ func TestPodAllocateFailed(t *testing.T) {
 		"no binding pod found: the lock expired": {
 			ev:       bindEvidence(admissionFailed(bound("train-1", 10*time.Minute), "no binding pod found on node gpu-1"), node, nil),
 			wantCase: diagnose.P6AllocateFailed, wantErrors: []string{diagnose.CodeNoBindingPod},
-			wantText: []string{"found no lock and no pending HAMi pod", "node gpu-1: no hami.io/mutex.lock now",
+			wantText: []string{"found no lock and no pending HAMi pod", "node gpu-1: no hami.io/mutex.lock now", "node gpu-1: no other Pending pod bound by HAMi now",
 				"status.reason UnexpectedAdmissionError: Allocate failed due to rpc error", recreate, "never retried"},
 		},
 		"no binding pod found: not HAMi's pod": {
@@ -391,6 +415,7 @@ func TestPodAllocateFailed(t *testing.T) {
 			anyCase:  true,
 			wantText: []string{"never went through HAMi's scheduler (P1)", `schedulerName "default-scheduler"`},
 			check: func(t *testing.T, r diagnose.PodReport) {
+				t.Helper()
 				f, ok := r.Finding(diagnose.CodeNoBindingPod)
 				switch {
 				case !ok:
@@ -404,7 +429,7 @@ func TestPodAllocateFailed(t *testing.T) {
 		},
 		"device request not found: consumed by another pod": {
 			ev: bindEvidence(admissionFailed(bound("train-1", time.Minute, "hami.io/vgpu-devices-to-allocate", ";"), "device request not found"), node, nil,
-				podEvent("train-1", corev1.EventTypeWarning, "AllocateFailed", "plugin: device request not found", time.Minute)),
+				podEvent("AllocateFailed", "plugin: device request not found", time.Minute)),
 			wantCase: diagnose.P6AllocateFailed, wantErrors: []string{diagnose.CodeRequestNotFound},
 			wantText: []string{"#781/#3076", `hami.io/vgpu-devices-to-allocate = ";"`, `event Warning AllocateFailed`, recreate},
 		},
@@ -431,10 +456,10 @@ func TestPodAllocateFailed(t *testing.T) {
 		"another error, quoted": {
 			ev:       bindEvidence(admissionFailed(bound("train-1", time.Minute), "create cache file: permission denied"), node, nil),
 			wantCase: diagnose.P6AllocateFailed, wantErrors: []string{diagnose.CodeAllocateFailed},
-			wantText: []string{"the device plugin's Allocate failed: create cache file: permission denied, which is unexpected", recreate},
+			wantText: []string{"the device plugin's Allocate failed: create cache file: permission denied; a failed", recreate},
 		},
 		"bind-phase failed, not yet Failed": {
-			ev: bindEvidence(pendingFailed, node, nil, podEvent("train-1", corev1.EventTypeWarning, "UnexpectedAdmissionError",
+			ev: bindEvidence(pendingFailed, node, nil, podEvent("UnexpectedAdmissionError",
 				"Allocate failed due to rpc error: code = Unknown desc = device number not matched", 30*time.Second)),
 			wantCase: diagnose.P6AllocateFailed, wantErrors: []string{diagnose.CodeNumberMismatch},
 			wantText: []string{"event UnexpectedAdmissionError", "hami.io/bind-phase failed"},
@@ -494,9 +519,46 @@ func TestPodStaleAssignment(t *testing.T) {
 		},
 		"a stale lock is P4, not P7": {
 			ev: bindEvidence(filtered("train-1", 10*time.Minute), []corev1.Node{readyNode("gpu-1", time.Hour, lockAgo(time.Minute, "default/gone"))}, nil,
-				lockedEvent("train-1")),
+				lockedEvent()),
 			wantCase: diagnose.P4NodeLocked, wantErrors: []string{diagnose.CodeNodeLocked, diagnose.CodeLockStale},
 			wantLock: lockIs("default/gone", false, "no longer exists"),
 		},
+	})
+}
+
+// FuzzPodBind: whatever the node lock, the pod's HAMi annotations and the kubelet's message
+// hold, AnalyzePod returns a report whose error findings each say what to do, and Case is
+// set exactly when there is one.
+func FuzzPodBind(f *testing.F) {
+	f.Add(lockAgo(time.Minute, "default/gone"), gpu0+",NVIDIA,1000,0:;", "allocating", "1764503940", "", uint8(0))
+	f.Add("not-a-time,default", ";", "failed", "x", "device request not found", uint8(1))
+	f.Add("2026-11-30T11:59:00Z", "GPU-x,NVIDIA:;", "success", "-1", "device number not matched", uint8(2))
+	f.Add(",,", "", "", "99999999999999999999", "no binding pod found on node gpu-1", uint8(3))
+	f.Fuzz(func(t *testing.T, lock, toAllocate, phase, unix, message string, shape uint8) {
+		p := filtered("train-1", time.Minute, "hami.io/vgpu-devices-to-allocate", toAllocate, "hami.io/bind-phase", phase,
+			"hami.io/bind-time", unix, "hami.io/vgpu-time", unix)
+		switch shape % 4 {
+		case 1:
+			p.Spec.NodeName = "gpu-1"
+		case 2:
+			p = admissionFailed(p, message)
+		case 3:
+			p.Annotations = map[string]string{"hami.io/mutex.lock": lock}
+		}
+		holder := bound("gone", time.Minute, "hami.io/bind-phase", phase)
+		ev := bindEvidence(p, []corev1.Node{readyNode("gpu-1", time.Hour, lock)}, []*corev1.Pod{holder},
+			podEvent("BindingFailed", message+" node gpu-1 has been locked within 5m0s", time.Second))
+		r, err := diagnose.AnalyzePod(ev, opts())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range r.Errors() {
+			if f.Summary == "" || len(f.Fix) == 0 {
+				t.Fatalf("error finding without summary or fix: %+v", f)
+			}
+		}
+		if (r.Case == diagnose.PodHealthy) != (len(r.Errors()) == 0) {
+			t.Fatalf("case %v with %d errors", r.Case, len(r.Errors()))
+		}
 	})
 }
