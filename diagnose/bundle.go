@@ -7,13 +7,16 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"path"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -146,7 +149,9 @@ func (x *BundleIndex) Text() string {
 //   - index.txt and index.json: the [BundleIndex].
 //
 // Objects are YAML without managedFields and kubectl's last-applied copy; a ConfigMap loses
-// its binaryData. Everything is passed through [Redact]. Secrets are never read.
+// its binaryData; the literal values of environment variables named like credentials
+// (…TOKEN, …PASSWORD, …SECRET…, …KEY…) become "[REDACTED]". Everything is passed through
+// [Redact]. Secrets are never read.
 //
 // What cannot be read (a missing permission, an object not found, a log the kubelet does
 // not serve) is a line in BundleIndex.Missing, not an error. The error is non-nil only when
@@ -154,7 +159,7 @@ func (x *BundleIndex) Text() string {
 // are invalid (ErrInvalidOptions), or w fails; nothing is written to w before every read is
 // done. The identity behind client needs [BundleClusterRoleRules].
 func WriteBundle(ctx context.Context, client kubernetes.Interface, target BundleTarget, w io.Writer, opts BundleOptions) (*BundleIndex, error) {
-	o, err := opts.Options.withDefaults()
+	o, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
 	}
@@ -461,6 +466,14 @@ func (b *bundle) log(ctx context.Context, pod *corev1.Pod, container string, pre
 func (b *bundle) object(p string, obj runtime.Object, apiVersion, kind string) {
 	obj = obj.DeepCopyObject()
 	obj.GetObjectKind().SetGroupVersionKind(schema.FromAPIVersionAndKind(apiVersion, kind))
+	switch o := obj.(type) {
+	case *corev1.Pod:
+		redactEnv(&o.Spec)
+	case *appsv1.DaemonSet:
+		redactEnv(&o.Spec.Template.Spec)
+	case *appsv1.Deployment:
+		redactEnv(&o.Spec.Template.Spec)
+	}
 	if m, err := meta.Accessor(obj); err == nil {
 		m.SetManagedFields(nil)
 		if a := m.GetAnnotations(); a[lastApplied] != "" {
@@ -469,6 +482,23 @@ func (b *bundle) object(p string, obj runtime.Object, apiVersion, kind string) {
 		}
 	}
 	b.marshal(p, obj)
+}
+
+// secretEnv matches the names of environment variables that hold credentials.
+var secretEnv = regexp.MustCompile(`(?i)token|passw|secret|credential|key`)
+
+// redactEnv replaces the literal values of the spec's credential variables (HF_TOKEN,
+// DB_PASSWORD, AWS_SECRET_ACCESS_KEY); references (valueFrom) stay.
+func redactEnv(spec *corev1.PodSpec) {
+	for _, ctrs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
+		for i := range ctrs {
+			for j := range ctrs[i].Env {
+				if e := &ctrs[i].Env[j]; e.Value != "" && secretEnv.MatchString(e.Name) {
+					e.Value = Redacted
+				}
+			}
+		}
+	}
 }
 
 func (b *bundle) marshal(p string, obj any) {
@@ -485,12 +515,17 @@ func (b *bundle) add(p string, data []byte) { b.files[p] = Redact(data) }
 
 // miss records what could not be read and, for a missing permission, the rule to grant.
 func (b *bundle) miss(verb, resource, key string, err error) {
+	// The API server's own words, without the transport's wrapping (Get "https://…": …).
+	var status *apierrors.StatusError
+	if errors.As(err, &status) {
+		err = status
+	}
 	line := fmt.Sprintf("%s %s: %v", resource, key, err)
 	switch {
 	case apierrors.IsForbidden(err):
 		line += fmt.Sprintf(" (grant %s %s)", verb, resource)
 	case apierrors.IsNotFound(err):
-		line += " (not found: is HAMi installed under other names? see the doctor's options)"
+		line += " (if HAMi is installed under another namespace or name, set the doctor's options)"
 	}
 	b.missing = append(b.missing, line)
 }

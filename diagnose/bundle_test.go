@@ -70,7 +70,8 @@ func gpuPod() *corev1.Pod {
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: bundleTestPod, Namespace: "default", UID: "uid-train",
 		Annotations:   map[string]string{allocation.KeyNode: bundleTestNode},
 		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply}}},
-		Spec: corev1.PodSpec{SchedulerName: "hami-scheduler", Containers: []corev1.Container{{Name: "cuda"}}}}
+		Spec: corev1.PodSpec{SchedulerName: "hami-scheduler", Containers: []corev1.Container{{Name: "cuda",
+			Env: []corev1.EnvVar{{Name: "HF_TOKEN", Value: secretValue}, {Name: "CUDA_DISABLE_CONTROL", Value: "true"}}}}}}
 }
 
 func event(name, namespace, kind, object, message string) *corev1.Event {
@@ -112,7 +113,9 @@ func pluginLog(c *fake.Clientset) {
 	})
 }
 
-func forbid(c *fake.Clientset, verb, resource, subresource string) {
+// forbid makes get on the resource (and subresource) forbidden.
+func forbid(c *fake.Clientset, resource, subresource string) {
+	const verb = "get"
 	c.PrependReactor(verb, resource, func(a k8stesting.Action) (bool, runtime.Object, error) {
 		if a.GetSubresource() != subresource {
 			return false, nil, nil
@@ -142,7 +145,7 @@ func readBundle(t *testing.T, data []byte, root string) (map[string]string, []st
 	var order []string
 	for {
 		h, err := tr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
@@ -217,6 +220,8 @@ func TestWriteBundlePod(t *testing.T) {
 	checks := []struct{ file, has, lacks string }{
 		{"pods/default/train.yaml", "kind: Pod", "managedFields"},
 		{"pods/default/train.yaml", "schedulerName: hami-scheduler", ""},
+		{"pods/default/train.yaml", "- name: HF_TOKEN\n      value: '[REDACTED]'", ""},
+		{"pods/default/train.yaml", "- name: CUDA_DISABLE_CONTROL\n      value: \"true\"", ""},
 		{"events/pods/default/train.yaml", "0/2 nodes are available", "another pod"},
 		{"events/nodes/gpu-1.yaml", "NodeReady", "0/2 nodes"},
 		{"configmaps/kube-system/hami-scheduler-newversion.yaml", "token: [REDACTED]", kubeToken},
@@ -265,22 +270,23 @@ func TestWriteBundlePod(t *testing.T) {
 func TestWriteBundleMissing(t *testing.T) {
 	t.Parallel()
 	c := fakeClient(true, bundleObjects()...)
-	forbid(c, "get", "pods", "log")
-	forbid(c, "get", "leases", "")
-	forbid(c, "get", "mutatingwebhookconfigurations", "")
+	forbid(c, "pods", "log")
+	forbid(c, "leases", "")
+	forbid(c, "mutatingwebhookconfigurations", "")
 	var buf bytes.Buffer
 	idx, err := diagnose.WriteBundle(t.Context(), c, diagnose.BundleTarget{Node: bundleTestNode}, &buf, bundleOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []string{
-		`pods/log kube-system/hami-device-plugin-gpu-1 container device-plugin: `,
+		`pods/log kube-system/hami-device-plugin-gpu-1 container device-plugin: pods/log is forbidden: User "doctor" cannot get pods/log (grant get pods/log)`,
 		`leases kube-system/hami-scheduler: `,
 		`mutatingwebhookconfigurations hami-webhook: `,
 		`the leader scheduler Pod: the Lease could not be read (` + followerName + `, ` + leaderName + `); the logs of 2 scheduler Pod(s) are collected instead`,
 		`pods/log kube-system/` + followerName + ` container vgpu-scheduler-extender: `,
 		`pods/log kube-system/` + leaderName + ` container vgpu-scheduler-extender: `,
 	}
+	t.Logf("missing:\n%s", strings.Join(idx.Missing, "\n"))
 	for _, w := range want {
 		if !slices.ContainsFunc(idx.Missing, func(m string) bool { return strings.HasPrefix(m, w) }) {
 			t.Errorf("missing lacks %q:\n%s", w, strings.Join(idx.Missing, "\n"))
@@ -323,7 +329,7 @@ func (failingWriter) Write([]byte) (int, error) { return 0, errDiskFull }
 func TestWriteBundleErrors(t *testing.T) {
 	t.Parallel()
 	forbidden := fakeClient(true, bundleObjects()...)
-	forbid(forbidden, "get", "pods", "")
+	forbid(forbidden, "pods", "")
 	tests := map[string]struct {
 		client *fake.Clientset
 		target diagnose.BundleTarget

@@ -35,4 +35,9 @@
 // Problems in the cluster are findings, never errors; Node returns an error only when the node
 // cannot be read (ErrNodeNotFound, ErrAPI). Objects the caller may not read become
 // "NotChecked" findings. The defaults in [Options] are those of HAMi's Helm chart.
+//
+// [WriteBundle] collects what the guide asks for before opening an issue (the Node or Pod
+// as YAML, their Events, HAMi's objects, the device plugin's and the leader scheduler's
+// last log lines, the diagnosis) into one .tar.gz, redacted with [Redact]; what it may not
+// read is a line in the bundle's index.
 package diagnose

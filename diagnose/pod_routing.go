@@ -34,8 +34,6 @@ const (
 const (
 	// eventScheduled is the Event a scheduler records when it binds a pod.
 	eventScheduled = "Scheduled"
-	// eventAdmissionError is the kubelet's reason for a pod it failed at admission.
-	eventAdmissionError = "UnexpectedAdmissionError"
 	// defaultSchedulerName is kube-scheduler's own profile, which HAMi's webhook rewrites.
 	defaultSchedulerName = "default-scheduler"
 	// webhookHookName is the webhook's name in HAMi's MutatingWebhookConfiguration.
@@ -70,19 +68,18 @@ func (a *podAnalysis) checkRouting() {
 		f.Summary = fmt.Sprintf("pod %s/%s failed with UnexpectedAdmissionError %q because it never went through HAMi's scheduler (spec.schedulerName %q, no HAMi annotations): HAMi's device plugin finds no binding pod for it (P1, HAMi #653, #710)",
 			p.Namespace, p.Name, noBindingPod, name)
 		f.Evidence = append(f.Evidence, fmt.Sprintf("pod %s/%s: %s", p.Namespace, p.Name, msg),
-			fmt.Sprintf("pod %s/%s: no %s or %s annotation", p.Namespace, p.Name, "hami.io/vgpu-node", "hami.io/bind-phase"))
+			fmt.Sprintf("pod %s/%s: no %s or %s annotation", p.Namespace, p.Name, allocation.KeyNode, allocation.KeyBindPhase))
 	}
 	var causes []PodFinding
-	switch {
-	case name != defaultSchedulerName:
+	if name != defaultSchedulerName {
 		f.Summary += fmt.Sprintf("; the pod names scheduler %q itself, and HAMi's webhook leaves such a pod unchanged", name)
-	default:
+	} else {
 		causes = a.webhookCauses()
+		if a.readError("mutatingwebhookconfigurations") == nil && !slices.ContainsFunc(causes, func(c PodFinding) bool { return c.Severity == SeverityError }) {
+			f.Summary += "; HAMi's webhook would route it now: the pod was created before the webhook was installed, or while it was unreachable"
+		}
 	}
 	causes = append(causes, a.placementCauses()...)
-	if len(causes) == 0 && name == defaultSchedulerName {
-		f.Summary += "; HAMi's webhook would route it now: the pod was created while the webhook was missing or unreachable"
-	}
 	a.add(f)
 	for _, c := range causes {
 		a.add(c)
@@ -139,13 +136,18 @@ func (a *podAnalysis) hamiHooks() []hamiHook {
 	return out
 }
 
-// webhookFix lists the commands that bring HAMi's webhook back.
+// helmFix is the Helm hint that installs HAMi's webhook again.
+func (a *podAnalysis) helmFix() string {
+	return fmt.Sprintf("helm upgrade hami hami-charts/hami -n %s --reuse-values    # the chart installs the MutatingWebhookConfiguration %s", a.opts.Namespace, a.opts.Webhook)
+}
+
+// webhookFix lists the commands that bring the endpoints of HAMi's webhook back.
 func (a *podAnalysis) webhookFix() []string {
 	o := a.opts
 	return []string{
 		fmt.Sprintf("kubectl -n %s get endpointslices -l %s=%s", o.Namespace, discoveryv1.LabelServiceName, o.Scheduler),
 		fmt.Sprintf("kubectl -n %s rollout restart deployment %s", o.Namespace, o.Scheduler),
-		fmt.Sprintf("helm upgrade hami hami-charts/hami -n %s --reuse-values    # the chart installs the MutatingWebhookConfiguration %s", o.Namespace, o.Webhook),
+		a.helmFix(),
 	}
 }
 
@@ -166,7 +168,7 @@ func (a *podAnalysis) webhookCauses() []PodFinding {
 			Summary: fmt.Sprintf("HAMi's admission webhook is not installed: no MutatingWebhookConfiguration %s and no webhook %s, so nothing sets spec.schedulerName %q on GPU pods", a.opts.Webhook, webhookHookName, a.opts.SchedulerName),
 			Evidence: []string{fmt.Sprintf("mutatingwebhookconfigurations: %s (none is %s, none has webhook %s or calls Service %s/%s path %s)",
 				cmp.Or(strings.Join(names, ", "), "none"), a.opts.Webhook, webhookHookName, a.opts.Namespace, a.opts.Scheduler, webhookPath)},
-			Fix: append(a.webhookFix(), recreate)}}
+			Fix: []string{a.helmFix(), recreate}}}
 	}
 	var out []PodFinding
 	for _, h := range hooks {
@@ -184,7 +186,7 @@ func (a *podAnalysis) hookCauses(h hamiHook, recreate string) []PodFinding {
 		out = append(out, PodFinding{Case: P1NotRoutedToHAMi, Severity: SeverityError, Code: CodeWebhookExcludes,
 			Summary:  fmt.Sprintf("HAMi's webhook %s does not handle CREATE of pods: its rules leave pod %s/%s out", h.hook.Name, p.Namespace, p.Name),
 			Evidence: []string{fmt.Sprintf("%s: rules %s", obj, rulesString(h.hook.Rules))},
-			Fix:      append(a.webhookFix(), recreate)})
+			Fix:      []string{a.helmFix(), recreate}})
 	}
 	if f, ok := a.selectorCause(h, obj, "namespaceSelector", h.hook.NamespaceSelector, a.namespaceLabels(), recreate); ok {
 		out = append(out, f)
@@ -279,10 +281,16 @@ func (a *podAnalysis) selectorCause(h hamiHook, obj, field string, sel *metav1.L
 		if len(fix) == 0 {
 			fix = append(fix, fmt.Sprintf("kubectl label namespace %s KEY=VALUE    # so that %s matches %s", p.Namespace, field, s.String()))
 		}
+		fix = append(fix, recreate)
 	} else {
-		fix = append(fix, fmt.Sprintf("kubectl -n %s label pod %s KEY=VALUE    # labels only for the record: the template must carry them so that %s matches %s", p.Namespace, p.Name, field, s.String()))
+		edits := fmt.Sprintf(".spec.schedulerName=%q", a.opts.SchedulerName)
+		for _, k := range sortedKeys(sel.MatchLabels) {
+			if set[k] != sel.MatchLabels[k] {
+				edits += fmt.Sprintf(" | .metadata.labels[%q]=%q", k, sel.MatchLabels[k])
+			}
+		}
+		fix = append(fix, recreateFix(p, edits)+fmt.Sprintf("    # the pod's labels must match %s %s", field, s.String()))
 	}
-	fix = append(fix, recreate)
 	return PodFinding{Case: P1NotRoutedToHAMi, Severity: SeverityError, Code: CodeWebhookExcludes,
 		Summary:  fmt.Sprintf("the %s of HAMi's webhook %s does not match %s: the webhook never sees the pod", field, h.hook.Name, target),
 		Evidence: ev, Fix: fix}, true
@@ -392,7 +400,7 @@ var schedulingEventReasons = []string{eventFailedScheduling, eventScheduled, eve
 func (a *podAnalysis) checkScheduler() {
 	p, o := a.pod, a.opts
 	var failing *corev1.Event
-	if e := a.lastEvent(eventFailedScheduling); e != nil && extenderUnreachable(e.Message) {
+	if e := a.lastEvent(eventFailedScheduling); e != nil && extenderUnreachable(e.Message) && !a.extenderAnsweredAfter(eventTime(*e)) {
 		failing = e
 	}
 	noEvents := a.readError("events of the pod") == nil &&
@@ -424,6 +432,17 @@ func (a *podAnalysis) checkScheduler() {
 			Evidence: []string{fmt.Sprintf("pod %s/%s: %d Events, none of %s", p.Namespace, p.Name, len(a.events), strings.Join(schedulingEventReasons, ", "))},
 			Fix:      []string{fmt.Sprintf("kubectl -n %s describe pod %s", p.Namespace, p.Name), fmt.Sprintf("kubectl -n %s logs deployment/%s -c kube-scheduler --tail=100", o.Namespace, o.Scheduler)}})
 	}
+}
+
+// extenderAnsweredAfter reports whether HAMi's extender recorded a filter or bind Event on
+// the pod after t: it answered since kube-scheduler failed to call it.
+func (a *podAnalysis) extenderAnsweredAfter(t time.Time) bool {
+	for _, reason := range []string{eventFilteringFailed, eventFilteringSucceed, eventBindingFailed, eventBindingSucceed} {
+		if e := a.lastEvent(reason); e != nil && eventTime(*e).After(t) {
+			return true
+		}
+	}
+	return false
 }
 
 // schedulerFix are the commands that repair HAMi's scheduler.
