@@ -23,10 +23,10 @@ func TestPodGathersLockHolderWithoutGPU(t *testing.T) {
 	holder := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: bindNS, Name: "elsewhere"},
 		Spec:   corev1.PodSpec{NodeName: "cpu-1", Containers: []corev1.Container{{Name: "main", Image: "busybox"}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning}}
-	pod := filtered("second", 20*time.Second)
-	ev := lockedEvent("second")
+	pod := filtered("train-1", 20*time.Second)
+	ev := lockedEvent()
 	c := fake.NewClientset([]runtime.Object{&n, holder, pod, &ev, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: bindNS}}}...)
-	r, err := diagnose.Pod(t.Context(), c, bindNS, "second", diagnose.Options{Clock: testingclock.NewFakePassiveClock(now)})
+	r, err := diagnose.Pod(t.Context(), c, bindNS, "train-1", diagnose.Options{Clock: testingclock.NewFakePassiveClock(now)})
 	if err != nil {
 		t.Fatal(err)
 	}
