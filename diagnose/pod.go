@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/hamireg/hamireg/allocation"
+	"github.com/hamireg/hamireg/nodelock"
 )
 
 // PodEvidence is everything a pod diagnosis reads, as recorded objects: [Pod] and [Pods]
@@ -377,8 +378,9 @@ func gatherPods(ctx context.Context, client kubernetes.Interface, opts Options, 
 	if list, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{}); err != nil {
 		g.errs["pods in every namespace (GPU usage, lock holders)"] = err
 	} else {
+		holders := lockHolders(g.nodes)
 		for _, p := range list.Items {
-			if hasHAMiAnnotations(&p) || allocation.Requests(&p, opts.Allocation).Any() {
+			if hasHAMiAnnotations(&p) || allocation.Requests(&p, opts.Allocation).Any() || holders[p.Namespace+"/"+p.Name] {
 				g.pods = append(g.pods, p)
 			}
 		}
@@ -413,6 +415,23 @@ func gatherPods(ctx context.Context, client kubernetes.Interface, opts Options, 
 		g.schedConfig = cm
 	}
 	return g
+}
+
+// lockHolders returns the pods ("namespace/name") the nodes' locks name: a holder is
+// evidence even when it asks for no GPU (a lock left by a pod whose request changed, or
+// written by hand), else it would read as gone.
+func lockHolders(nodes []corev1.Node) map[string]bool {
+	out := map[string]bool{}
+	for i := range nodes {
+		l, present, err := nodelock.FromAnnotations(nodes[i].Annotations)
+		if !present || err != nil {
+			continue
+		}
+		if owner, named := l.Owner(); named {
+			out[owner.String()] = true
+		}
+	}
+	return out
 }
 
 // evidence completes the shared objects with the pod's own: its Events, namespace, quotas
