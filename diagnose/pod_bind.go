@@ -290,6 +290,9 @@ func readyEvidence(n *corev1.Node) string {
 		return fmt.Sprintf("node %s: no Ready condition (its kubelet has never posted status)", n.Name)
 	}
 	line := fmt.Sprintf("node %s: Ready=%s since %s", n.Name, c.Status, c.LastTransitionTime.UTC().Format(time.RFC3339))
+	if c.LastTransitionTime.IsZero() {
+		line = fmt.Sprintf("node %s: Ready=%s (no lastTransitionTime)", n.Name, c.Status)
+	}
 	if c.Reason != "" {
 		line += " (" + c.Reason + ")"
 	}

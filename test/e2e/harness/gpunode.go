@@ -184,7 +184,7 @@ func (g *GPUNode) MakeReady(tb testing.TB) {
 		tb.Fatal(err)
 	}
 	patch := fmt.Appendf(nil, `{"status":{"capacity":{"pods":"110","cpu":"64","memory":"512Gi"},"allocatable":{"pods":"110","cpu":"64","memory":"512Gi"},`+
-		`"conditions":[{"type":"Ready","status":"True","reason":"KubeletReady","lastHeartbeatTime":%q}]}}`, time.Now().UTC().Format(time.RFC3339))
+		`"conditions":[{"type":"Ready","status":"True","reason":"KubeletReady","lastHeartbeatTime":%[1]q,"lastTransitionTime":%[1]q}]}}`, time.Now().UTC().Format(time.RFC3339))
 	if _, err := nodes.Patch(ctx, g.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
 		tb.Fatal(err)
 	}
