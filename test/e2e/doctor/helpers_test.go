@@ -56,7 +56,7 @@ func schedulerConfig(t *testing.T, url, name string) *kubeschedulerconfigv1.Kube
 }
 
 // startKubeScheduler runs kube-scheduler with cfg (nil: upstream defaults, the
-// default-scheduler profile) until t ends.
+// default-scheduler profile) until t ends, and returns it.
 func startKubeScheduler(t *testing.T, cfg *kubeschedulerconfigv1.KubeSchedulerConfiguration) *envtest.Scheduler {
 	t.Helper()
 	sched, err := cp.StartScheduler(t.Context(), envtest.SchedulerOptions{Config: cfg})
