@@ -56,8 +56,9 @@ func schedulerConfig(t *testing.T, url, name string) *kubeschedulerconfigv1.Kube
 }
 
 // startKubeScheduler runs kube-scheduler with cfg (nil: upstream defaults, the
-// default-scheduler profile) until t ends.
-func startKubeScheduler(t *testing.T, cfg *kubeschedulerconfigv1.KubeSchedulerConfiguration) {
+// default-scheduler profile) until t ends, and returns it (the bind scenarios kill and
+// restart it).
+func startKubeScheduler(t *testing.T, cfg *kubeschedulerconfigv1.KubeSchedulerConfiguration) *envtest.Scheduler {
 	t.Helper()
 	sched, err := cp.StartScheduler(t.Context(), envtest.SchedulerOptions{Config: cfg})
 	if err != nil {
@@ -69,6 +70,7 @@ func startKubeScheduler(t *testing.T, cfg *kubeschedulerconfigv1.KubeSchedulerCo
 		}
 		_ = sched.Stop()
 	})
+	return sched
 }
 
 // startExtender runs examples/extender at addr ("" for a free port) for the nodes of
