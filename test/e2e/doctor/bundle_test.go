@@ -41,16 +41,28 @@ const (
 	tokenValue   = "eyJhbGciOiJSUzI1NiJ9.token-that-must-not-leak"
 	keyValue     = "a2V5LXRoYXQtbXVzdC1ub3QtbGVhaw=="
 	caBundleText = "-----BEGIN CERTIFICATE-----\nMIIBcertificate-that-must-not-leak\n-----END CERTIFICATE-----\n"
+	bearerValue  = "bearer-token-of-the-leader-log-that-must-not-leak"
+)
+
+// The lines the kubelet stand-in serves as the logs of the chart's Pods: the leader's
+// extender log (an old line, a recognisable line, a line with a bearer token), the plugin's,
+// and a follower's, which the bundle must not collect.
+const (
+	leaderOldLine   = "I0102 10:00:00.000000       1 scheduler.go:80] e2e leader: an old line beyond a tail of 2"
+	leaderLine      = "I0102 10:00:01.000000       1 routes.go:120] e2e leader: vgpu-scheduler-extender serves filter and bind"
+	leaderTokenLine = "I0102 10:00:02.000000       1 client.go:33] e2e leader: GET /api/v1/nodes Authorization: Bearer " + bearerValue
+	pluginLine      = "I0102 09:59:00.000000       1 register.go:61] e2e plugin: registered 8 GPUs"
+	followerLine    = "I0102 10:00:03.000000       1 leaderelection.go:250] e2e follower: attempting to acquire leader lease"
 )
 
 // chart installs, in the GPU node's namespace, the objects of HAMi's chart the bundle reads:
 // the device plugin DaemonSet and its Pod on the node, the scheduler Deployment with one Pod
-// holding the Lease, the KubeSchedulerConfiguration ConfigMap (with a kubeconfig whose token
-// and key must be redacted), a MutatingWebhookConfiguration of the test's own name (with a
-// CA bundle; its objectSelector matches no pod) and a Secret the bundle must not read. No
-// kubelet runs for these Pods, so their logs cannot be read. It returns the webhook's name
-// and the two Pods.
-func chart(t *testing.T, g *harness.GPUNode) (webhook string, plugin, leader *corev1.Pod) {
+// holding the Lease and a follower Pod, all three on the node, the KubeSchedulerConfiguration
+// ConfigMap (with a kubeconfig whose token and key must be redacted), a
+// MutatingWebhookConfiguration of the test's own name (with a CA bundle; its objectSelector
+// matches no pod) and a Secret the bundle must not read. It returns the webhook's name and
+// the three Pods.
+func chart(t *testing.T, g *harness.GPUNode) (webhook string, plugin, leader, follower *corev1.Pod) {
 	t.Helper()
 	ctx, c, ns := t.Context(), cp.AdminClient(), g.Namespace
 	fail := func(what string, err error) {
@@ -82,6 +94,9 @@ func chart(t *testing.T, g *harness.GPUNode) (webhook string, plugin, leader *co
 	leader, err = c.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "hami-scheduler-7d9f-abcde", Namespace: ns, Labels: schedLabels},
 		Spec: corev1.PodSpec{NodeName: g.Name, Containers: ctr("kube-scheduler", diagnose.DefaultExtenderContainer)}}, metav1.CreateOptions{})
 	fail("scheduler pod", err)
+	follower, err = c.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "hami-scheduler-7d9f-fghij", Namespace: ns, Labels: schedLabels},
+		Spec: corev1.PodSpec{NodeName: g.Name, Containers: ctr("kube-scheduler", diagnose.DefaultExtenderContainer)}}, metav1.CreateOptions{})
+	fail("follower scheduler pod", err)
 	holder := leader.Name + "_0c5c6a4e-2a3b-4c5d-8e9f-0a1b2c3d4e5f"
 	_, err = c.CoordinationV1().Leases(ns).Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: diagnose.DefaultLease, Namespace: ns},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: new(int32(15)), RenewTime: &metav1.MicroTime{Time: time.Now()}}}, metav1.CreateOptions{})
@@ -109,7 +124,7 @@ func chart(t *testing.T, g *harness.GPUNode) (webhook string, plugin, leader *co
 	t.Cleanup(func() {
 		_ = c.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(context.WithoutCancel(ctx), webhook, metav1.DeleteOptions{})
 	})
-	return webhook, plugin, leader
+	return webhook, plugin, leader, follower
 }
 
 // bundleClient is a client of a ServiceAccount bound to diagnose.BundleClusterRoleRules(),
@@ -167,9 +182,11 @@ func openBundle(t *testing.T, data []byte, root string) map[string]string {
 	return files
 }
 
-// wantBundle checks a bundle's files: the paths wanted, the index, the logs it could not
-// read as Missing lines naming pods/log, and no Secret, token, key or certificate anywhere.
-func wantBundle(t *testing.T, idx *diagnose.BundleIndex, files map[string]string, want []string, logsOf []*corev1.Pod) {
+// wantBundle checks a bundle's files: the paths wanted, the index, each log file of logs
+// holding its lines, no Missing line about pods/log (the stand-in kubelet serves every log
+// the bundle reads), none of absent in any file, and no Secret, token, key or certificate
+// anywhere.
+func wantBundle(t *testing.T, idx *diagnose.BundleIndex, files map[string]string, want []string, logs map[string][]string, absent []string) {
 	t.Helper()
 	for _, p := range append([]string{"index.txt", "index.json"}, want...) {
 		if _, ok := files[p]; !ok {
@@ -180,20 +197,21 @@ func wantBundle(t *testing.T, idx *diagnose.BundleIndex, files map[string]string
 	if err := json.Unmarshal([]byte(files["index.json"]), &fromJSON); err != nil || len(fromJSON.Files) != len(idx.Files) {
 		t.Errorf("index.json: %v, %d files, want the index's %d", err, len(fromJSON.Files), len(idx.Files))
 	}
-	for _, p := range logsOf {
-		var line string
-		for _, m := range idx.Missing {
-			if strings.HasPrefix(m, "pods/log "+p.Namespace+"/"+p.Name) {
-				line = m
-			}
+	for _, m := range idx.Missing {
+		if strings.HasPrefix(m, "pods/log ") {
+			t.Errorf("a Missing line for a log the kubelet stand-in serves: %s", m)
 		}
-		switch {
-		case line == "":
-			t.Errorf("no Missing line for the log of pod %s/%s (no kubelet serves it): %q", p.Namespace, p.Name, idx.Missing)
-		case !strings.Contains(files["index.txt"], line):
-			t.Errorf("index.txt lacks the Missing line %q", line)
-		default:
-			t.Logf("missing, as it should be: %s", line)
+	}
+	for p, lines := range logs {
+		got, ok := files[p]
+		if !ok {
+			t.Errorf("the bundle has no log %s; it has %v", p, slices.Sorted(maps.Keys(files)))
+			continue
+		}
+		for _, line := range lines {
+			if !strings.Contains(got, line) {
+				t.Errorf("%s lacks %q:\n%s", p, line, got)
+			}
 		}
 	}
 	b64 := base64.StdEncoding.EncodeToString
@@ -201,9 +219,14 @@ func wantBundle(t *testing.T, idx *diagnose.BundleIndex, files map[string]string
 		if strings.HasPrefix(p, "secrets/") || strings.Contains(content, "hami-scheduler-tls") {
 			t.Errorf("%s: a Secret in the bundle", p)
 		}
-		for _, leak := range []string{secretValue, b64([]byte(secretValue)), tokenValue, keyValue, "MIIBcertificate", b64([]byte(caBundleText)), "BEGIN CERTIFICATE"} {
+		for _, leak := range []string{secretValue, b64([]byte(secretValue)), tokenValue, keyValue, bearerValue, "MIIBcertificate", b64([]byte(caBundleText)), "BEGIN CERTIFICATE"} {
 			if strings.Contains(content, leak) {
 				t.Errorf("%s holds %q: not redacted", p, leak)
+			}
+		}
+		for _, text := range absent {
+			if strings.Contains(content, text) {
+				t.Errorf("%s holds %q, which the bundle must not collect", p, text)
 			}
 		}
 	}
@@ -213,12 +236,25 @@ func wantBundle(t *testing.T, idx *diagnose.BundleIndex, files map[string]string
 // cluster, with an identity bound to exactly diagnose.BundleClusterRoleRules(), opens both
 // archives and checks the objects (Node, Pod, DaemonSet, plugin Pod, Deployment, Lease,
 // leader Pod, ConfigMap, webhook, the diagnosis added as files), the index, the logs of the
-// plugin Pod and of the leader as Missing lines naming pods/log (there is no kubelet to serve
-// them), and that no Secret, token, key or certificate is in them.
+// plugin Pod and of the leader read for real through the API server's pods/log from a
+// stand-in of the node's kubelet (the last LogLines lines, a bearer token redacted; a
+// follower's log not collected, no Missing line about pods/log), and that no Secret, token,
+// key or certificate is in them.
 func TestBundle(t *testing.T) {
 	t.Parallel()
 	g := gpuNode(t)
-	webhook, plugin, leader := chart(t, g)
+	webhook, plugin, leader, follower := chart(t, g)
+	ns := g.Namespace
+	ext, dp := diagnose.DefaultExtenderContainer, diagnose.DefaultPluginContainer
+	kubelet := cp.ServeContainerLogs(t, g.Name, map[string]string{
+		ns + "/" + leader.Name + "/" + ext:           leaderOldLine + "\n" + leaderLine + "\n" + leaderTokenLine + "\n",
+		ns + "/" + leader.Name + "/kube-scheduler":   "I0102 10:00:00.000000       1 server.go:150] kube-scheduler of the leader\n",
+		ns + "/" + follower.Name + "/" + ext:         followerLine + "\n",
+		ns + "/" + follower.Name + "/kube-scheduler": followerLine + "\n",
+		ns + "/" + plugin.Name + "/" + dp:            pluginLine + "\n",
+	})
+	leaderLog, pluginLog := path.Join("logs", ns, leader.Name, ext+".log"), path.Join("logs", ns, plugin.Name, dp+".log")
+	redactedToken := "Authorization: Bearer " + diagnose.Redacted
 	// HAMi's scheduler bound the pod (allocationtest plays it, under a name no kube-scheduler
 	// of the cluster has): the bundle's pod is at S2.
 	name := newSchedulerName()
@@ -231,11 +267,10 @@ func TestBundle(t *testing.T) {
 		t.Fatal(err)
 	}
 	client := bundleClient(t, g.Namespace)
-	ns := g.Namespace
 
 	t.Run("pod", func(t *testing.T) {
 		var buf bytes.Buffer
-		idx, err := diagnose.WriteBundle(t.Context(), client, diagnose.BundleTarget{Namespace: ns, Pod: pod.Name}, &buf, diagnose.BundleOptions{Options: opts,
+		idx, err := diagnose.WriteBundle(t.Context(), client, diagnose.BundleTarget{Namespace: ns, Pod: pod.Name}, &buf, diagnose.BundleOptions{Options: opts, LogLines: 2,
 			Files: []diagnose.BundleFile{{Name: "report.json", Data: report}, {Name: "report.txt", Data: []byte(r.Reason)}}})
 		if err != nil {
 			t.Fatalf("WriteBundle: %v", err)
@@ -252,7 +287,7 @@ func TestBundle(t *testing.T) {
 			path.Join("leases", ns, diagnose.DefaultLease+".yaml"), path.Join("configmaps", ns, diagnose.DefaultSchedulerConfigMap+".yaml"),
 			path.Join("mutatingwebhookconfigurations", webhook+".yaml"),
 			"diagnosis/report.json", "diagnosis/report.txt",
-		}, []*corev1.Pod{plugin, leader})
+		}, map[string][]string{leaderLog: {leaderLine, redactedToken}, pluginLog: {pluginLine}}, []string{followerLine, leaderOldLine})
 		if got := files[path.Join("pods", ns, pod.Name+".yaml")]; !strings.Contains(got, allocation.KeyBindPhase) || !strings.Contains(got, "nodeName: "+g.Name) {
 			t.Errorf("the pod's YAML lacks its bind-phase or node:\n%s", got)
 		}
@@ -272,9 +307,20 @@ func TestBundle(t *testing.T) {
 		wantBundle(t, idx, files, []string{
 			path.Join("nodes", g.Name+".yaml"), path.Join("pods", ns, plugin.Name+".yaml"),
 			path.Join("daemonsets", ns, diagnose.DefaultDaemonSet+".yaml"), path.Join("leases", ns, diagnose.DefaultLease+".yaml"),
-		}, []*corev1.Pod{plugin, leader})
+		}, map[string][]string{leaderLog: {leaderOldLine, leaderLine, redactedToken}, pluginLog: {pluginLine}}, []string{followerLine})
 		if got := files[path.Join("nodes", g.Name+".yaml")]; !strings.Contains(got, annotation.KeyNVIDIARegister) {
 			t.Errorf("the Node's YAML lacks the register annotation:\n%.600s", got)
 		}
 	})
+	// The bundles asked the kubelet for the leader's and the plugin's logs, the last LogLines
+	// lines, and never for a follower's.
+	reqs := kubelet.Requests()
+	t.Logf("kubelet log requests: %q", reqs)
+	wantTail := "/containerLogs/" + ns + "/" + leader.Name + "/" + ext + "?"
+	if !slices.ContainsFunc(reqs, func(r string) bool { return strings.HasPrefix(r, wantTail) && strings.Contains(r, "tailLines=2") }) {
+		t.Errorf("no request %stailLines=2… among %q", wantTail, reqs)
+	}
+	if slices.ContainsFunc(reqs, func(r string) bool { return strings.Contains(r, "/"+follower.Name+"/") }) {
+		t.Errorf("the follower %s's log was asked for: %q", follower.Name, reqs)
+	}
 }
