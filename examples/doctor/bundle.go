@@ -105,10 +105,7 @@ func (c *cli) bundleCmd(args []string) int {
 	if res.Files == nil {
 		res.Files = []string{}
 	}
-	if err := write(c.stdout, f.output, res, func() { printBundle(c.stdout, res) }); err != nil {
-		return c.fail("bundle", nil, err)
-	}
-	return exitHealthy
+	return c.show("bundle", f.output, res, func() { printBundle(c.stdout, res) }, false)
 }
 
 // bundleFileName is the archive's default name, diagnose's Root + ".tar.gz":

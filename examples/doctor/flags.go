@@ -157,6 +157,18 @@ func (c *cli) client(f *clusterFlags) (kubernetes.Interface, error) {
 }
 
 // write prints v as JSON or YAML (of its JSON form), or calls text.
+// show writes v in the output format of the verb (text through text) and returns the exit
+// status: exitCase when caseApplies, exitHealthy otherwise, exitError when the output fails.
+func (c *cli) show(verb, output string, v any, text func(), caseApplies bool) int {
+	if err := write(c.stdout, output, v, text); err != nil {
+		return c.fail(verb, nil, err)
+	}
+	if caseApplies {
+		return exitCase
+	}
+	return exitHealthy
+}
+
 func write(w io.Writer, output string, v any, text func()) error {
 	switch output {
 	case "json":

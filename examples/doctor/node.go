@@ -50,13 +50,7 @@ func (c *cli) nodeCmd(args []string) int {
 	if err != nil {
 		return c.fail("node", nil, err)
 	}
-	if err := write(c.stdout, f.output, r, func() { printReport(c.stdout, r) }); err != nil {
-		return c.fail("node", nil, err)
-	}
-	if r.Case != diagnose.Healthy {
-		return exitCase
-	}
-	return exitHealthy
+	return c.show("node", f.output, r, func() { printReport(c.stdout, r) }, r.Case != diagnose.Healthy)
 }
 
 func (c *cli) nodesCmd(args []string) int {
@@ -80,18 +74,9 @@ func (c *cli) nodesCmd(args []string) int {
 	if reports == nil {
 		reports = []diagnose.Report{}
 	}
-	if err := write(c.stdout, f.output, reports, func() { printNodes(c.stdout, c.name, reports, f.opts) }); err != nil {
-		return c.fail("nodes", nil, err)
-	}
-	if len(reports) == 0 {
-		return exitCase
-	}
-	for _, r := range reports {
-		if r.Case != diagnose.Healthy {
-			return exitCase
-		}
-	}
-	return exitHealthy
+	// No GPU node at all is a case too: nothing registers.
+	caseApplies := len(reports) == 0 || slices.ContainsFunc(reports, func(r diagnose.Report) bool { return r.Case != diagnose.Healthy })
+	return c.show("nodes", f.output, reports, func() { printNodes(c.stdout, c.name, reports, f.opts) }, caseApplies)
 }
 
 func printNodes(w io.Writer, name string, reports []diagnose.Report, opts diagnose.Options) {

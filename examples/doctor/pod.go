@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -62,13 +63,7 @@ func (c *cli) podCmd(args []string) int {
 	if err != nil {
 		return c.fail("pod", nil, err)
 	}
-	if err := write(c.stdout, f.output, r, func() { printPodReport(c.stdout, r) }); err != nil {
-		return c.fail("pod", nil, err)
-	}
-	if r.Case != diagnose.PodHealthy {
-		return exitCase
-	}
-	return exitHealthy
+	return c.show("pod", f.output, r, func() { printPodReport(c.stdout, r) }, r.Case != diagnose.PodHealthy)
 }
 
 func (c *cli) podsCmd(args []string) int {
@@ -102,15 +97,8 @@ func (c *cli) podsCmd(args []string) int {
 	if reports == nil {
 		reports = []diagnose.PodReport{}
 	}
-	if err := write(c.stdout, f.output, reports, func() { printPods(c.stdout, c.name, ns, reports) }); err != nil {
-		return c.fail("pods", nil, err)
-	}
-	for _, r := range reports {
-		if r.Case != diagnose.PodHealthy {
-			return exitCase
-		}
-	}
-	return exitHealthy
+	caseApplies := slices.ContainsFunc(reports, func(r diagnose.PodReport) bool { return r.Case != diagnose.PodHealthy })
+	return c.show("pods", f.output, reports, func() { printPods(c.stdout, c.name, ns, reports) }, caseApplies)
 }
 
 // printPods prints one line per pod: NAMESPACE NAME PHASE STAGE CASE REASON.
