@@ -13,13 +13,8 @@
 package doctor_test
 
 import (
-	"context"
-	"os"
-	"path/filepath"
 	"testing"
 
-	"github.com/hamireg/hamireg/envtest"
-	"github.com/hamireg/hamireg/envtest/kubeletpeer"
 	"github.com/hamireg/hamireg/test/e2e/harness"
 )
 
@@ -32,15 +27,11 @@ var (
 	errPluginBuild, errExtBuild error
 )
 
-// TestMain starts the control plane and builds the two programs once. --request-timeout
-// bounds kube-apiserver's graceful shutdown, which waits for the programs' open watches.
+// TestMain starts the control plane and builds the two programs once.
 func TestMain(m *testing.M) {
-	if code, child := kubeletpeer.RunIfChild(context.Background()); child {
-		os.Exit(code) // the kubelet device manager's child ends here
-	}
-	harness.Main(m, envtest.Options{APIServerFlags: []string{"--request-timeout=5s"}}, func(c *harness.ControlPlane) {
+	harness.MainWithPrograms(m, race, func(c *harness.ControlPlane, p harness.Programs) {
 		cp = c
-		pluginBin, errPluginBuild = harness.BuildProgram(filepath.Join(c.Dir(), "deviceplugin"), "./examples/deviceplugin", race)
-		extenderBin, errExtBuild = harness.BuildProgram(filepath.Join(c.Dir(), "extender"), "./examples/extender", race)
+		pluginBin, errPluginBuild = p.DevicePlugin, p.DevicePluginErr
+		extenderBin, errExtBuild = p.Extender, p.ExtenderErr
 	})
 }

@@ -35,13 +35,8 @@
 package mig_test
 
 import (
-	"context"
-	"os"
-	"path/filepath"
 	"testing"
 
-	"github.com/hamireg/hamireg/envtest"
-	"github.com/hamireg/hamireg/envtest/kubeletpeer"
 	"github.com/hamireg/hamireg/test/e2e/harness"
 )
 
@@ -54,15 +49,11 @@ var (
 	errAgentBuild, errExtenderBuild error
 )
 
-// TestMain starts the control plane and builds the two programs once. --request-timeout
-// bounds kube-apiserver's graceful shutdown, which waits for the programs' open watches.
+// TestMain starts the control plane and builds the two programs once.
 func TestMain(m *testing.M) {
-	if code, child := kubeletpeer.RunIfChild(context.Background()); child {
-		os.Exit(code) // the kubelet device manager's child ends here
-	}
-	harness.Main(m, envtest.Options{APIServerFlags: []string{"--request-timeout=5s"}}, func(c *harness.ControlPlane) {
+	harness.MainWithPrograms(m, race, func(c *harness.ControlPlane, p harness.Programs) {
 		cp = c
-		agentBin, errAgentBuild = harness.BuildProgram(filepath.Join(c.Dir(), "deviceplugin"), "./examples/deviceplugin", race)
-		extenderBin, errExtenderBuild = harness.BuildProgram(filepath.Join(c.Dir(), "extender"), "./examples/extender", race)
+		agentBin, errAgentBuild = p.DevicePlugin, p.DevicePluginErr
+		extenderBin, errExtenderBuild = p.Extender, p.ExtenderErr
 	})
 }
