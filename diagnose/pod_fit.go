@@ -490,6 +490,10 @@ func (a *podAnalysis) noFitFinding(fs *fitState, fe *filterEvents) PodFinding {
 	}
 	f.Evidence = append(f.Evidence, fs.excluded...)
 	f.Fix = a.shortageFix(fs)
+	if len(f.Fix) == 0 {
+		// No candidate, or nothing to free or ask less of: the nodes are the problem.
+		f.Fix = []string{"kubectl hami-doctor nodes    # why no GPU node registers with HAMi's scheduler, with the fixes"}
+	}
 	return f
 }
 

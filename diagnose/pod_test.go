@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -132,4 +133,57 @@ func TestPodErrorsAndReadFailures(t *testing.T) {
 	if len(reports) != 1 || reports[0].Name != "train" {
 		t.Errorf("Pods: %d reports", len(reports))
 	}
+}
+
+// FuzzAnalyzePod: whatever the nodes' register annotations, the pod's HAMi annotations and
+// selectors, its Events, the scheduler's configuration and the other pods' device lists hold,
+// AnalyzePod returns a report (never a panic) whose error findings each say what to do, and
+// Case is set exactly when there is one.
+func FuzzAnalyzePod(f *testing.F) {
+	reg := `[{"id":"GPU-0","count":10,"devmem":81559,"devcore":100,"type":"NVIDIA H100","mode":"hami-core","health":true}]`
+	f.Add(reg, "GPU-0,NVIDIA,81000,0:;", "H100", "FilteringFailed", "no available node, 1 nodes do not meet", "extenders: [{urlPrefix: 'http://127.0.0.1:80'}]", "hami-scheduler", uint8(0))
+	f.Add("[{", ";;", "", "FailedScheduling", `Post "http://x/filter": connection refused`, "{{", "default-scheduler", uint8(1))
+	f.Add("", "GPU-0,NVIDIA:;", "A100", "FilteringSucceed", "find fit node(gpu-1)", "", "hami-scheduler", uint8(2))
+	f.Add("null", "x", ",,", "BindingFailed", "node gpu-1 has been locked within 5m0s", "apiVersion: 1", "", uint8(3))
+	f.Fuzz(func(t *testing.T, register, held, gpuType, reason, message, config, scheduler string, shape uint8) {
+		pod := basicGPUPod("train")
+		pod.Spec.SchedulerName = scheduler
+		pod.Annotations = map[string]string{"nvidia.com/use-gputype": gpuType}
+		switch shape % 4 {
+		case 1:
+			pod.Annotations["hami.io/vgpu-node"] = "gpu-1"
+			pod.Annotations["hami.io/vgpu-time"] = message
+		case 2:
+			pod.Spec.NodeName = "gpu-1"
+			pod.Annotations["hami.io/bind-phase"] = gpuType
+			pod.Annotations["hami.io/bind-time"] = held
+		case 3:
+			pod.Status.Phase = corev1.PodFailed
+			pod.Status.Reason, pod.Status.Message = "UnexpectedAdmissionError", message
+		}
+		node := corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-1", Annotations: map[string]string{
+			"hami.io/node-nvidia-register": register, "hami.io/mutex.lock": gpuType}}}
+		holder := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "holder", Namespace: "team", Annotations: map[string]string{
+			"hami.io/vgpu-node": "gpu-1", "hami.io/vgpu-devices-allocated": held}}}
+		ev := diagnose.PodEvidence{
+			Pod: pod, Nodes: []corev1.Node{node}, Pods: []corev1.Pod{holder},
+			Events: []corev1.Event{{Reason: reason, Message: message,
+				InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: "team", Name: "train"},
+				Source:         corev1.EventSource{Component: scheduler}, LastTimestamp: metav1.NewTime(now.Add(-time.Minute))}},
+			SchedulerConfig: &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "hami-scheduler-newversion", Namespace: "kube-system"},
+				Data: map[string]string{"config.yaml": config}},
+		}
+		r, err := diagnose.AnalyzePod(ev, diagnose.Options{Clock: clocktesting.NewFakePassiveClock(now)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range r.Errors() {
+			if f.Summary == "" || len(f.Fix) == 0 {
+				t.Fatalf("error finding without summary or fix: %+v", f)
+			}
+		}
+		if (r.Case == diagnose.PodHealthy) != (len(r.Errors()) == 0) {
+			t.Fatalf("case %v with %d errors", r.Case, len(r.Errors()))
+		}
+	})
 }
