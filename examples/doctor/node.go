@@ -118,15 +118,9 @@ func printReport(w io.Writer, r *diagnose.Report) {
 	for _, f := range r.Findings {
 		where := ""
 		if f.Case != diagnose.Healthy {
-			where = " " + f.Case.Short()
+			where = f.Case.Short()
 		}
-		fmt.Fprintf(w, "  [%s]%s %s: %s\n", f.Severity, where, f.Code, f.Summary)
-		for _, e := range f.Evidence {
-			fmt.Fprintf(w, "      evidence: %s\n", indentLines(e))
-		}
-		for _, c := range f.Fix {
-			fmt.Fprintf(w, "      fix:      %s\n", indentLines(c))
-		}
+		printFinding(w, f.Severity, where, f.Code, f.Summary, f.Evidence, f.Fix)
 		if len(f.OnNode) > 0 {
 			fmt.Fprintf(w, "      on node %s (not visible from the API server):\n", r.Node)
 			for _, c := range f.OnNode {
@@ -227,4 +221,19 @@ func schedulerText(s *diagnose.SchedulerInfo) string {
 		parts = append(parts, fmt.Sprintf("Lease holder %q (valid: %v)", s.Leader, s.LeaseValid))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// printFinding prints one finding of a node or a pod report: the severity, the case it
+// belongs to ("" for none), the code and summary, then its evidence and fix lines.
+func printFinding(w io.Writer, sev diagnose.Severity, where, code, summary string, evidence, fix []string) {
+	if where != "" {
+		where = " " + where
+	}
+	fmt.Fprintf(w, "  [%s]%s %s: %s\n", sev, where, code, summary)
+	for _, e := range evidence {
+		fmt.Fprintf(w, "      evidence: %s\n", indentLines(e))
+	}
+	for _, c := range fix {
+		fmt.Fprintf(w, "      fix:      %s\n", indentLines(c))
+	}
 }

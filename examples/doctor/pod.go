@@ -151,15 +151,9 @@ func printPodReport(w io.Writer, r *diagnose.PodReport) {
 		for _, f := range r.Findings {
 			where := ""
 			if f.Case != diagnose.PodHealthy {
-				where = " " + f.Case.Short()
+				where = f.Case.Short()
 			}
-			fmt.Fprintf(w, "  [%s]%s %s: %s\n", f.Severity, where, f.Code, f.Summary)
-			for _, e := range f.Evidence {
-				fmt.Fprintf(w, "      evidence: %s\n", indentLines(e))
-			}
-			for _, c := range f.Fix {
-				fmt.Fprintf(w, "      fix:      %s\n", indentLines(c))
-			}
+			printFinding(w, f.Severity, where, f.Code, f.Summary, f.Evidence, f.Fix)
 		}
 	}
 	for i := range r.Nodes {
