@@ -96,10 +96,13 @@ func (q *quickstart) migNode(ctx context.Context, step int) error {
 			return false
 		}
 		register = n.Annotations[annotation.KeyNVIDIARegister]
-		return true
+		// The device count too: a pod filtered while allocatable is still 0 finds the node
+		// unregistered (HAMi's handshake rule), and kube-scheduler may not retry it for minutes.
+		count := n.Status.Allocatable[annotation.ResourceNVIDIAGPU]
+		return count.Value() > 0
 	})
 	if err != nil {
-		return failed(fmt.Errorf("node %s has no register annotation in MIG mode: %w", node, err), "deviceplugin-mig", plugin)
+		return failed(fmt.Errorf("node %s has no register annotation in MIG mode or no %s in allocatable: %w", node, annotation.ResourceNVIDIAGPU, err), "deviceplugin-mig", plugin)
 	}
 	var elems []json.RawMessage
 	if err := json.Unmarshal([]byte(register), &elems); err != nil {
