@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
@@ -27,6 +28,7 @@ type clusterFlags struct {
 	kube                                  *genericclioptions.ConfigFlags
 	outputPtr                             *string
 	output, vendor, resource, hamiVersion string
+	nodeSelector                          string
 	timeout                               time.Duration
 	opts                                  diagnose.Options
 }
@@ -58,6 +60,7 @@ func (c *cli) newClusterFlags(verb, usageText string) (*pflag.FlagSet, *clusterF
 	fs.StringVar(&f.opts.SchedulerName, "scheduler-name", diagnose.DefaultSchedulerName, "HAMi's scheduler name in spec.schedulerName")
 	fs.StringVar(&f.opts.SchedulerConfigMap, "scheduler-config", diagnose.DefaultSchedulerConfigMap, "ConfigMap with HAMi's KubeSchedulerConfiguration")
 	fs.StringVar(&f.opts.Webhook, "webhook", diagnose.DefaultWebhook, "HAMi's MutatingWebhookConfiguration")
+	fs.StringVar(&f.nodeSelector, "node-label-selector", "", "the extender's --node-label-selector, `KEY=VALUE[,KEY=VALUE]` (default read from the scheduler Deployment's args)")
 	fs.StringVar(&f.vendor, "vendor", annotation.VendorNVIDIA, "HAMi vendor word to check")
 	fs.StringVar(&f.resource, "resource", "", "extended resource name (default the vendor's, nvidia.com/gpu)")
 	fs.StringVar(&f.hamiVersion, "hami-version", "master", "scheduler semantics: master or v2.9.0")
@@ -106,6 +109,20 @@ func (f *clusterFlags) complete() error {
 		return err
 	}
 	f.opts.HAMiVersion = v
+	return f.completeNodeSelector()
+}
+
+// completeNodeSelector reads --node-label-selector into the options: equality terms only,
+// as the extender's flag takes them.
+func (f *clusterFlags) completeNodeSelector() error {
+	if f.nodeSelector == "" {
+		return nil
+	}
+	sel, err := labels.ConvertSelectorToLabelsMap(f.nodeSelector)
+	if err != nil {
+		return fmt.Errorf("%w: --node-label-selector %q: %w (give KEY=VALUE[,KEY=VALUE])", errUsage, f.nodeSelector, err)
+	}
+	f.opts.NodeLabelSelector = sel
 	return nil
 }
 

@@ -1,14 +1,8 @@
 package diagnose_test
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/hamireg/hamireg/annotation"
@@ -16,35 +10,10 @@ import (
 	"github.com/hamireg/hamireg/test/e2e/harness"
 )
 
-var doctorBin struct {
-	once sync.Once
-	path string
-	err  error
-}
-
-// buildDoctor builds examples/doctor (a module of its own) once per test binary, without cgo
-// (it needs none), so the packages come from the build cache of `make unit`'s CGO_ENABLED=0
-// build; it is named as the kubectl plugin is installed.
+// buildDoctor builds examples/doctor once per test binary (harness.BuildDoctor).
 func buildDoctor(t *testing.T) string {
 	t.Helper()
-	doctorBin.once.Do(func() {
-		root, err := filepath.Abs("../../..")
-		if err != nil {
-			doctorBin.err = err
-			return
-		}
-		doctorBin.path = filepath.Join(cp.Dir(), "kubectl-hami_doctor") // removed with the control plane
-		cmd := exec.Command("go", "build", "-o", doctorBin.path, ".")
-		cmd.Dir = filepath.Join(root, "examples", "doctor")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			doctorBin.err = errors.New("go build in examples/doctor: " + err.Error() + "\n" + string(out))
-		}
-	})
-	if doctorBin.err != nil {
-		t.Fatal(doctorBin.err)
-	}
-	return doctorBin.path
+	return harness.BuildDoctor(t, cp.Dir())
 }
 
 // doctor runs the built CLI against the control plane with the scenario's namespace.
@@ -52,24 +21,8 @@ func (h *hami) doctor(t *testing.T, args ...string) (stdout, stderr string, code
 	t.Helper()
 	bin := buildDoctor(t)
 	h.renewLease(t)
-	args = append(args, "--kubeconfig", cp.Kubeconfig(), "--hami-namespace", h.ns)
-	cmd := exec.CommandContext(t.Context(), bin, args...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	var exit *exec.ExitError
-	switch {
-	case errors.As(err, &exit):
-		code = exit.ExitCode()
-	case err != nil:
-		t.Fatalf("run doctor %v: %v", args, err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("doctor %s: exit %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), code, out.String(), errb.String())
-		}
-	})
-	return out.String(), errb.String(), code
+	r := harness.RunDoctor(t, bin, cp.Kubeconfig(), append(args, "--hami-namespace", h.ns)...)
+	return r.Stdout, r.Stderr, r.Code
 }
 
 // TestDiagnoseDoctorCLI runs the doctor command line (examples/doctor) against the API server:

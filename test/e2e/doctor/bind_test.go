@@ -30,10 +30,11 @@ const noScheduler = "e2e-nobody"
 // node as a device plugin without HAMi's protocol leaves it (HAMi §8.1, #1130: the lock stays
 // until the 5 min timeout). Pod 2 on the same node gets BindingFailed "node <n> has been
 // locked within 5m0s" → P4-NodeLocked with NodeLockNeverReleased; `kubectl hami-doctor unlock
-// <node> --yes` (diagnose.RemoveStaleLock) removes the lock, kube-scheduler retries pod 2,
-// which binds and reaches S3.
+// <node>` (the plugin binary's dry run) shows the lock and its holder and writes nothing;
+// `unlock <node> --yes` removes it, kube-scheduler retries pod 2, which binds and reaches S3.
 func TestP4PluginNeverReleases(t *testing.T) {
 	t.Parallel()
+	harness.BuildDoctor(t, cp.Dir()) // before the scenario: the build takes a while
 	g := gpuNode(t)
 	h := startBindHAMi(t, g, "--node-lock-retry-timeout=-1s") // fail a bind at once, as HAMi v2.9.0
 
@@ -62,9 +63,24 @@ func TestP4PluginNeverReleases(t *testing.T) {
 		t.Errorf("lock %+v, want holder %s/holder, success, stale and not expired", *l, g.Namespace)
 	}
 
-	// The fix: kubectl hami-doctor unlock <node> --yes.
-	if err := diagnose.RemoveStaleLock(t.Context(), cp.AdminClient(), *r.Lock, opts); err != nil {
-		t.Fatalf("RemoveStaleLock: %v", err)
+	// The plugin's dry run shows the lock and its holder and writes nothing.
+	dry := doctorCLI(t, "", opts, "unlock", g.Name)
+	if dry.Code != 0 {
+		t.Errorf("unlock %s (dry run): exit %d, want 0 (removable)", g.Name, dry.Code)
+	}
+	for _, want := range []string{fmt.Sprintf("hami.io/mutex.lock = %q", left), "Holder   " + g.Namespace + "/holder", "Nothing written"} {
+		if !strings.Contains(dry.Stdout, want) {
+			t.Errorf("unlock %s (dry run) prints no %q:\n%s", g.Name, want, dry.Stdout)
+		}
+	}
+	if l := g.Lock(t); l != left {
+		t.Fatalf("lock after the dry run: %q, want it unchanged %q", l, left)
+	}
+
+	// The fix, as the report says: kubectl hami-doctor unlock <node> --yes.
+	fix := doctorCLI(t, "", opts, "unlock", g.Name, "--yes")
+	if fix.Code != 0 || !strings.Contains(fix.Stdout, fmt.Sprintf("Removed hami.io/mutex.lock %q from node %s.", left, g.Name)) {
+		t.Fatalf("unlock %s --yes: exit %d, want 0 and the lock removed:\n%s%s", g.Name, fix.Code, fix.Stdout, fix.Stderr)
 	}
 	if l := g.Lock(t); l != "" {
 		t.Fatalf("lock after the repair: %q", l)

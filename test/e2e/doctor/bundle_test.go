@@ -10,7 +10,9 @@ import (
 	"errors"
 	"io"
 	"maps"
+	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -182,6 +184,21 @@ func openBundle(t *testing.T, data []byte, root string) map[string]string {
 	return files
 }
 
+// bundleRoot is the folder a .tar.gz's first entry is in: the bundle's root.
+func bundleRoot(t *testing.T, data []byte) string {
+	t.Helper()
+	zr, err := gzip.NewReader(bytes.NewReader(data))
+	if err != nil {
+		t.Fatalf("the bundle is not gzip: %v", err)
+	}
+	h, err := tar.NewReader(zr).Next()
+	if err != nil {
+		t.Fatalf("the bundle is not a tar, or empty: %v", err)
+	}
+	root, _, _ := strings.Cut(h.Name, "/")
+	return root
+}
+
 // wantBundle checks a bundle's files: the paths wanted, the index, each log file of logs
 // holding its lines, no Missing line about pods/log (the stand-in kubelet serves every log
 // the bundle reads), none of absent in any file, and no Secret, token, key or certificate
@@ -243,6 +260,7 @@ func wantBundle(t *testing.T, idx *diagnose.BundleIndex, files map[string]string
 func TestBundle(t *testing.T) {
 	t.Parallel()
 	g := gpuNode(t)
+	harness.BuildDoctor(t, cp.Dir()) // before the chart's Lease: the build takes a while
 	webhook, plugin, leader, follower := chart(t, g)
 	ns := g.Namespace
 	ext, dp := diagnose.DefaultExtenderContainer, diagnose.DefaultPluginContainer
@@ -310,6 +328,37 @@ func TestBundle(t *testing.T) {
 		}, map[string][]string{leaderLog: {leaderOldLine, leaderLine, redactedToken}, pluginLog: {pluginLine}}, []string{followerLine})
 		if got := files[path.Join("nodes", g.Name+".yaml")]; !strings.Contains(got, annotation.KeyNVIDIARegister) {
 			t.Errorf("the Node's YAML lacks the register annotation:\n%.600s", got)
+		}
+	})
+	t.Run("plugin binary", func(t *testing.T) {
+		// kubectl hami-doctor bundle NS/POD -f FILE as the read-only ServiceAccount.
+		kc, err := cp.ServiceAccountKubeconfig(t.Context(), t.TempDir(), ns, "hami-doctor", bundleRole)
+		if err != nil {
+			t.Fatal(err)
+		}
+		file := filepath.Join(t.TempDir(), "b.tar.gz")
+		run := doctorCLI(t, kc, opts, "bundle", ns+"/"+pod.Name, "-f", file, "--log-lines", "2")
+		if run.Code != 0 || !strings.Contains(run.Stdout, "Wrote "+file) {
+			t.Fatalf("bundle %s/%s: exit %d, want 0 and the file written:\n%s%s", ns, pod.Name, run.Code, run.Stdout, run.Stderr)
+		}
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files := openBundle(t, data, bundleRoot(t, data))
+		var idx diagnose.BundleIndex
+		if err := json.Unmarshal([]byte(files["index.json"]), &idx); err != nil {
+			t.Fatalf("index.json: %v", err)
+		}
+		wantBundle(t, &idx, files, []string{
+			path.Join("nodes", g.Name+".yaml"), path.Join("pods", ns, pod.Name+".yaml"), path.Join("pods", ns, leader.Name+".yaml"),
+			"diagnosis/diagnosis.json", "diagnosis/diagnosis.txt",
+		}, map[string][]string{leaderLog: {leaderLine, redactedToken}, pluginLog: {pluginLine}}, []string{followerLine, leaderOldLine})
+		if got := files["diagnosis/diagnosis.json"]; !strings.Contains(got, `"stage": "S2"`) {
+			t.Errorf("diagnosis/diagnosis.json is not the pod's diagnosis at S2:\n%s", got)
+		}
+		if got := files["diagnosis/diagnosis.txt"]; !strings.HasPrefix(got, "Pod "+ns+"/"+pod.Name+": ") {
+			t.Errorf("diagnosis/diagnosis.txt is not the pod's diagnosis:\n%.400s", got)
 		}
 	})
 	// The bundles asked the kubelet for the leader's and the plugin's logs, the last LogLines

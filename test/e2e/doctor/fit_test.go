@@ -76,6 +76,7 @@ func TestP3TypeMismatch(t *testing.T) {
 // pod (retryUntilBound) → S3.
 func TestP3Quota(t *testing.T) {
 	t.Parallel()
+	harness.BuildDoctor(t, cp.Dir()) // before the scenario: the build takes a while
 	g := gpuNode(t)
 	memKey, _ := allocation.QuotaKeys(allocation.Config{})
 	rq := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "gpu-quota", Namespace: g.Namespace},
@@ -94,6 +95,7 @@ func TestP3Quota(t *testing.T) {
 	}
 	f := wantCase(t, r, diagnose.P3NoNodeFits, diagnose.CodeQuotaExceeded, `resourcequota `+g.Namespace+`/gpu-quota: spec.hard["`+memKey+`"] = 10000`, "")
 	fixLine(t, f, `kubectl -n `+g.Namespace+` patch resourcequota gpu-quota --type merge -p '{"spec":{"hard":{"`+memKey+`":"20000"}}}'`)
+	wantCLIQuota(t, opts, g.Namespace, pod.Name)
 
 	mergePatch(t, "resourcequota gpu-quota", map[string]any{"spec": map[string]any{"hard": map[string]string{memKey: "20000"}}}, // the fix
 		func(ctx context.Context, data []byte) error {

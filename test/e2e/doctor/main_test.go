@@ -9,7 +9,10 @@
 // client-go call its kubectl command means, and checks that the pod reaches S3 (bind-phase
 // success): P1 (placed by the default scheduler, no webhook), P2 (extender down), P3
 // (memory short with the holder named, a GPU type selector, a ResourceQuota); and the
-// support bundle (diagnose.WriteBundle) with read-only RBAC.
+// support bundle (diagnose.WriteBundle) with read-only RBAC. Three tests also run the
+// doctor's plugin binary (examples/doctor built as kubectl-hami_doctor, harness.BuildDoctor)
+// with --kubeconfig, as a user does: unlock (dry run, then --yes as the fix) in P4, pod and
+// pods in P3's quota case, and bundle as the read-only ServiceAccount.
 package doctor_test
 
 import (
