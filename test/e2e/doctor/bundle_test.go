@@ -101,7 +101,7 @@ func chart(t *testing.T, g *harness.GPUNode) (webhook string, plugin, leader, fo
 	fail("follower scheduler pod", err)
 	holder := leader.Name + "_0c5c6a4e-2a3b-4c5d-8e9f-0a1b2c3d4e5f"
 	_, err = c.CoordinationV1().Leases(ns).Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: diagnose.DefaultLease, Namespace: ns},
-		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: new(int32(15)), RenewTime: &metav1.MicroTime{Time: time.Now()}}}, metav1.CreateOptions{})
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: new(int32(3600)), RenewTime: &metav1.MicroTime{Time: time.Now()}}}, metav1.CreateOptions{})
 	fail("lease", err)
 	kubeconfig := "apiVersion: v1\nkind: Config\nusers:\n- name: hami\n  user:\n    token: " + tokenValue + "\n    client-key-data: " + keyValue + "\n"
 	_, err = c.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: diagnose.DefaultSchedulerConfigMap, Namespace: ns},
@@ -260,7 +260,7 @@ func wantBundle(t *testing.T, idx *diagnose.BundleIndex, files map[string]string
 func TestBundle(t *testing.T) {
 	t.Parallel()
 	g := gpuNode(t)
-	harness.BuildDoctor(t, cp.Dir()) // before the chart's Lease: the build takes a while
+	harness.BuildDoctor(t, cp.Dir()) // before the chart, so the subtests run right after it
 	webhook, plugin, leader, follower := chart(t, g)
 	ns := g.Namespace
 	ext, dp := diagnose.DefaultExtenderContainer, diagnose.DefaultPluginContainer
