@@ -491,6 +491,30 @@ func (f *fixture) patchNode(t *testing.T, annotations map[string]any) {
 	if _, err := f.cs.CoreV1().Nodes().Update(f.ctx, n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// Allocate reads the lock from the register writer's watch first: wait until the watch
+	// shows the change, or a test may Allocate against the lock from before it.
+	deadline := time.Now().Add(10 * time.Second)
+	for !f.watched(n.Annotations, annotations) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the register writer's watch never showed %v", annotations)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// watched reports whether the register writer's copy of the Node carries the keys of want
+// with the values of set.
+func (f *fixture) watched(set map[string]string, want map[string]any) bool {
+	n := f.agent.writer.Node()
+	if n == nil {
+		return false
+	}
+	for k := range want {
+		if n.Annotations[k] != set[k] {
+			return false
+		}
+	}
+	return true
 }
 
 // Allocate reads the node lock from the register writer's watch of the Node:
