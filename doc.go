@@ -45,10 +45,18 @@
 // allocation's fit chooses a profile and a placement, and the node agent creates the reserved
 // instance at Allocate and destroys it when its pod is gone.
 //
+// DRA (Kubernetes Dynamic Resource Allocation) is the node agent's third output: package
+// [github.com/hamireg/hamireg/dra] maps the same scanned GPUs to DRA devices with consumable
+// capacity (memory, cores), in the SDK's own profile or HAMi-DRA's, and package draplugin is
+// the DRA kubelet plugin that publishes them as a ResourceSlice and prepares claims with
+// HAMi-core's limits as CDI specs. With nodeagent's Options.DRA one agent serves both worlds
+// on one node, one owner per GPU: GPUs the DRA world owns are cordoned for HAMi's extender,
+// the others are tainted in the slice.
+//
 // Data flows one way: NVML → nvmlscan → nodeagent → register (channel 2) and kubeletplugin
 // (channel 1); kubelet Allocate → nodeagent → allocation and nodelock; Node informer →
 // schedcache → handshake (channel 3); Pod and ResourceQuota informers → usage; schedcache and
-// usage → extender (allocation's fit, nodelock at bind). The packages annotation, handshake, mig and allocation are pure (no I/O, no
+// usage → extender (allocation's fit, nodelock at bind). The packages annotation, handshake, mig, dra and allocation are pure (no I/O, no
 // clock, no logging) and build without cgo; only nvmlscan uses cgo.
 //
 // The wire format is byte-identical to HAMi's for the same device list (master's shape by

@@ -124,28 +124,42 @@ func ContainerResponse(devs ContainerDevices, c Container, gpus []annotation.Dev
 		return Response{}, fmt.Errorf("container response for %s: %w", c.Name, err)
 	}
 	r := Response{Envs: map[string]string{}}
-	if opts.DeviceListStrategy == DeviceListVolumeMounts {
-		r.Envs["NVIDIA_VISIBLE_DEVICES"] = ContainerDevicesDir
-		for _, id := range ids {
-			r.Mounts = append(r.Mounts, Mount{ContainerPath: path.Join(ContainerDevicesDir, id), HostPath: "/dev/null"})
-		}
-	} else {
-		r.Envs["NVIDIA_VISIBLE_DEVICES"] = strings.Join(ids, ",")
-	}
+	deviceList(&r, ids, opts)
 	if mig {
 		return r, nil // HAMi-core does not run on MIG: the device list is the whole answer
 	}
 	r.StateDir = path.Join(vgpu, "containers", c.PodUID+"_"+c.Name)
-	for name, on := range map[string]bool{"NVIDIA_GDRCOPY": opts.GDRCopy, "NVIDIA_GDS": opts.GDS, "NVIDIA_MOFED": opts.MOFED} {
-		if on {
-			r.Envs[name] = "enabled"
-		}
-	}
 	for i, d := range devs {
 		r.Envs[fmt.Sprintf("CUDA_DEVICE_MEMORY_LIMIT_%d", i)] = fmt.Sprintf("%dm", d.Usedmem)
 	}
 	r.Envs["CUDA_DEVICE_SM_LIMIT"] = strconv.FormatInt(int64(devs[0].Usedcores), 10)
 	r.Envs["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = path.Join(vgpu, c.CacheID+".cache")
+	coreEdits(&r, vgpu, opts, !controlDisabled(c.Env))
+	return r, nil
+}
+
+// deviceList sets the container's device list: NVIDIA_VISIBLE_DEVICES=ids, or with
+// [DeviceListVolumeMounts] [ContainerDevicesDir] and one /dev/null mount per ID under it.
+func deviceList(r *Response, ids []string, opts EnvOptions) {
+	if opts.DeviceListStrategy == DeviceListVolumeMounts {
+		r.Envs["NVIDIA_VISIBLE_DEVICES"] = ContainerDevicesDir
+		for _, id := range ids {
+			r.Mounts = append(r.Mounts, Mount{ContainerPath: path.Join(ContainerDevicesDir, id), HostPath: "/dev/null"})
+		}
+		return
+	}
+	r.Envs["NVIDIA_VISIBLE_DEVICES"] = strings.Join(ids, ",")
+}
+
+// coreEdits adds what every HAMi-core answer has beside its limits: the optional variables of
+// opts and the mounts libvgpu.so, r.StateDir at vgpu, /tmp/vgpulock, /etc/ld.so.preload (with
+// preload) and the license files.
+func coreEdits(r *Response, vgpu string, opts EnvOptions, preload bool) {
+	for name, on := range map[string]bool{"NVIDIA_GDRCOPY": opts.GDRCopy, "NVIDIA_GDS": opts.GDS, "NVIDIA_MOFED": opts.MOFED} {
+		if on {
+			r.Envs[name] = "enabled"
+		}
+	}
 	if opts.DeviceMemoryScaling > 1 {
 		r.Envs["CUDA_OVERSUBSCRIBE"] = "true"
 	}
@@ -164,7 +178,7 @@ func ContainerResponse(devs ContainerDevices, c Container, gpus []annotation.Dev
 		Mount{ContainerPath: vgpu, HostPath: r.StateDir},
 		Mount{ContainerPath: "/tmp/vgpulock", HostPath: "/tmp/vgpulock"},
 	)
-	if !controlDisabled(c.Env) {
+	if preload {
 		r.Mounts = append(r.Mounts, Mount{ContainerPath: "/etc/ld.so.preload", HostPath: path.Join(vgpu, "ld.so.preload"), ReadOnly: true})
 	}
 	if opts.License {
@@ -173,7 +187,6 @@ func ContainerResponse(devs ContainerDevices, c Container, gpus []annotation.Dev
 			Mount{ContainerPath: "/usr/bin/vgpuvalidator", HostPath: path.Join(vgpu, "vgpuvalidator"), ReadOnly: true},
 		)
 	}
-	return r, nil
 }
 
 // MIGResponse builds the answer HAMi master's device plugin gives a container whose devices
@@ -194,14 +207,7 @@ func MIGResponse(migUUIDs []string, opts EnvOptions) (Response, error) {
 		return Response{}, fmt.Errorf("MIG response: an empty MIG UUID in %q", migUUIDs)
 	}
 	r := Response{Envs: map[string]string{}}
-	if opts.DeviceListStrategy == DeviceListVolumeMounts {
-		r.Envs["NVIDIA_VISIBLE_DEVICES"] = ContainerDevicesDir
-		for _, id := range migUUIDs {
-			r.Mounts = append(r.Mounts, Mount{ContainerPath: path.Join(ContainerDevicesDir, id), HostPath: "/dev/null"})
-		}
-		return r, nil
-	}
-	r.Envs["NVIDIA_VISIBLE_DEVICES"] = strings.Join(migUUIDs, ",")
+	deviceList(&r, migUUIDs, opts)
 	return r, nil
 }
 

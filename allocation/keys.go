@@ -24,6 +24,10 @@ const (
 	// KeyDeviceCordon is a Node annotation listing GPU UUIDs, comma-separated, that take no new
 	// pods (HAMi master only).
 	KeyDeviceCordon = "hami.io/device-cordon"
+	// KeyAgentDeviceCordon is a Node annotation of this SDK's node agent (not HAMi's): the
+	// UUIDs of KeyDeviceCordon the agent put there itself, comma-separated: the GPUs it keeps
+	// for DRA and does not offer to the kubelet (register.Writer.SetCordon).
+	KeyAgentDeviceCordon = "hamireg.io/agent-device-cordon"
 
 	// NVIDIA pod annotations that steer which GPUs a pod may get.
 

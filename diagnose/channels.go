@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
+	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/handshake"
 )
@@ -60,11 +61,21 @@ func (a *analysis) observeCount() {
 	if devs := a.r.Spec.Devices; len(devs) > 0 {
 		c.Physical = len(devs)
 		c.Split = devs[0].Count
+		withheld := map[string]bool{}
+		for id := range strings.SplitSeq(a.node.Annotations[allocation.KeyAgentDeviceCordon], ",") {
+			withheld[strings.TrimSpace(id)] = true
+		}
 		for _, d := range devs {
+			if withheld[d.ID] { // the node agent gave it to DRA: not offered to the kubelet
+				c.Withheld++
+				continue
+			}
 			c.Expected += int64(d.Count)
 		}
 	}
 	switch {
+	case c.Physical > 0 && c.Withheld == c.Physical && c.Allocatable <= 0:
+		c.State = StateOK // every GPU is DRA's: the kubelet is rightly offered none
 	case c.Allocatable <= 0:
 		c.State = StateBroken
 	case c.Expected > 0 && c.Allocatable != c.Expected:
@@ -107,13 +118,24 @@ func (a *analysis) observeHandshake() {
 func (a *analysis) checkCount() {
 	o := a.c.opts
 	c := a.r.Count
+	if c.Physical > 0 && c.Withheld == c.Physical && c.Allocatable <= 0 {
+		return
+	}
 	if c.Allocatable > 0 {
 		if c.Expected > 0 && c.Allocatable != c.Expected {
+			summary := fmt.Sprintf("allocatable %s is %d, but the annotation lists %d device(s) × split %d = %d", c.Resource, c.Allocatable, c.Physical, c.Split, c.Expected)
+			counted := fmt.Sprintf("%s: %d device(s), counts summing to %d", a.r.Spec.Key, c.Physical, c.Expected)
+			if c.Withheld > 0 {
+				summary = fmt.Sprintf("allocatable %s is %d, but the annotation lists %d device(s), %d of them DRA's, and the other %d × split %d = %d",
+					c.Resource, c.Allocatable, c.Physical, c.Withheld, c.Physical-c.Withheld, c.Split, c.Expected)
+				counted = fmt.Sprintf("%s: %d device(s), %d withheld from the kubelet for DRA (%s), the others' counts summing to %d",
+					a.r.Spec.Key, c.Physical, c.Withheld, allocation.KeyAgentDeviceCordon, c.Expected)
+			}
 			a.add(Finding{Case: CaseNoAllocatable, Severity: SeverityWarning, Code: CodeAllocatableMismatch,
-				Summary: fmt.Sprintf("allocatable %s is %d, but the annotation lists %d device(s) × split %d = %d", c.Resource, c.Allocatable, c.Physical, c.Split, c.Expected),
+				Summary: summary,
 				Evidence: []string{
 					fmt.Sprintf("node %s status.allocatable[%s] = %d", a.node.Name, c.Resource, c.Allocatable),
-					fmt.Sprintf("%s: %d device(s), counts summing to %d", a.r.Spec.Key, c.Physical, c.Expected),
+					counted,
 				},
 				Fix: []string{
 					"another device plugin may advertise the same resource, or the split count changed without a plugin restart:",

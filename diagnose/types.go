@@ -221,10 +221,15 @@ type CountChannel struct {
 	Allocatable int64 `json:"allocatable"`
 	Capacity    int64 `json:"capacity"`
 	// Physical is the number of devices in the register annotation and Split their split
-	// count (0 when unknown); Expected = Physical × Split.
+	// count (0 when unknown); Expected is the sum of the counts of the devices the kubelet is
+	// offered: Physical × Split, less the Withheld ones.
 	Physical int   `json:"physical,omitempty"`
 	Split    int32 `json:"split,omitempty"`
 	Expected int64 `json:"expected,omitempty"`
+	// Withheld is the number of devices of the annotation that the node agent gave to DRA
+	// (listed in the Node's hamireg.io/agent-device-cordon): they are not offered to the
+	// kubelet.
+	Withheld int `json:"withheld,omitempty"`
 }
 
 // SpecChannel is the register annotation.

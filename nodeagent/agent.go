@@ -24,6 +24,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/hamireg/hamireg/annotation"
+	"github.com/hamireg/hamireg/draplugin"
 	"github.com/hamireg/hamireg/kubeletplugin"
 	"github.com/hamireg/hamireg/nodelock"
 	"github.com/hamireg/hamireg/register"
@@ -153,6 +154,10 @@ type Options struct {
 	// vendor; and, unless Register.Registerer is set, the register writer's
 	// (hamireg_register_*: writes, heals, no-ops, failures). Nil means no metrics.
 	Registerer prometheus.Registerer
+	// DRA, when set, makes the agent also a DRA driver: it publishes its GPUs as a
+	// ResourceSlice and prepares claims (see [DRAOptions] and the package documentation's
+	// "DRA" section), with one owner per GPU. Nil: no DRA.
+	DRA *DRAOptions
 }
 
 // Stats are an Agent's counters since New, for tests and readiness checks.
@@ -196,6 +201,8 @@ type Agent struct {
 	migPeriod time.Duration
 	// devices are the devices of the last scan, nil before the first.
 	devices atomic.Pointer[[]annotation.Device]
+	// dra is the DRA side (Options.DRA), nil without.
+	dra *draState
 
 	running atomic.Bool
 	// allocMu serialises Allocate calls: each reads and rewrites the pod's annotations.
@@ -328,13 +335,25 @@ func New(client kubernetes.Interface, nodeName string, source Source, opts Optio
 		return nil, partError(err)
 	}
 	a.locks = l
+
+	if opts.DRA != nil {
+		d, err := newDRA(a, opts.DRA)
+		if err != nil {
+			return nil, partError(err)
+		}
+		a.dra = d
+	}
 	return a, nil
 }
 
 // partError wraps the error of a part's New; an invalid option of a part is also the
 // agent's [ErrInvalidOptions].
 func partError(err error) error {
-	if errors.Is(err, register.ErrInvalidOptions) || errors.Is(err, kubeletplugin.ErrInvalidOptions) || errors.Is(err, nodelock.ErrInvalidOptions) {
+	if errors.Is(err, ErrInvalidOptions) {
+		return fmt.Errorf("new node agent: %w", err)
+	}
+	if errors.Is(err, register.ErrInvalidOptions) || errors.Is(err, kubeletplugin.ErrInvalidOptions) || errors.Is(err, nodelock.ErrInvalidOptions) ||
+		errors.Is(err, draplugin.ErrInvalidOptions) {
 		return fmt.Errorf("new node agent: %w", invalidPartError{err})
 	}
 	return fmt.Errorf("new node agent: %w", err)
@@ -380,7 +399,9 @@ func (a *Agent) Stats() Stats {
 //   - serves Allocate with HAMi's protocol (see the package documentation);
 //   - with Options.MIG, releases every MIGReconcilePeriod the MIG devices no live reservation
 //     owns;
-//   - runs the source, if it is a [Runner].
+//   - runs the source, if it is a [Runner];
+//   - with Options.DRA, runs the DRA kubelet plugin, which publishes the scan's DRA devices
+//     as a ResourceSlice and prepares claims (see the package documentation's "DRA").
 //
 // Calling Run while another Run has not returned gives [ErrAlreadyRunning].
 func (a *Agent) Run(ctx context.Context) error {
@@ -441,6 +462,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	part(func(ctx context.Context) error { a.cleanupLoop(ctx); return nil })
 	if a.mig != nil {
 		part(func(ctx context.Context) error { a.migLoop(ctx); return nil })
+	}
+	if a.dra != nil {
+		part(func(ctx context.Context) error {
+			if err := a.dra.plugin.Run(ctx); err != nil {
+				return fmt.Errorf("run DRA plugin: %w", err)
+			}
+			return nil
+		})
 	}
 	wg.Wait()
 	return first
@@ -518,12 +547,13 @@ func (a *Agent) scan(ctx context.Context) error {
 	logger.V(3).Info("Scanned devices", "devices", len(devs), "healthy", healthy, "failed", len(failed))
 	devs = slices.Clone(devs)
 	a.devices.Store(&devs)
+	reg, kube := a.publishDRA(ctx, devs)
 	if a.topology != nil {
-		a.publishWithScores(ctx, devs)
+		a.publishWithScores(ctx, reg)
 	} else {
-		a.writer.SetDevices(devs)
+		a.writer.SetDevices(reg)
 	}
-	a.plugin.SetDevices(devs)
+	a.plugin.SetDevices(kube)
 	return nil
 }
 

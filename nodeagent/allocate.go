@@ -215,6 +215,9 @@ func (a *Agent) allocateContainer(ctx context.Context, devices []annotation.Devi
 	if len(entry) != len(ids) {
 		return nil, failure(ErrDeviceCountMismatch, ctr.Name, fmt.Sprintf("the kubelet asked for %d device(s), the scheduler assigned %d", len(ids), len(entry)), nil)
 	}
+	if err := a.ownershipConflict(entryUUIDs(entry)); err != nil {
+		return nil, failure(ErrOwnership, ctr.Name, "devices "+strings.Join(entryUUIDs(entry), ","), err)
+	}
 	if !sameGPUs(entry, ids) {
 		logger.V(2).Info("The kubelet chose other replicas than the scheduler's GPUs; serving the scheduler's", "kubelet", ids, "scheduler", entryUUIDs(entry))
 	}
@@ -301,6 +304,9 @@ func (a *Agent) allocateDirect(ctx context.Context, devices []annotation.Device,
 			return nil, &AllocateError{Node: a.node, Kind: ErrMalformed, Detail: fmt.Sprintf("the kubelet asked for replica %q", id), Err: err}
 		}
 		entry = append(entry, allocation.ContainerDevice{UUID: u, Type: a.vendor.Name})
+	}
+	if err := a.ownershipConflict(entryUUIDs(entry)); err != nil {
+		return nil, &AllocateError{Node: a.node, Kind: ErrOwnership, Detail: "devices " + strings.Join(entryUUIDs(entry), ","), Err: err}
 	}
 	resp, aerr := a.answer(ctx, ContainerRequest{Devices: entry, NodeDevices: devices, DeviceIDs: ids})
 	if aerr != nil {

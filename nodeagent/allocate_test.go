@@ -85,6 +85,12 @@ type fixture struct {
 // does, over gRPC. The agent stops when the test ends.
 func newFixture(t *testing.T, opts Options, pods ...*corev1.Pod) *fixture {
 	t.Helper()
+	return newFixtureWith(t, opts, nil, pods...)
+}
+
+// newFixtureWith is newFixture that calls prep, when not nil, between New and Run.
+func newFixtureWith(t *testing.T, opts Options, prep func(*Agent), pods ...*corev1.Pod) *fixture {
+	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	objs := []runtime.Object{&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode}}}
 	for _, p := range pods {
@@ -100,6 +106,9 @@ func newFixture(t *testing.T, opts Options, pods ...*corev1.Pod) *fixture {
 		t.Fatal(err)
 	}
 	a.backoff = wait.Backoff{Duration: time.Millisecond, Factor: 1, Steps: 2}
+	if prep != nil {
+		prep(a)
+	}
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- a.Run(runCtx) }()

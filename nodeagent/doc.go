@@ -164,6 +164,40 @@
 // A REV profile name (1g.10gb on an A100-40GB) reaches the manager as the published name;
 // what it realises is the profile the node published under that name.
 //
+// # DRA
+//
+// With Options.DRA the agent is also a DRA driver (package draplugin: a kubelet plugin that
+// publishes one ResourceSlice pool named after the node and prepares claims as CDI specs with
+// HAMi-core's limits), and each physical GPU has exactly one owner: the DRA world (claims,
+// kube-scheduler's structured allocator) or the device-plugin world (HAMi's scheduler or this
+// SDK's extender, pod annotations, Allocate). Ownership is DRAOptions.GPUs, UUIDs or NVML
+// indexes (empty: every GPU); a GPU in MIG mode is never DRA's ([Agent.OwnedByDRA]).
+//
+// Every scan feeds three outputs at once, so that a GPU turning unhealthy reaches all three
+// within the same scan:
+//
+//   - The register annotation lists every GPU, as HAMi's scheduler must know them all. The
+//     DRA-owned GPUs are cordoned for HAMi master's extender in hami.io/device-cordon (in the
+//     same merge patch; register.Writer.SetCordon keeps an operator's own entries and records
+//     the agent's in hamireg.io/agent-device-cordon), and, for Options.Version VersionV290,
+//     whose extender has no cordon, published with health false.
+//   - The kubelet's device count (nvidia.com/gpu) offers only the device-plugin-owned GPUs.
+//   - The DRA devices (dra.Devices with the profile of DRAOptions.Plugin) list every GPU not in
+//     MIG mode, with its PCI bus ID when the source is a [PCISource] (nvmlscan's Scanner);
+//     a device-plugin-owned GPU carries the NoSchedule taint <driver>/owned-by-hami, an
+//     unhealthy one <driver>/unhealthy. An unchanged scan writes no slice.
+//
+// So HAMi's scheduler sees the DRA GPUs but gives them no pod, and a claim never gets a
+// device-plugin GPU unless it tolerates the taint. At the node, the last line of defence:
+// Allocate refuses a GPU that is DRA-owned or holds a prepared claim, and Prepare (the DRA
+// plugin's Refuse) refuses a GPU that is not DRA-owned or that a live pod on the node holds
+// through hami.io/vgpu-devices-allocated (the node's pods listed by field selector
+// spec.nodeName); both errors wrap [ErrOwnership] and name the GPU, the pod or claims, and the
+// fix. Failures to publish the slice or to map the devices are recorded as the Warning Event
+// [EventReasonDRAPublishFailed] on the Node, once per distinct message. The DRA plugin runs
+// beside the other parts of [Agent.Run]; it needs [DRAClusterRoleRules] besides
+// [ClusterRoleRules].
+//
 // # Concurrency
 //
 // One Run at a time per Agent ([ErrAlreadyRunning]). Allocate calls are serialised. Stats and
@@ -174,7 +208,7 @@
 // With Options.Registerer the agent registers, labelled with the vendor:
 // hamireg_nodeagent_allocations_total (containers served), allocate_errors_total by kind
 // (no_binding_pod, pod_gone, no_pending_entry, device_count_mismatch, malformed, api, host,
-// allocator, mig: the Allocate classes), scans_total by result, device_failures_total and
+// allocator, mig, ownership: the Allocate classes), scans_total by result, device_failures_total and
 // annotation_decode_failures_total; and, unless Options.Register.Registerer is set, the register
 // writer's hamireg_register_* (writes, heals, no-ops, failures). Labels are bounded: no pod,
 // node or device.

@@ -64,8 +64,9 @@ type AllocateError struct {
 	// Container is the container whose entry was served, "" when not known.
 	Container string
 	// Kind is the class: [ErrNoBindingPod], [ErrPodGone], [ErrNoPendingEntry],
-	// [ErrDeviceCountMismatch], [ErrMalformed], [ErrAPI], [ErrHost], [ErrAllocator] or
-	// [ErrMIG].
+	// [ErrDeviceCountMismatch], [ErrMalformed], [ErrAPI], [ErrHost], [ErrAllocator],
+	// [ErrMIG] or [ErrOwnership] (with Options.DRA: a GPU of the DRA world, or one that
+	// prepared claims hold).
 	Kind error
 	// Detail says what was found, in words.
 	Detail string

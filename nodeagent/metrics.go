@@ -15,7 +15,7 @@ var allocateKinds = []struct {
 }{
 	{ErrNoBindingPod, "no_binding_pod"}, {ErrPodGone, "pod_gone"}, {ErrNoPendingEntry, "no_pending_entry"},
 	{ErrDeviceCountMismatch, "device_count_mismatch"}, {ErrMalformed, "malformed"}, {ErrAPI, "api"},
-	{ErrHost, "host"}, {ErrAllocator, "allocator"}, {ErrMIG, "mig"},
+	{ErrHost, "host"}, {ErrAllocator, "allocator"}, {ErrMIG, "mig"}, {ErrOwnership, "ownership"},
 }
 
 // kindOf names the Allocate class of err; "other" for an error of none.

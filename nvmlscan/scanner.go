@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"strings"
 	"sync"
 	"time"
 
@@ -32,6 +34,8 @@ type Scanner struct {
 	runDone chan struct{}
 	// health holds the GPUs currently unhealthy, by UUID; a GPU not in it is healthy.
 	health map[string]*gpuHealth
+	// pci holds the PCI bus IDs of the GPUs of the last scan, by UUID (PCIBusIDs).
+	pci map[string]string
 }
 
 // gpuHealth is the state of one unhealthy GPU.
@@ -155,11 +159,12 @@ func (s *Scanner) Scan(ctx context.Context) (Result, error) {
 		logger.V(3).Info("MIG mode enabled: memory scaling and core scaling are not applied")
 	}
 	var res Result
+	pci := map[string]string{}
 	for i := range n {
 		if ctx.Err() != nil {
 			return Result{}, fmt.Errorf("scan devices: %w", context.Cause(ctx))
 		}
-		dev, excluded, err := s.scanDevice(logger, i, mig)
+		dev, busID, excluded, err := s.scanDevice(logger, i, mig)
 		switch {
 		case err != nil && err.Op == OpMIGProfiles:
 			logger.Error(err, "skip MIG device with no discovered profile capacity", "index", err.Index, "gpuUUID", err.UUID)
@@ -174,18 +179,25 @@ func (s *Scanner) Scan(ctx context.Context) (Result, error) {
 			logger.V(3).Info("Registered device", "gpuUUID", dev.ID, "index", dev.Index,
 				"devmem", dev.Devmem, "devcore", dev.Devcore, "type", dev.Type, "numa", dev.Numa, "health", dev.Health)
 			res.Devices = append(res.Devices, dev)
+			if busID != "" {
+				pci[dev.ID] = busID
+			}
 		}
 	}
+	s.mu.Lock()
+	s.pci = pci
+	s.mu.Unlock()
 	annotation.SortDevices(res.Devices)
 	logger.V(3).Info("Discovered device(s) for registration", "count", len(res.Devices), "failed", len(res.Failed))
 	return res, nil
 }
 
-// scanDevice queries the GPU at enumeration index i. It returns the device, or excluded when
-// the options filter it out, or the error of the first failed query.
-func (s *Scanner) scanDevice(logger klog.Logger, i int, mig bool) (annotation.Device, bool, *DeviceError) {
-	fail := func(op Op, uuid string, err error) (annotation.Device, bool, *DeviceError) {
-		return annotation.Device{}, false, &DeviceError{Index: i, UUID: uuid, Op: op, Err: err}
+// scanDevice queries the GPU at enumeration index i. It returns the device and its PCI bus ID
+// ("" when NVML does not tell), or excluded when the options filter it out, or the error of
+// the first failed query.
+func (s *Scanner) scanDevice(logger klog.Logger, i int, mig bool) (annotation.Device, string, bool, *DeviceError) {
+	fail := func(op Op, uuid string, err error) (annotation.Device, string, bool, *DeviceError) {
+		return annotation.Device{}, "", false, &DeviceError{Index: i, UUID: uuid, Op: op, Err: err}
 	}
 	dev, ret := s.lib.DeviceGetHandleByIndex(i)
 	if ret != nvml.SUCCESS {
@@ -203,7 +215,7 @@ func (s *Scanner) scanDevice(logger klog.Logger, i int, mig bool) (annotation.De
 		return fail(OpIndex, uuid, fmt.Errorf("%w: index %d", ErrOutOfRange, index))
 	}
 	if s.cfg.excludeUUIDs[uuid] || s.cfg.excludeIndexes[uint(index)] {
-		return annotation.Device{ID: uuid, Index: uint(index)}, true, nil
+		return annotation.Device{ID: uuid, Index: uint(index)}, "", true, nil
 	}
 	total, derr := s.memoryBytes(logger, dev, uuid)
 	if derr != nil {
@@ -217,6 +229,7 @@ func (s *Scanner) scanDevice(logger klog.Logger, i int, mig bool) (annotation.De
 	if err != nil {
 		return fail(OpMemory, uuid, err)
 	}
+	numa, busID := s.numa(logger, dev, uuid, index)
 	d := annotation.Device{
 		ID:      uuid,
 		Index:   uint(index),
@@ -224,7 +237,7 @@ func (s *Scanner) scanDevice(logger klog.Logger, i int, mig bool) (annotation.De
 		Devmem:  mem,
 		Devcore: devcore(s.cfg.coreScaling, mig),
 		Type:    deviceType(model),
-		Numa:    s.numa(logger, dev, uuid, index),
+		Numa:    numa,
 		Mode:    s.cfg.mode,
 	}
 	if mig && s.cfg.migVersion == annotation.VersionMaster {
@@ -236,7 +249,7 @@ func (s *Scanner) scanDevice(logger klog.Logger, i int, mig bool) (annotation.De
 		d.MIGProfiles = g.published()
 	}
 	d.Health = s.answered(logger, uuid)
-	return d, false, nil
+	return d, busID, false, nil
 }
 
 // memoryBytes is the GPU's total memory, or Options.PreConfiguredMemory when the query is not
@@ -258,19 +271,43 @@ func (s *Scanner) memoryBytes(logger klog.Logger, dev nvml.Device, uuid string) 
 }
 
 // numa is the GPU's NUMA node read from sysfs, 0 when unknown (HAMi logs this case with
-// "failed to get numa information from sysfs").
-func (s *Scanner) numa(logger klog.Logger, dev nvml.Device, uuid string, index int) int {
+// "failed to get numa information from sysfs"), and its PCI bus ID (pciBusID; "" when NVML
+// does not tell).
+func (s *Scanner) numa(logger klog.Logger, dev nvml.Device, uuid string, index int) (int, string) {
 	pci, ret := dev.GetPciInfo()
 	if ret != nvml.SUCCESS {
 		logger.V(4).Info("failed to get numa information from sysfs", "index", index, "gpuUUID", uuid,
 			"err", fmt.Errorf("get pci info: %w", ret))
-		return 0
+		return 0, ""
 	}
-	n, err := numaNode(s.cfg.sysfs, busIDString(pci.BusId))
+	raw := busIDString(pci.BusId)
+	n, err := numaNode(s.cfg.sysfs, raw)
 	if err != nil {
 		logger.V(4).Info("failed to get numa information from sysfs", "index", index, "gpuUUID", uuid, "err", err)
 	}
-	return n
+	return n, pciBusID(raw)
+}
+
+// pciBusID normalises NVML's PCI bus ID ("00000000:07:00.0", an 8-digit domain, upper-case)
+// to the form of sysfs and of DRA's standard attribute resource.kubernetes.io/pciBusID:
+// lower-case with a 4-digit domain, "0000:07:00.0". An ID that is not domain:bus:device.function
+// gives "".
+func pciBusID(nvmlBusID string) string {
+	id := sysfsBusID(nvmlBusID)
+	parts := strings.Split(id, ":")
+	if len(parts) != 3 || len(parts[0]) != 4 || len(parts[1]) != 2 || !strings.Contains(parts[2], ".") {
+		return ""
+	}
+	return id
+}
+
+// PCIBusIDs returns the PCI bus IDs ("0000:07:00.0": lower-case, 4-digit domain) of the GPUs of the last scan, by UUID: a
+// GPU whose bus ID NVML did not tell, and a skipped or excluded one, has no entry. The map is
+// the caller's. It implements nodeagent's PCISource, which puts the IDs in the DRA devices.
+func (s *Scanner) PCIBusIDs() map[string]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.pci)
 }
 
 // Devices is a scan in the form of a device source (package

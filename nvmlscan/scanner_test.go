@@ -3,6 +3,7 @@ package nvmlscan_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/nvmlscan"
 	"github.com/hamireg/hamireg/nvmlscan/nvmlscantest"
+	"github.com/hamireg/hamireg/nvmlscan/nvmlsim"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -435,5 +437,31 @@ func TestRealLibrary(t *testing.T) {
 		if !strings.Contains(err.Error(), "nvml Init err: ERROR_LIBRARY_NOT_FOUND") || !strings.Contains(err.Error(), "RuntimeClass") {
 			t.Errorf("error %q lacks HAMi's wording or the fix", err)
 		}
+	}
+}
+
+// TestPCIBusIDs: the scan records each registered GPU's PCI bus ID in the form of sysfs and
+// DRA's pciBusID attribute (lower-case, 4-digit domain); excluded GPUs have none.
+func TestPCIBusIDs(t *testing.T) {
+	t.Parallel()
+	n := nvmlscantest.NewNode(t, dgxh100.New())
+	s := newScanner(t, n, nvmlscan.Options{ExcludeIndexes: []uint{3}})
+	if got := s.PCIBusIDs(); len(got) != 0 {
+		t.Errorf("bus IDs before the first scan: %v, want none", got)
+	}
+	scan(testContext(t), t, s)
+	want := map[string]string{}
+	for i, bus := range nvmlsim.BusNumbers() {
+		if i != 3 {
+			want[n.UUID(i)] = fmt.Sprintf("0000:%02x:00.0", bus)
+		}
+	}
+	got := s.PCIBusIDs()
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("PCI bus IDs (-want +got):\n%s", diff)
+	}
+	got[n.UUID(0)] = "changed"
+	if s.PCIBusIDs()[n.UUID(0)] == "changed" {
+		t.Error("PCIBusIDs returned the scanner's own map")
 	}
 }

@@ -30,6 +30,12 @@
 //     with [Writer.SetDevicesAndScores]; it is compared, written and healed with the register
 //     annotation. A caller whose scoring failed still writes the devices with SetDevices (HAMi
 //     writes neither annotation then, and does not retry until the device list changes).
+//   - HAMi master's per-GPU cordon hami.io/device-cordon (a comma list of UUIDs its extender
+//     gives no new pod) goes in the same merge patch when the caller hands its UUIDs over with
+//     [Writer.SetCordon] (the node agent cordons the GPUs it gives to DRA). An operator's own
+//     entries are kept: the Writer records the UUIDs it added in [CordonKey] and removes only
+//     those; an operator's additions cause no write, a removed entry of the Writer's is
+//     restored. A Writer never given SetCordon leaves both annotations alone.
 //
 // # Lifecycle
 //

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,6 +29,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
 )
 
@@ -118,6 +121,10 @@ type Writer struct {
 	kick chan struct{}
 	// desired is the encoded value of the devices last set, nil before the first SetDevices.
 	desired atomic.Pointer[desiredValue]
+	// setMu serialises SetDevices and SetCordon, which both build the next desired value;
+	// it guards cordon, the UUIDs of the last SetCordon (sorted), nil before the first.
+	setMu  sync.Mutex
+	cordon *[]string
 	// syncMu guards syncCh, closed and replaced after every sync and every SetDevices.
 	syncMu sync.Mutex
 	syncCh chan struct{}
@@ -154,26 +161,128 @@ type desiredValue struct {
 	scores    string
 	hasScores bool
 	n         int
+	// hasCordon is set once SetCordon was called: cordon (sorted, trimmed, no duplicates)
+	// are the UUIDs the Writer keeps in hami.io/device-cordon and records in CordonKey.
+	hasCordon bool
+	cordon    []string
+	// base is state without the cordon part.
+	base string
 	// state is what observed gives for a Node that carries exactly this value.
 	state string
+}
+
+// withCordon returns a copy of d that keeps cordon (nil: the Writer does not manage the
+// cordon annotations).
+func (d desiredValue) withCordon(cordon *[]string) *desiredValue {
+	d.state, d.hasCordon, d.cordon = d.base, false, nil
+	if cordon != nil {
+		d.hasCordon, d.cordon = true, *cordon
+		d.state = d.base + cordonSep + strings.Join(d.cordon, ",")
+	}
+	return &d
 }
 
 // absentScore stands for a missing score annotation in an observed state.
 const absentScore = "\x01"
 
 // observed is the state of a Node's annotations that the Writer compares with what it wants:
-// the register value, followed by the score value when d manages the score annotation. present
-// is whether the register annotation is there.
+// the register value, followed by the score value when d manages the score annotation and the
+// cordon part when it manages hami.io/device-cordon. present is whether the register annotation
+// is there.
 func (w *Writer) observed(annotations map[string]string, d *desiredValue) (state string, present bool) {
 	reg, ok := annotations[w.key]
-	if d == nil || !d.hasScores {
+	if d == nil {
 		return reg, ok
 	}
-	sc, sok := annotations[w.scoreKey]
-	if !sok {
-		sc = absentScore
+	state = reg
+	if d.hasScores {
+		sc, sok := annotations[w.scoreKey]
+		if !sok {
+			sc = absentScore
+		}
+		state += "\x00" + sc
 	}
-	return reg + "\x00" + sc, ok
+	if d.hasCordon {
+		state += cordonSep + observedCordon(annotations, d.cordon)
+	}
+	return state, ok
+}
+
+// cordonSep starts the cordon part of a state.
+const cordonSep = "\x00cordon\x00"
+
+// observedCordon is the cordon part of the state of a Node: the Writer's UUIDs joined when the
+// Node's hami.io/device-cordon holds the UUIDs the Writer keeps for mine (in any order: an
+// operator may have added some anywhere) and CordonKey records mine, else the two raw values,
+// which no desired state equals.
+func observedCordon(annotations map[string]string, mine []string) string {
+	recorded, rok := annotations[CordonKey]
+	if slices.Equal(splitCordon(recorded), mine) && (rok || len(mine) == 0) &&
+		sameSet(splitCordon(annotations[allocation.KeyDeviceCordon]), mergeCordon(annotations, mine)) {
+		return strings.Join(mine, ",")
+	}
+	return "\x02" + annotations[allocation.KeyDeviceCordon] + "\x03" + recorded
+}
+
+// sameSet reports whether a and b hold the same strings, ignoring order and repeats.
+func sameSet(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(slices.Compact(a), slices.Compact(b))
+}
+
+// splitCordon parses a comma list of UUIDs as HAMi does: entries trimmed, empty ones dropped.
+func splitCordon(value string) []string {
+	var out []string
+	for id := range strings.SplitSeq(value, ",") {
+		if id = strings.TrimSpace(id); id != "" {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// normalCordon sorts uuids, trims them and drops empty entries and duplicates.
+func normalCordon(uuids []string) []string {
+	out := make([]string, 0, len(uuids))
+	for _, u := range uuids {
+		if u = strings.TrimSpace(u); u != "" {
+			out = append(out, u)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// mergeCordon is the hami.io/device-cordon the Writer keeps on a Node with annotations: the
+// operator's entries (those the Node's CordonKey does not record as the Writer's), in their
+// order, then mine, sorted. A UUID both name appears once, as the Writer's.
+func mergeCordon(annotations map[string]string, mine []string) []string {
+	ours := map[string]bool{}
+	for _, u := range splitCordon(annotations[CordonKey]) {
+		ours[u] = true
+	}
+	for _, u := range mine {
+		ours[u] = true
+	}
+	var out []string
+	seen := map[string]bool{}
+	for _, u := range splitCordon(annotations[allocation.KeyDeviceCordon]) {
+		if !ours[u] && !seen[u] {
+			seen[u] = true
+			out = append(out, u)
+		}
+	}
+	return append(out, mine...)
+}
+
+// nullable is value as a merge-patch value: null (remove the key) when empty.
+func nullable(value string) any {
+	if value == "" {
+		return nil
+	}
+	return value
 }
 
 // New returns a Writer of the register annotation of node nodeName, which writes nothing until
@@ -268,13 +377,21 @@ func (w *Writer) set(devices []annotation.Device, scores []annotation.PairScore,
 	if w.format == annotation.FormatLegacy {
 		value = annotation.EncodeLegacy(devs)
 	}
-	next := &desiredValue{value: value, n: len(devs), state: value}
+	base := desiredValue{value: value, n: len(devs), base: value}
 	if withScores {
-		next.hasScores = true
-		next.scores = annotation.EncodePairScores(inDeviceOrder(devs, scores))
-		next.state = value + "\x00" + next.scores
+		base.hasScores = true
+		base.scores = annotation.EncodePairScores(inDeviceOrder(devs, scores))
+		base.base = value + "\x00" + base.scores
 	}
+	w.setMu.Lock()
+	next := base.withCordon(w.cordon)
 	prev := w.desired.Swap(next)
+	w.setMu.Unlock()
+	w.publish(prev, next)
+}
+
+// publish tells WaitForSync and Run of a new desired value that replaced prev.
+func (w *Writer) publish(prev, next *desiredValue) {
 	w.notifySync()
 	if prev != nil && prev.state == next.state && w.Stats().LastError != nil {
 		return // unchanged while failing: the retry backoff decides when to try again
@@ -317,6 +434,40 @@ func (w *Writer) notifySync() {
 	close(w.syncCh)
 	w.syncCh = make(chan struct{})
 	w.syncMu.Unlock()
+}
+
+// CordonKey is the Node annotation where the writer records which UUIDs of
+// hami.io/device-cordon it added ([Writer.SetCordon]), so that it removes only its own and
+// keeps an operator's.
+const CordonKey = allocation.KeyAgentDeviceCordon
+
+// SetCordon makes the writer keep the GPUs uuids in the Node's hami.io/device-cordon
+// (HAMi master's extender then gives them no new pods), beside any UUIDs an operator put
+// there, in the same merge patch as the register annotation; the UUIDs it added are recorded
+// in [CordonKey]. SetCordon(nil) removes the writer's UUIDs and keeps the operator's.
+//
+// The Node then carries, in hami.io/device-cordon, the operator's entries first (those not
+// recorded in CordonKey), in their order, and then uuids sorted, as one comma list; CordonKey
+// holds uuids sorted. Either annotation is removed when it would be empty. An operator who
+// adds or removes entries of their own is left alone; an entry of the writer's that someone
+// removes, or a changed CordonKey, is restored like the register annotation. A UUID both the
+// operator and the writer name counts as the writer's: it goes when the writer drops it.
+// Like SetDevices, SetCordon never blocks, an unchanged list sends nothing, and nothing is
+// written before the first SetDevices. A Writer that is never given SetCordon leaves both
+// annotations alone.
+func (w *Writer) SetCordon(uuids []string) {
+	c := normalCordon(uuids)
+	w.setMu.Lock()
+	w.cordon = &c
+	prev := w.desired.Load()
+	if prev == nil {
+		w.setMu.Unlock()
+		return
+	}
+	next := prev.withCordon(w.cordon)
+	w.desired.Store(next)
+	w.setMu.Unlock()
+	w.publish(prev, next)
 }
 
 // InSync reports whether the Node carried the devices last given to [Writer.SetDevices] at
@@ -422,9 +573,13 @@ func (w *Writer) syncLocked(ctx context.Context) error {
 	heal := written != nil && *written == want
 	logger.Info(fmt.Sprintf("Updating node annotations with %d device(s)", d.n))
 	logger.V(3).Info("Annotation content", "value", d.value, "scores", d.scores, "heal", heal)
-	annotations := map[string]string{w.key: d.value}
+	annotations := map[string]any{w.key: d.value}
 	if d.hasScores {
 		annotations[w.scoreKey] = d.scores
+	}
+	if d.hasCordon {
+		annotations[allocation.KeyDeviceCordon] = nullable(strings.Join(mergeCordon(node.Annotations, d.cordon), ","))
+		annotations[CordonKey] = nullable(strings.Join(d.cordon, ","))
 	}
 	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
 	if err != nil {

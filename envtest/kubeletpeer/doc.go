@@ -1,5 +1,6 @@
 // Package kubeletpeer runs the kubelet's own device-plugin code as a peer for tests of
-// device plugins: the registration server alone, or the complete device manager. It is
+// device plugins: the registration server alone, or the complete device manager; and the
+// kubelet's DRA manager for tests of DRA drivers. It is
 // part of the envtest module (see package envtest for the go.mod it needs) and imports no
 // testing package, so a program (examples/quickstart) can use it too.
 //
@@ -61,9 +62,37 @@
 // limit of unix sockets: put Dir in a short folder (os.MkdirTemp("", "kp-")), not under
 // t.TempDir(), which embeds the test's name.
 //
+// # DRA manager
+//
+// [StartDRAManager] runs the kubelet's DRA manager (k8s.io/kubernetes/pkg/kubelet/cm/dra)
+// and the kubelet's plugin manager watching [DRAManager.RegistryDir], in-process (the state
+// folder is a parameter, so no namespace is needed), wired as the kubelet wires them. A
+// DRA driver registers there; the test then plays the kubelet for a pod whose claims are
+// allocated and reserved for it:
+//
+//	m, err := kubeletpeer.StartDRAManager(ctx, kubeletpeer.DRAManagerOptions{Client: client, NodeName: "node-1"})
+//	if err != nil {
+//		return err
+//	}
+//	defer m.Stop()
+//	// the driver registers in m.RegistryDir()
+//	if err := m.WaitForDriver(ctx, "gpu.example.com"); err != nil {
+//		return err
+//	}
+//	if err := m.Prepare(ctx, pod); err != nil { // NodePrepareResources of the pod's claims
+//		return err
+//	}
+//	ids, err := m.GetResources(pod, "cuda") // CDI device IDs for the container runtime
+//	...
+//	err = m.Unprepare(ctx, pod) // NodeUnprepareResources
+//
+// At start the manager deletes the node's ResourceSlices of every driver, in the
+// background; [DRAManager.WaitForWipe] waits for it, so a driver that publishes afterwards
+// is not wiped. A manager started again on the same StateDir is a kubelet restart.
+//
 // # Lifecycle and concurrency
 //
-// Both peers are started by a Start function and stopped by Stop, which is idempotent and
+// The peers are started by a Start function and stopped by Stop, which is idempotent and
 // removes what Start created; the child process also dies with the test binary (Pdeathsig).
 // Methods are safe for concurrent use; DeviceManager serialises requests to its child.
 package kubeletpeer

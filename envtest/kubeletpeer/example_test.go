@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/hamireg/hamireg/envtest/kubeletpeer"
 )
@@ -61,6 +62,30 @@ func Example_deviceManager() {
 		a, err := dm.Allocate(ctx, pod, "cuda") // the kubelet admitting one container: a.DeviceIDs, a.Envs, a.Mounts, a.Devices
 		// end snippet
 		fmt.Println(res.Capacity, a.DeviceIDs)
+		return err
+	}
+	_ = run
+}
+
+func Example_draManager() {
+	run := func(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod) error {
+		// snippet: doc
+		m, err := kubeletpeer.StartDRAManager(ctx, kubeletpeer.DRAManagerOptions{Client: client, NodeName: "node-1"})
+		if err != nil {
+			return err
+		}
+		defer m.Stop() //nolint:errcheck // the doc's snippet
+		// the driver registers in m.RegistryDir()
+		if err := m.WaitForDriver(ctx, "gpu.example.com"); err != nil {
+			return err
+		}
+		if err := m.Prepare(ctx, pod); err != nil { // NodePrepareResources of the pod's claims
+			return err
+		}
+		ids, err := m.GetResources(pod, "cuda") // CDI device IDs for the container runtime
+		fmt.Println(ids, err)
+		err = m.Unprepare(ctx, pod) // NodeUnprepareResources
+		// end snippet
 		return err
 	}
 	_ = run

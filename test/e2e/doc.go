@@ -3,7 +3,8 @@
 // go.mod. The peers are run by the library module envtest (../../envtest): the control
 // plane (etcd, kube-apiserver, kube-scheduler), envtest/proc, which starts the processes so
 // that none outlives its starter, and envtest/kubeletpeer, the kubelet's device-plugin
-// registration server and device manager; examples/quickstart runs them too.
+// registration server and device manager and its DRA manager; examples/quickstart runs them
+// too.
 //
 //   - harness: the testing.TB layer over envtest, one control plane per test binary
 //     (harness.Main), Eventually, CreateNode, StartDeviceManagerForTest, ShortTempDir, ...
@@ -19,6 +20,11 @@
 //     placements filled, a freed placement reused, Pending reasons, no overlapping instance.
 //   - extenderha: the admission webhook called by the API server over TLS, and two replicas
 //     with a failover.
+//   - dra: the node agent's DRA output (nodeagent Options.DRA, in-process on a simulated
+//     dgxa100) with kube-scheduler and the kubelet's DRA manager: the slice and its writes,
+//     claims allocated, prepared with HAMi-core's limits and unprepared across an agent
+//     restart, Pending reasons, one owner per GPU against examples/extender, HAMi-DRA's
+//     claims.
 //   - quickstart: the examples/quickstart binary end to end: every step's lines, --keep and
 //     Ctrl-C, an interrupt midway, a machine without namespaces; nothing left behind.
 //

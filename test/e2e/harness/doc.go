@@ -4,7 +4,10 @@
 // deadline ([Eventually]), Nodes created and deleted per test ([ControlPlane.CreateNode]),
 // a test's logger ([Context]), names that keep tests apart on the shared cluster
 // ([UniqueName], [TestLabel]), and the kubelet peer per test ([StartDeviceManagerForTest],
-// [WaitForResources], [WaitForEvent], [ShortTempDir]). Everything that needs no testing.TB
+// [WaitForResources], [WaitForEvent], [ShortTempDir]), and DRA's ([ControlPlane.StartDRAManagerForTest],
+// [Claim], [ControlPlane.CreateClaimPod], [ControlPlane.WaitForAllocation],
+// [ControlPlane.ReleaseClaim] in place of kube-controller-manager, [ResolveCDI],
+// [ControlPlane.WatchSlices] to count slice writes). Everything that needs no testing.TB
 // (Start, Options, StartScheduler, WithHostname, Readyz, FreePorts, the process spawner,
 // the kubelet peers) is in envtest and its packages proc and kubeletpeer.
 //

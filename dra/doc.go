@@ -1,0 +1,83 @@
+// Package dra maps the GPUs a node agent scans ([annotation.Device]) to Kubernetes Dynamic
+// Resource Allocation devices (resource.k8s.io/v1): one device per GPU that several claims
+// may share, with consumable capacities memory and cores, health as a device taint and the
+// standard PCI attributes. It is pure: it imports k8s.io/api and no client.
+//
+// The same scan that feeds HAMi's register annotation feeds [Devices]; the node agent hands
+// the result to the DRA kubelet plugin (package draplugin), which publishes it as the node's
+// ResourceSlice, and reads each prepared claim's allocation back with [ConsumedFromResult].
+// kube-scheduler then does, for claims, what HAMi's extender does for pods: a claim that asks
+// {memory: 10Gi, cores: 30} gets a GPU with that much left, and the allocator records the
+// amounts in the claim's consumedCapacity.
+//
+// # Profiles
+//
+// A [Profile] names the devices. Two are offered ([ProfileByName] takes the names of a flag):
+//
+//	                    SDKProfile ("sdk")               HAMiProfile ("hami")
+//	driver, class       gpu.hamireg.io                   hami-core-gpu.project-hami.io
+//	device name         gpu-<index>                      hami-gpu-<index>
+//	attributes          uuid, index, numa, type (HAMi's  type = "hami-gpu", uuid, minor
+//	                    model), productName, mode,       (= index), productName, pcieBusID,
+//	                    resource.kubernetes.io/pciBusID  resource.kubernetes.io/pciBusID
+//	memory (bytes)      Devmem MiB; default: all of it; requests in steps of 1 MiB
+//	cores (percent)     Devcore; default 0               Devcore; default 100
+//	shares              Count; each allocation takes 1   (none)
+//	DeviceClass CEL     device.driver == <driver>        ... && type == "hami-gpu"
+//
+// The HAMi profile is HAMi-DRA's contract verbatim, so HAMi-DRA's webhook, which turns a
+// container's nvidia.com/gpu, gpumem and gpucores limits into a claim of the DeviceClass
+// hami-core-gpu.project-hami.io with capacity requests cores and memory, works unchanged on
+// a node served by this SDK. The SDK profile keeps HAMi's device-plugin meaning of the
+// defaults and caps the claims per GPU at its split count, as HAMi's extender does. Choose
+// the HAMi profile where HAMi-DRA's webhook writes the claims, the SDK profile otherwise. The
+// attributes pcieBusID and resource.kubernetes.io/pciBusID are set when the scan knows the
+// PCI address ([Extra]).
+//
+// The profiles differ in what a claim that asks no cores gets. In the SDK profile it consumes
+// 0 cores and its container gets CUDA_DEVICE_SM_LIMIT_<i>=0, which HAMi-core reads as no
+// limit: the device plugin's meaning of a pod without nvidia.com/gpucores. Such claims do
+// not count against the GPU's cores, so any number of them fit (up to the shares). In the
+// HAMi profile it consumes 100, exclusive compute, as HAMi's DRA driver publishes it; on a
+// GPU whose Devcore is below 100 (core scaling) the default is Devcore, since the API wants
+// the default inside the valid range. A claim that asks memory only takes the whole GPU's
+// compute in the HAMi profile and none of it in the SDK's.
+//
+// # Ownership and health
+//
+// Every device allows multiple allocations, with a request policy on each capacity; the
+// devices are sorted by index, the order in which the allocator tries them (first fit). An
+// unhealthy GPU stays in the slice with the NoSchedule taint <driver>/unhealthy
+// ([Profile.UnhealthyTaint]), so claims that do not tolerate it do not get it. One GPU has
+// one owner: a GPU that the device-plugin world owns ([Options.Owned] false) gets the
+// NoSchedule taint <driver>/owned-by-hami ([Profile.OwnedByHAMiTaint]), so kube-scheduler
+// never hands it to a claim while HAMi's extender counts its memory; the node agent keeps
+// the GPUs DRA owns out of the extender's view in turn.
+//
+// # What is left out
+//
+// GPUs in MIG mode are not published: MIG instances are not shared by HAMi-core and map to
+// DRA's partitionable devices (counter sets), a different shape. They stay with the device
+// plugin. [ConsumedFromResult] rejects a result that names one.
+//
+// Everything here is a pure function of its arguments: no I/O, no logging, no global state,
+// safe for concurrent use. Errors wrap [ErrInvalidDevice] or [ErrInvalidResult] and say what
+// to fix.
+//
+// Usage (the node agent does this on every scan, and the plugin at prepare time):
+//
+//	p := dra.SDKProfile()
+//	devs, err := dra.Devices(scanned, dra.Options{Profile: p, Owned: owned})
+//	if err != nil {
+//		return err
+//	}
+//	publish(devs) // as the node's ResourceSlice
+//
+//	for _, r := range claim.Status.Allocation.Devices.Results {
+//		c, err := dra.ConsumedFromResult(p, r, scanned)
+//		if err != nil {
+//			return err
+//		}
+//		prepare(c.Index, c.MemoryMiB, c.Cores)
+//	}
+package dra

@@ -1,0 +1,47 @@
+// Package draplugin is the DRA kubelet plugin of a node agent: it registers with the
+// kubelet's DRA manager, publishes the node's GPUs as a ResourceSlice pool (package dra's
+// mapping) and prepares claims with HAMi-core's limits as transient CDI specs.
+//
+// It stands on k8s.io/dynamic-resource-allocation: [Plugin.Run] starts the helper
+// (kubeletplugin.Start: the registrar socket <RegistrarDir>/<driver>-reg.sock and
+// <PluginDir>/dra.sock, gRPC calls serialised, the health service off because the slice's
+// <driver>/unhealthy taint carries health) and a resourceslice controller that owns one pool
+// named after the node, with one slice, owned by the Node object.
+//
+// # Publishing
+//
+// [Plugin.SetDevices] hands the plugin the scanned GPUs and their DRA devices (dra.Devices
+// of the same scan), before or during Run; the controller diffs them against the stored
+// slice and writes only a change, after Options.SliceSyncDelay. The kubelet's DRA manager
+// deletes the node's slices when it starts: the controller watches them and creates the
+// slice again.
+//
+// # Prepare and Unprepare
+//
+// For each claim the kubelet prepares, the plugin reads the allocation results of its driver
+// (dra.ConsumedFromResult: the GPU and the consumed memory and cores), refuses devices that
+// are not published, unhealthy, beyond their capacity with the claims prepared already, or
+// refused by Options.Refuse (the node agent's ownership check), and writes the claim's
+// transient CDI spec <CDIDir>/k8s.hamireg.io-claim_<claim UID>.json: kind
+// k8s.hamireg.io/claim, the claim's HAMi-core edits (allocation.ClaimResponse) at spec level
+// and one device <claim UID>-<device name> per result. The kubelet passes the CDI device IDs
+// to the container runtime, which applies the edits. The claim's HAMi-core state folder
+// <HookPath>/vgpu/claims/<claim UID> is created (mode 0777) only with
+// Options.PrepareStateDir; otherwise the plugin writes nothing on the host but the CDI specs
+// and its checkpoint. CUDA_DISABLE_CONTROL cannot be honoured: the claim does not carry the
+// container's environment, so /etc/ld.so.preload is always mounted.
+//
+// What was prepared is recorded in <PluginDir>/checkpoint.json (written atomically), because
+// Unprepare gets only the claim's UID and the plugin may have restarted in between: [New]
+// reads it, and a checkpoint that cannot be read fails New with an error wrapping
+// [ErrCheckpoint] that names the file. Both calls are idempotent: a prepared claim gets the
+// same answer again without a rewrite, and unpreparing a claim that is not prepared succeeds.
+//
+// # Lifecycle and concurrency
+//
+// New starts nothing. Run blocks until its context ends, then stops the helper and the
+// controller and returns nil; it may run again afterwards, but not twice at once
+// ([ErrAlreadyRunning]). SetDevices, [Plugin.PreparedGPUs] and [Plugin.Stats] are safe for
+// concurrent use with everything; Prepare and Unprepare are serialised. Options.Refuse is
+// called without the plugin's state lock, so it may call PreparedGPUs.
+package draplugin

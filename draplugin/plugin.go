@@ -1,0 +1,382 @@
+package draplugin
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/klog/v2"
+
+	"github.com/hamireg/hamireg/allocation"
+	"github.com/hamireg/hamireg/annotation"
+	"github.com/hamireg/hamireg/dra"
+)
+
+// Defaults of [Options].
+const (
+	// DefaultRegistrarDir is the kubelet's plugin registration folder.
+	DefaultRegistrarDir = "/var/lib/kubelet/plugins_registry"
+	// DefaultPluginDirBase + "/" + driver is the plugin's data folder (dra.sock, checkpoint).
+	DefaultPluginDirBase = "/var/lib/kubelet/plugins"
+	// DefaultCDIDir is where the transient CDI specs are written (containerd and CRI-O read it).
+	DefaultCDIDir = "/var/run/cdi"
+	// DefaultSliceSyncDelay is how long the ResourceSlice controller waits after a change
+	// before it writes (the controller's default: 30 s), so that a burst of changes is one
+	// write.
+	DefaultSliceSyncDelay = 30 * time.Second
+	// CDIVendor and CDIClass make the kind of the plugin's CDI specs, CDIVendor/CDIClass.
+	CDIVendor = "k8s.hamireg.io"
+	CDIClass  = "claim"
+	// CheckpointFile is the name of the checkpoint of prepared claims in Options.PluginDir.
+	CheckpointFile = "checkpoint.json"
+)
+
+// maxSocketPath is the longest path a unix socket can be bound at (sun_path is 108 bytes
+// with the terminating NUL).
+const maxSocketPath = 107
+
+// Errors, for errors.Is.
+var (
+	// ErrInvalidOptions: New was given options it cannot run with.
+	ErrInvalidOptions = errors.New("invalid DRA plugin options")
+	// ErrRefused: Prepare refused a device (Options.Refuse said no, the device is not one of
+	// the published GPUs, or it is unhealthy).
+	ErrRefused = errors.New("claim refused")
+	// ErrCheckpoint: the checkpoint of prepared claims cannot be read or written.
+	ErrCheckpoint = errors.New("DRA checkpoint")
+	// ErrCDI: a CDI spec cannot be written or removed.
+	ErrCDI = errors.New("CDI spec")
+	// ErrAlreadyRunning: Run was called while the Plugin runs.
+	ErrAlreadyRunning = errors.New("DRA plugin already running")
+)
+
+// Options configure a [Plugin].
+type Options struct {
+	// Profile is the driver name and device naming; required (dra.SDKProfile() or
+	// dra.HAMiProfile()).
+	Profile dra.Profile
+	// Client reads claims and writes ResourceSlices; NodeName is the node's name (both
+	// required); NodeUID is optional (looked up when empty).
+	Client   kubernetes.Interface
+	NodeName string
+	NodeUID  types.UID
+	// RegistrarDir is the kubelet's plugin registration folder. Default [DefaultRegistrarDir].
+	RegistrarDir string
+	// PluginDir holds dra.sock and the checkpoint ([CheckpointFile]). Default
+	// [DefaultPluginDirBase]/<driver>.
+	PluginDir string
+	// CDIDir is where the transient CDI spec of each prepared claim goes. Default
+	// [DefaultCDIDir].
+	CDIDir string
+	// Env shapes the HAMi-core edits (allocation.ClaimResponse).
+	Env allocation.EnvOptions
+	// PrepareStateDir makes Prepare create each claim's HAMi-core state folder on the host,
+	// <HookPath>/vgpu/claims/<claim UID>, empty with mode 0777, and Unprepare remove it, as
+	// nodeagent.HAMiCore does for containers. Set it when the plugin sees the host's
+	// <HookPath>/vgpu at the same path. Default false: the folder is left to the host, and
+	// the plugin touches no host folder but the CDI specs and its checkpoint.
+	PrepareStateDir bool
+	// SliceSyncDelay: see [DefaultSliceSyncDelay]. Negative: no delay (tests).
+	SliceSyncDelay time.Duration
+	// Refuse is asked before a claim is prepared, with the GPUs its results name: a non-nil
+	// error refuses the claim (wrapped in [ErrRefused]). The node agent refuses GPUs the
+	// device-plugin world owns or that hold a HAMi allocation. Nil: refuse none.
+	Refuse func(ctx context.Context, gpus []annotation.Device) error
+	// OnError, when set, is called by [Plugin.HandleError] after it logged a background
+	// error (publishing the ResourceSlice, the gRPC servers), for instance to record an Event
+	// on the Node. Nil: the error is only logged.
+	OnError func(ctx context.Context, err error, msg string)
+}
+
+// Stats are a Plugin's counters.
+type Stats struct {
+	// Prepared and Unprepared count claims prepared and unprepared (idempotent repeats
+	// included); Refused counts claims refused.
+	Prepared, Unprepared, Refused uint64
+	// SliceCreates, SliceUpdates and SliceDeletes are the ResourceSlice controller's writes,
+	// summed over the plugin's runs.
+	SliceCreates, SliceUpdates, SliceDeletes int64
+}
+
+// Plugin is the DRA kubelet plugin of one node: it registers with the kubelet, publishes the
+// node's GPUs as one ResourceSlice pool and prepares claims with HAMi-core's limits as CDI
+// specs.
+type Plugin struct {
+	opts      Options
+	syncDelay time.Duration
+	ckptPath  string
+
+	// opMu serialises Prepare and Unprepare (the helper does too, but they may be called
+	// directly); it is taken before mu and never while Refuse is waited for under mu.
+	opMu sync.Mutex
+
+	mu          sync.Mutex
+	gpus        []annotation.Device
+	devices     []resourcev1.Device
+	haveDevices bool
+	devVersion  uint64 // bumped by SetDevices
+	running     bool
+	ctrl        *resourceslice.Controller
+	pastSlices  resourceslice.Stats // the writes of the controllers of earlier runs
+	claims      map[types.UID]preparedClaim
+
+	prepared, unprepared, refused atomic.Uint64
+}
+
+var _ kubeletplugin.DRAPlugin = (*Plugin)(nil)
+
+// New validates opts (errors wrap [ErrInvalidOptions]) and returns a Plugin; it starts
+// nothing, but reads the checkpoint of the claims a previous process prepared in PluginDir
+// (a checkpoint that cannot be read is an error wrapping [ErrCheckpoint] that names the file).
+func New(opts Options) (*Plugin, error) {
+	if opts.Profile.Driver == "" {
+		return nil, fmt.Errorf("%w: Options.Profile.Driver is empty: set Options.Profile to dra.SDKProfile() or dra.HAMiProfile()", ErrInvalidOptions)
+	}
+	if opts.Client == nil {
+		return nil, fmt.Errorf("%w: Options.Client is nil: pass the node agent's Kubernetes client (it reads claims and writes ResourceSlices)", ErrInvalidOptions)
+	}
+	if opts.NodeName == "" {
+		return nil, fmt.Errorf("%w: Options.NodeName is empty: set it to the node's name (the downward API's spec.nodeName)", ErrInvalidOptions)
+	}
+	opts.RegistrarDir = cmp.Or(opts.RegistrarDir, DefaultRegistrarDir)
+	opts.PluginDir = cmp.Or(opts.PluginDir, filepath.Join(DefaultPluginDirBase, opts.Profile.Driver))
+	opts.CDIDir = cmp.Or(opts.CDIDir, DefaultCDIDir)
+	for _, s := range []struct{ field, path string }{
+		{"Options.PluginDir", filepath.Join(opts.PluginDir, "dra.sock")},
+		{"Options.RegistrarDir", filepath.Join(opts.RegistrarDir, opts.Profile.Driver+"-reg.sock")},
+	} {
+		if len(s.path) > maxSocketPath {
+			return nil, fmt.Errorf("%w: %s gives the socket path %s of %d bytes, a unix socket takes at most %d: choose a shorter folder", ErrInvalidOptions, s.field, s.path, len(s.path), maxSocketPath)
+		}
+	}
+	p := &Plugin{
+		opts:     opts,
+		ckptPath: filepath.Join(opts.PluginDir, CheckpointFile),
+	}
+	switch {
+	case opts.SliceSyncDelay < 0:
+		p.syncDelay = 0
+	case opts.SliceSyncDelay == 0:
+		p.syncDelay = DefaultSliceSyncDelay
+	default:
+		p.syncDelay = opts.SliceSyncDelay
+	}
+	claims, err := readCheckpoint(p.ckptPath, opts.Profile.Driver)
+	if err != nil {
+		return nil, err
+	}
+	p.claims = claims
+	return p, nil
+}
+
+// Driver returns the plugin's driver name.
+func (p *Plugin) Driver() string { return p.opts.Profile.Driver }
+
+// SetDevices sets the scanned GPUs and their DRA devices (dra.Devices of the same scan):
+// the slice follows them (written only when it changes), and Prepare resolves device names
+// through them. It may be called before Run.
+func (p *Plugin) SetDevices(gpus []annotation.Device, devices []resourcev1.Device) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.gpus = append([]annotation.Device(nil), gpus...)
+	p.devices = make([]resourcev1.Device, len(devices))
+	for i := range devices {
+		devices[i].DeepCopyInto(&p.devices[i])
+	}
+	p.haveDevices = true
+	p.devVersion++
+	if p.ctrl != nil {
+		// The controller diffs against the stored slice: the same devices write nothing.
+		p.ctrl.Update(p.resourcesLocked())
+	}
+}
+
+// resourcesLocked is the desired state of the controller: one pool named after the node,
+// one slice with the devices in their given order; nil before the first SetDevices, so that
+// a plugin that has not scanned yet does not publish an empty pool. p.mu is held.
+func (p *Plugin) resourcesLocked() *resourceslice.DriverResources {
+	if !p.haveDevices {
+		return nil
+	}
+	return &resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{
+		p.opts.NodeName: {Slices: []resourceslice.Slice{{Devices: p.devices}}},
+	}}
+}
+
+// Run registers with the kubelet (kubeletplugin.Start), publishes the devices and serves
+// Prepare and Unprepare until ctx ends; it returns nil then, after stopping everything it
+// started, or early with the error that stopped it.
+func (p *Plugin) Run(ctx context.Context) error {
+	p.mu.Lock()
+	if p.running {
+		p.mu.Unlock()
+		return ErrAlreadyRunning
+	}
+	p.running = true
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.running = false
+		p.mu.Unlock()
+	}()
+	logger := klog.FromContext(ctx)
+
+	for _, dir := range []string{p.opts.RegistrarDir, p.opts.PluginDir} {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return fmt.Errorf("create plugin folder: %w", err)
+		}
+	}
+	uid := p.opts.NodeUID
+	if uid == "" {
+		node, err := p.opts.Client.CoreV1().Nodes().Get(ctx, p.opts.NodeName, metav1.GetOptions{})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("look up node %s for its UID (the ResourceSlice's owner): %w", p.opts.NodeName, err)
+		}
+		uid = node.UID
+	}
+	helper, err := kubeletplugin.Start(ctx, p,
+		kubeletplugin.DriverName(p.opts.Profile.Driver),
+		kubeletplugin.KubeClient(p.opts.Client),
+		kubeletplugin.NodeName(p.opts.NodeName),
+		kubeletplugin.NodeUID(uid),
+		kubeletplugin.RegistrarDirectoryPath(p.opts.RegistrarDir),
+		kubeletplugin.PluginDataDirectoryPath(p.opts.PluginDir),
+		kubeletplugin.HealthService(false), // the slice's taints carry health
+		kubeletplugin.Serialize(true),
+	)
+	if err != nil {
+		return fmt.Errorf("start DRA kubelet plugin %s: %w", p.opts.Profile.Driver, err)
+	}
+	defer helper.Stop()
+
+	p.mu.Lock()
+	resources, version := p.resourcesLocked(), p.devVersion
+	p.mu.Unlock()
+	delay := p.syncDelay
+	ctrl, err := resourceslice.StartController(ctx, resourceslice.Options{
+		DriverName:   p.opts.Profile.Driver,
+		KubeClient:   p.opts.Client,
+		Owner:        &resourceslice.Owner{APIVersion: "v1", Kind: "Node", Name: p.opts.NodeName, UID: uid},
+		Resources:    resources,
+		SyncDelay:    &delay,
+		ErrorHandler: p.HandleError,
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("start the ResourceSlice controller of %s: %w", p.opts.Profile.Driver, err)
+	}
+	p.mu.Lock()
+	p.ctrl = ctrl
+	if p.devVersion != version { // SetDevices ran while the controller started
+		ctrl.Update(p.resourcesLocked())
+	}
+	p.mu.Unlock()
+	logger.V(2).Info("DRA plugin running", "driver", p.opts.Profile.Driver, "node", p.opts.NodeName, "pluginDir", p.opts.PluginDir)
+
+	<-ctx.Done()
+
+	p.mu.Lock()
+	p.ctrl = nil
+	p.mu.Unlock()
+	ctrl.Stop()
+	s := ctrl.GetStats()
+	p.mu.Lock()
+	p.pastSlices.NumCreates += s.NumCreates
+	p.pastSlices.NumUpdates += s.NumUpdates
+	p.pastSlices.NumDeletes += s.NumDeletes
+	p.mu.Unlock()
+	logger.V(2).Info("DRA plugin stopped", "driver", p.opts.Profile.Driver)
+	return nil
+}
+
+// HandleError implements kubeletplugin.DRAPlugin: it logs err, at error level, with whether
+// it is recoverable (errors.Is(err, kubeletplugin.ErrRecoverable): the helper and the
+// controller retry), and hands it to Options.OnError. A fatal error (the gRPC servers failed)
+// is not acted upon here: the node agent, which owns the process, decides.
+func (p *Plugin) HandleError(ctx context.Context, err error, msg string) {
+	recoverable := errors.Is(err, kubeletplugin.ErrRecoverable)
+	klog.FromContext(ctx).Error(err, msg, "driver", p.opts.Profile.Driver, "recoverable", recoverable)
+	if p.opts.OnError != nil {
+		p.opts.OnError(ctx, err, msg)
+	}
+}
+
+// WatchHealthStatus implements kubeletplugin.DRAPlugin: it returns
+// kubeletplugin.ErrHealthNotSupported. Run turns the health service off (the slice's
+// <driver>/unhealthy taint carries health), so the kubelet does not call it.
+func (p *Plugin) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceHealthReport) error {
+	return kubeletplugin.ErrHealthNotSupported
+}
+
+// PreparedGPUs returns the UUIDs of the GPUs that prepared claims hold, with the claim UIDs.
+func (p *Plugin) PreparedGPUs() map[string][]types.UID {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[string][]types.UID)
+	for uid, c := range p.claims {
+		for _, d := range c.Devices {
+			if !containsUID(out[d.UUID], uid) {
+				out[d.UUID] = append(out[d.UUID], uid)
+			}
+		}
+	}
+	return out
+}
+
+func containsUID(uids []types.UID, uid types.UID) bool {
+	for _, u := range uids {
+		if u == uid {
+			return true
+		}
+	}
+	return false
+}
+
+// Stats returns the plugin's counters.
+func (p *Plugin) Stats() Stats {
+	p.mu.Lock()
+	slices := p.pastSlices
+	if p.ctrl != nil {
+		s := p.ctrl.GetStats()
+		slices.NumCreates += s.NumCreates
+		slices.NumUpdates += s.NumUpdates
+		slices.NumDeletes += s.NumDeletes
+	}
+	p.mu.Unlock()
+	return Stats{
+		Prepared:     p.prepared.Load(),
+		Unprepared:   p.unprepared.Load(),
+		Refused:      p.refused.Load(),
+		SliceCreates: slices.NumCreates,
+		SliceUpdates: slices.NumUpdates,
+		SliceDeletes: slices.NumDeletes,
+	}
+}
+
+// ClusterRoleRules are the RBAC rules the plugin needs: resourceslices (get, list, watch,
+// create, update, delete), resourceclaims (get), nodes (get).
+func ClusterRoleRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{resourcev1.GroupName}, Resources: []string{"resourceslices"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
+		{APIGroups: []string{resourcev1.GroupName}, Resources: []string{"resourceclaims"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}},
+	}
+}
