@@ -9,8 +9,11 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 
 	"github.com/hamireg/hamireg/allocation"
+	"github.com/hamireg/hamireg/dra"
+	"github.com/hamireg/hamireg/draplugin"
 	"github.com/hamireg/hamireg/internal/manifests"
 	"github.com/hamireg/hamireg/kubeletplugin"
 	"github.com/hamireg/hamireg/nodeagent"
@@ -20,10 +23,13 @@ import (
 func TestManifests(t *testing.T) {
 	t.Parallel()
 	var (
-		ds   *appsv1.DaemonSet
-		sa   *corev1.ServiceAccount
-		role *rbacv1.ClusterRole
-		crb  *rbacv1.ClusterRoleBinding
+		ds      *appsv1.DaemonSet
+		sa      *corev1.ServiceAccount
+		role    *rbacv1.ClusterRole
+		crb     *rbacv1.ClusterRoleBinding
+		draRole *rbacv1.ClusterRole
+		draCRB  *rbacv1.ClusterRoleBinding
+		classes = map[string]*resourcev1.DeviceClass{}
 	)
 	for _, obj := range manifests.Glob(t, "deploy/*.yaml") {
 		switch o := obj.(type) {
@@ -32,15 +38,45 @@ func TestManifests(t *testing.T) {
 		case *corev1.ServiceAccount:
 			sa = o
 		case *rbacv1.ClusterRole:
-			role = o
+			if strings.HasSuffix(o.Name, "-dra") {
+				draRole = o
+			} else {
+				role = o
+			}
 		case *rbacv1.ClusterRoleBinding:
-			crb = o
+			if strings.HasSuffix(o.Name, "-dra") {
+				draCRB = o
+			} else {
+				crb = o
+			}
+		case *resourcev1.DeviceClass:
+			classes[o.Name] = o
 		default:
 			t.Errorf("unexpected object %T", obj)
 		}
 	}
-	if ds == nil || sa == nil || role == nil || crb == nil {
-		t.Fatalf("want a DaemonSet, a ServiceAccount, a ClusterRole and a ClusterRoleBinding; got %v %v %v %v", ds != nil, sa != nil, role != nil, crb != nil)
+	if ds == nil || sa == nil || role == nil || crb == nil || draRole == nil || draCRB == nil {
+		t.Fatalf("want a DaemonSet, a ServiceAccount, two ClusterRoles and two ClusterRoleBindings (one of each for --dra); got %v %v %v %v %v %v",
+			ds != nil, sa != nil, role != nil, crb != nil, draRole != nil, draCRB != nil)
+	}
+	// --dra: the DeviceClass of each profile, as package dra writes it, and its extra RBAC.
+	for _, p := range []dra.Profile{dra.SDKProfile(), dra.HAMiProfile()} {
+		want := dra.DeviceClass(p)
+		got, ok := classes[want.Name]
+		if !ok {
+			t.Errorf("no DeviceClass %s (profile %s)", want.Name, p.Name)
+			continue
+		}
+		if diff := cmp.Diff(want.Spec, got.Spec); diff != "" {
+			t.Errorf("DeviceClass %s differs from dra.DeviceClass (-want +got):\n%s", want.Name, diff)
+		}
+	}
+	if diff := cmp.Diff(nodeagent.DRAClusterRoleRules(), draRole.Rules); diff != "" {
+		t.Errorf("ClusterRole %s rules differ from nodeagent.DRAClusterRoleRules() (-want +got):\n%s", draRole.Name, diff)
+	}
+	wantDRARef := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: draRole.Name}
+	if draCRB.RoleRef != wantDRARef || !cmp.Equal(draCRB.Subjects, []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: sa.Namespace}}) {
+		t.Errorf("ClusterRoleBinding %s binds %+v to %+v, want %+v to the ServiceAccount", draCRB.Name, draCRB.RoleRef, draCRB.Subjects, wantDRARef)
 	}
 
 	if diff := cmp.Diff(nodeagent.ClusterRoleRules(), role.Rules); diff != "" {
@@ -100,6 +136,10 @@ func TestManifests(t *testing.T) {
 	want := map[string]string{
 		filepath.Clean(kubeletplugin.DefaultPluginDir):    filepath.Clean(kubeletplugin.DefaultPluginDir),
 		filepath.Join(allocation.DefaultHookPath, "vgpu"): filepath.Join(allocation.DefaultHookPath, "vgpu"),
+		// --dra: the registrar's and the plugin's folders under the kubelet's root, the CDI folder.
+		draplugin.DefaultRegistrarDir:  draplugin.DefaultRegistrarDir,
+		draplugin.DefaultPluginDirBase: draplugin.DefaultPluginDirBase,
+		draplugin.DefaultCDIDir:        draplugin.DefaultCDIDir,
 	}
 	if diff := cmp.Diff(want, mounts); diff != "" {
 		t.Errorf("hostPath mounts, host path -> container path (-want +got):\n%s", diff)

@@ -10,6 +10,7 @@
 //	             [--kubelet-root-dir /var/lib/kubelet] [--kubeconfig FILE] [--kube-qps 50] [--kube-burst 100] [-v 2]
 //	             [--topology-score] [--topology-version master|v2.9.0]
 //	             [--mig [--mig-allowlist FILE] [--mig-model-match word|substring] [--mig-profiles base|all]]
+//	             [--dra [--dra-profile sdk|hami] [--dra-gpus UUID|INDEX,...] [--cdi-dir /var/run/cdi] [--dra-slice-sync-delay 30s]]
 //
 // --topology-score (default: env ENABLE_TOPOLOGY_SCORE=true, as HAMi's plugin reads it) also
 // publishes the GPUs' topology scores in hami.io/node-nvidia-score, for HAMi's topology-aware
@@ -38,13 +39,31 @@
 //
 // deploy/daemonset.yaml shows the arguments of a MIG node.
 //
+// # DRA
+//
+// --dra makes the same process a DRA driver as well (nodeagent's Options.DRA): it registers
+// with the kubelet's DRA manager through <kubelet-root-dir>/plugins_registry, publishes the
+// GPUs as the node's ResourceSlice (one device per GPU that claims share, with consumable
+// memory and cores) and prepares each claim as a transient CDI spec in --cdi-dir with
+// HAMi-core's limits computed from the claim's consumed capacity. --dra-profile picks the
+// names: sdk (driver gpu.hamireg.io, a claim that asks no cores gets no core limit) or hami
+// (HAMi-DRA's driver hami-core-gpu.project-hami.io verbatim, so HAMi-DRA's webhook works
+// unchanged; a claim that asks no cores gets 100). Each GPU has one owner: --dra-gpus lists
+// those DRA owns (default: all); the others stay with the device plugin. A DRA-owned GPU is
+// cordoned for HAMi's extender (hami.io/device-cordon; health false with v2.9.0's) and not
+// counted in nvidia.com/gpu; a device-plugin-owned GPU is published tainted
+// <driver>/owned-by-hami so no claim gets it. deploy/dra.yaml has the DeviceClasses of both
+// profiles and the extra RBAC (resourceslices, resourceclaims); the DaemonSet shows the flags
+// and the folders to mount.
+//
 // The node name comes from NODE_NAME (the chart sets it from spec.nodeName; the legacy
 // NodeName works too). Without --kubeconfig the in-cluster configuration is used.
 //
 // # Without a GPU
 //
 // --simulate dgxa100|dgxh100|dgxh200|dgxb200 runs on one of go-nvml's simulated servers
-// instead of the driver: eight GPUs with random UUIDs, interconnected as
+// instead of the driver: eight GPUs with random UUIDs (--simulate-uuid-seed SEED derives them
+// from SEED, so that a restarted plugin sees the same GPUs), interconnected as
 // --simulate-topology says (nvswitch, the DGX's, by default; hybrid-cube-mesh, a DGX-1V's
 // direct NVLinks; pcie). Then SIGUSR1 injects a critical XID
 // (79) on GPU 0, which turns it unhealthy on both channels; it is healthy again once
@@ -84,6 +103,8 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -97,6 +118,8 @@ import (
 
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
+	"github.com/hamireg/hamireg/dra"
+	"github.com/hamireg/hamireg/draplugin"
 	"github.com/hamireg/hamireg/kubeletplugin"
 	"github.com/hamireg/hamireg/mig"
 	"github.com/hamireg/hamireg/nodeagent"
@@ -150,6 +173,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, h host) int {
 	topoScore := flags.Bool("topology-score", h.getenv("ENABLE_TOPOLOGY_SCORE") == "true",
 		"publish topology scores in hami.io/node-nvidia-score (HAMi: ENABLE_TOPOLOGY_SCORE=true)")
 	topoVersion := flags.String("topology-version", "master", "whose scoring rules: master (NVLinks, then NVSwitch links) or v2.9.0 (direct NVLinks only)")
+	simSeed := flags.String("simulate-uuid-seed", "", "with --simulate, derive the GPUs' UUIDs from this `seed` instead of drawing them, so that a restart sees the same GPUs; \"\" = random")
 	simTopology := flags.String("simulate-topology", string(nvmlsim.TopologyNVSwitch), "interconnect of the --simulate node: nvswitch, hybrid-cube-mesh or pcie")
 	quiet := flags.Duration("health-quiet-period", nvmlscan.DefaultQuietPeriod, "time without a critical XID before an unhealthy GPU is healthy again")
 	migMode := flags.Bool("mig", false, "operating mode mig: publish the GPUs' MIG profiles and realise MIG reservations at Allocate (HAMi master's dynamic MIG)")
@@ -158,6 +182,11 @@ func run(ctx context.Context, args []string, stderr io.Writer, h host) int {
 	flags.TextVar(&migMatch, "mig-model-match", mig.MatchWord, "how allowlist models match NVML names: word (at word boundaries) or substring (HAMi's strings.Contains)")
 	var migProfiles nvmlscan.MIGDiscovery
 	flags.TextVar(&migProfiles, "mig-profiles", nvmlscan.MIGDiscoveryBaseSlices, "how profile names resolve to NVML profiles: base (HAMi's slice-count mapping) or all (every profile id, REV profiles correct)")
+	draOn := flags.Bool("dra", false, "also serve DRA: publish the GPUs DRA owns as a ResourceSlice (consumable memory and cores) and prepare their claims with HAMi-core's limits as CDI specs")
+	draProfile := flags.String("dra-profile", "sdk", "DRA profile: sdk (driver "+dra.SDKDriver+") or hami (HAMi-DRA's driver "+dra.HAMiDriver+", for HAMi-DRA's webhook)")
+	draGPUs := flags.String("dra-gpus", "", "with --dra, the GPUs DRA owns, a comma list of UUIDs or NVML indexes; the others stay with the device plugin (default: all)")
+	cdiDir := flags.String("cdi-dir", draplugin.DefaultCDIDir, "with --dra, the `folder` of the claims' transient CDI specs (the container runtime's CDI spec folder)")
+	draSyncDelay := flags.Duration("dra-slice-sync-delay", draplugin.DefaultSliceSyncDelay, "with --dra, how long a changed ResourceSlice waits before it is written (a burst of changes is one write)")
 	debugAddr := flags.String("simulate-debug-address", "", "with --simulate, serve GET /debug/nvmlsim/mig (the simulated GPUs' MIG instances, JSON) on this `address`; \"\" = off")
 	verbosity := flags.Int("v", 0, "log verbosity")
 	if err := flags.Parse(args); err != nil {
@@ -191,7 +220,14 @@ func run(ctx context.Context, args []string, stderr io.Writer, h host) int {
 	if *debugAddr != "" && *simulate == "" {
 		return usage("--simulate-debug-address needs --simulate")
 	}
+	if *simSeed != "" && *simulate == "" {
+		return usage("--simulate-uuid-seed needs --simulate")
+	}
 	mo, err := migOptions(*migMode, *migAllowlist, migMatch, migProfiles)
+	if err != nil {
+		return usage("%v", err)
+	}
+	draOpts, err := draOptions(*draOn, *draProfile, *draGPUs, *rootDir, *cdiDir, *draSyncDelay)
 	if err != nil {
 		return usage("%v", err)
 	}
@@ -203,6 +239,9 @@ func run(ctx context.Context, args []string, stderr io.Writer, h host) int {
 		node, err := nvmlsim.New(*simulate)
 		if err != nil {
 			return usage("--simulate: %v", err)
+		}
+		if *simSeed != "" {
+			node.SetUUIDSeed(*simSeed)
 		}
 		if err := node.SetTopology(nvmlsim.Topology(*simTopology)); err != nil {
 			return usage("--simulate-topology: %v", err)
@@ -243,12 +282,17 @@ func run(ctx context.Context, args []string, stderr io.Writer, h host) int {
 	if *migMode {
 		instances = scanner.MIG()
 	}
+	env := allocation.EnvOptions{HookPath: *hookPath, DeviceMemoryScaling: *memScaling}
+	if draOpts != nil {
+		draOpts.Plugin.Env, draOpts.Plugin.PrepareStateDir = env, *prepare
+	}
 	agent, err := nodeagent.New(client, nodeName, scanner, nodeagent.Options{
+		DRA:            draOpts,
 		MIG:            instances,
 		TopologyScores: *topoScore,
 		Kubelet:        kubeletplugin.Options{PluginDir: kubeletplugin.PluginDirFromRootDir(*rootDir)},
 		Allocator: nodeagent.HAMiCore{
-			Env:             allocation.EnvOptions{HookPath: *hookPath, DeviceMemoryScaling: *memScaling},
+			Env:             env,
 			PrepareStateDir: *prepare,
 		},
 	})
@@ -321,6 +365,30 @@ func migOptions(on bool, allowlistFile string, match mig.MatchRule, profiles nvm
 		}
 	}
 	return c, nil
+}
+
+// draOptions reads the --dra flags: nil without --dra; else the node agent's DRA options with
+// the profile, the GPUs DRA owns (nil: all), the kubelet's plugin folders under rootDir, the
+// CDI folder and the slice sync delay.
+func draOptions(on bool, profile, gpus, rootDir, cdiDir string, syncDelay time.Duration) (*nodeagent.DRAOptions, error) {
+	if !on {
+		return nil, nil
+	}
+	p, err := dra.ProfileByName(profile)
+	if err != nil {
+		return nil, fmt.Errorf("--dra-profile: %w", err)
+	}
+	o := &nodeagent.DRAOptions{Plugin: draplugin.Options{
+		Profile:        p,
+		RegistrarDir:   filepath.Join(rootDir, "plugins_registry"),
+		PluginDir:      filepath.Join(rootDir, "plugins", p.Driver),
+		CDIDir:         cdiDir,
+		SliceSyncDelay: syncDelay,
+	}}
+	if gpus != "" {
+		o.GPUs = strings.Split(gpus, ",")
+	}
+	return o, nil
 }
 
 // debugPath is where --simulate-debug-address serves the simulated GPUs' MIG state.

@@ -47,19 +47,28 @@ func TestRunUsage(t *testing.T) {
 	tests := map[string]struct {
 		args []string
 		env  map[string]string
+		// host: a fake clientset instead of --kubeconfig.
+		host bool
 		code int
 		want string
 	}{
-		"unknown flag":        {args: []string{"--bogus"}, env: withNode, code: 2, want: "flag provided but not defined: -bogus"},
-		"bad flag value":      {args: []string{"--device-split-count", "ten"}, env: withNode, code: 2, want: "invalid value"},
-		"extra argument":      {args: []string{"serve"}, env: withNode, code: 2, want: `unexpected arguments ["serve"]`},
-		"negative split":      {args: []string{"--device-split-count", "-1"}, env: withNode, code: 2, want: "--device-split-count -1"},
-		"no node name":        {code: 2, want: "NODE_NAME"},
-		"invalid node name":   {env: map[string]string{"NODE_NAME": "Not_A_Node"}, code: 2, want: "invalid node name"},
-		"unknown server":      {args: []string{"--simulate", "dgx1"}, env: withNode, code: 2, want: `unknown simulated server "dgx1"`},
-		"unknown topology":    {args: []string{"--simulate", "dgxh100", "--simulate-topology", "torus"}, env: withNode, code: 2, want: `unknown simulated topology "torus"`},
-		"topology version":    {args: []string{"--topology-version", "v3"}, env: withNode, code: 2, want: `--topology-version "v3"`},
-		"zero memory scaling": {args: []string{"--simulate", "dgxa100", "--device-memory-scaling", "0"}, env: withNode, code: 2, want: "invalid options"},
+		"unknown flag":          {args: []string{"--bogus"}, env: withNode, code: 2, want: "flag provided but not defined: -bogus"},
+		"bad flag value":        {args: []string{"--device-split-count", "ten"}, env: withNode, code: 2, want: "invalid value"},
+		"extra argument":        {args: []string{"serve"}, env: withNode, code: 2, want: `unexpected arguments ["serve"]`},
+		"negative split":        {args: []string{"--device-split-count", "-1"}, env: withNode, code: 2, want: "--device-split-count -1"},
+		"no node name":          {code: 2, want: "NODE_NAME"},
+		"invalid node name":     {env: map[string]string{"NODE_NAME": "Not_A_Node"}, code: 2, want: "invalid node name"},
+		"unknown server":        {args: []string{"--simulate", "dgx1"}, env: withNode, code: 2, want: `unknown simulated server "dgx1"`},
+		"unknown topology":      {args: []string{"--simulate", "dgxh100", "--simulate-topology", "torus"}, env: withNode, code: 2, want: `unknown simulated topology "torus"`},
+		"topology version":      {args: []string{"--topology-version", "v3"}, env: withNode, code: 2, want: `--topology-version "v3"`},
+		"zero memory scaling":   {args: []string{"--simulate", "dgxa100", "--device-memory-scaling", "0"}, env: withNode, code: 2, want: "invalid options"},
+		"seed without simulate": {args: []string{"--simulate-uuid-seed", "n1"}, env: withNode, code: 2, want: "--simulate-uuid-seed needs --simulate"},
+		"unknown DRA profile":   {args: []string{"--dra", "--dra-profile", "nvidia"}, env: withNode, code: 2, want: `--dra-profile: unknown DRA profile "nvidia"`},
+		// The agent validates the GPUs at New (after the scan and the client).
+		"empty DRA GPU": {
+			args: []string{"--simulate", "dgxa100", "--dra", "--dra-gpus", "0,,1"}, env: withNode, host: true,
+			code: 2, want: `DRA.GPUs entry ""`,
+		},
 		"no kubeconfig file": {
 			args: []string{"--simulate", "dgxh100", "--kubeconfig", filepath.Join(t.TempDir(), "missing")}, env: withNode,
 			code: 1, want: "give --kubeconfig",
@@ -69,7 +78,11 @@ func TestRunUsage(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			var stderr syncBuffer
-			if code := run(t.Context(), tc.args, &stderr, host{getenv: env(tc.env)}); code != tc.code {
+			h := host{getenv: env(tc.env)}
+			if tc.host {
+				h.client = fake.NewClientset()
+			}
+			if code := run(t.Context(), tc.args, &stderr, h); code != tc.code {
 				t.Errorf("exit status %d, want %d; stderr:\n%s", code, tc.code, stderr.String())
 			}
 			if !strings.Contains(stderr.String(), tc.want) {
