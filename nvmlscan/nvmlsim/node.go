@@ -1,7 +1,9 @@
 package nvmlsim
 
 import (
+	"crypto/sha256"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing/fstest"
@@ -121,8 +123,23 @@ func (n *Node) free() nvml.Return {
 // Device returns GPU i of the server.
 func (n *Node) Device(i int) *server.Device { return n.Server.Devices[i].(*server.Device) }
 
-// UUID returns the UUID of GPU i (the simulated servers draw them at random).
+// UUID returns the UUID of GPU i (the simulated servers draw them at random; see
+// [Node.SetUUIDSeed]).
 func (n *Node) UUID(i int) string { return n.Device(i).UUID }
+
+// SetUUIDSeed replaces the GPUs' random UUIDs with ones derived from seed and the GPU's index
+// (a version-4-shaped UUID from the SHA-256 of both), so that a program restarted with the
+// same seed sees the same GPUs, as a real node does after a restart. Call it before a scanner
+// reads the node.
+func (n *Node) SetUUIDSeed(seed string) {
+	for i := range n.Server.Devices {
+		sum := sha256.Sum256([]byte(seed + "/" + strconv.Itoa(i)))
+		b := sum[:16]
+		b[6] = b[6]&0x0f | 0x40 // version 4
+		b[8] = b[8]&0x3f | 0x80 // RFC 4122 variant
+		n.Device(i).UUID = fmt.Sprintf("GPU-%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+	}
+}
 
 // XID queues a critical XID event on GPU i.
 func (n *Node) XID(i int, xid uint64) {
