@@ -15,6 +15,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -59,9 +60,10 @@ type quickstart struct {
 	extenderURL string
 	plugin      *proc.Process
 	extender    *proc.Process
-	scores      bool     // the device plugin publishes topology scores
-	metricsURL  string   // the extender's /metrics
-	demoGPUs    []string // the UUIDs of the demo pod's GPUs
+	scores      bool              // the device plugin publishes topology scores
+	metricsURL  string            // the extender's /metrics
+	demoGPUs    []string          // the UUIDs of the demo pod's GPUs
+	demoEnv     map[string]string // the env the demo pod's Allocate returned
 	objects     []runtime.Object
 }
 
@@ -214,6 +216,8 @@ func (q *quickstart) apply(ctx context.Context) error {
 			_, err = c.AppsV1().DaemonSets(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
 		case *coordinationv1.Lease:
 			_, err = c.CoordinationV1().Leases(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *resourcev1.DeviceClass:
+			_, err = c.ResourceV1().DeviceClasses().Create(ctx, o, metav1.CreateOptions{})
 		default:
 			err = fmt.Errorf("the quickstart does not know how to create a %T", o)
 		}

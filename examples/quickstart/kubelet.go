@@ -31,10 +31,12 @@ import (
 // Node's status (a real kubelet: on a device change, and every 10 s).
 const statusPeriod = time.Second
 
-// admission is what the kubelet's device manager gave one pod's GPU containers.
+// admission is what the kubelet's device manager gave one pod's GPU containers, and the DRA
+// manager its claims.
 type admission struct {
 	pod    *corev1.Pod
 	allocs map[string]kubeletpeer.Allocation // by container
+	cdi    map[string][]string               // the CDI device IDs of each container's claims
 	err    error
 }
 
@@ -51,6 +53,7 @@ type kubelet struct {
 	announce func(admission) // called for each pod admitted (may be nil)
 
 	mu       sync.Mutex
+	dra      *kubeletpeer.DRAManager // set by the DRA step; pods with claims are prepared through it
 	admitted map[types.UID]admission
 	changed  chan struct{} // closed and replaced on each admission
 }
@@ -104,10 +107,27 @@ func (k *kubelet) admit(ctx context.Context, p *corev1.Pod) {
 	if done || p.DeletionTimestamp != nil {
 		return
 	}
-	a := admission{pod: p, allocs: map[string]kubeletpeer.Allocation{}}
-	if k.running[p.Name] {
+	a := admission{pod: p, allocs: map[string]kubeletpeer.Allocation{}, cdi: map[string][]string{}}
+	k.mu.Lock()
+	draManager := k.dra
+	k.mu.Unlock()
+	switch {
+	case k.running[p.Name]:
 		a.err = k.reportRunning(ctx, p)
-	} else {
+	case len(p.Spec.ResourceClaims) > 0 && draManager != nil:
+		// As the kubelet does before the containers start: NodePrepareResources of each
+		// claim's driver, then the CDI devices of each container.
+		a.err = draManager.Prepare(ctx, p)
+		for _, c := range p.Spec.Containers {
+			if a.err != nil {
+				break
+			}
+			a.cdi[c.Name], a.err = draManager.GetResources(p, c.Name)
+		}
+		if a.err != nil {
+			a.err = fmt.Errorf("the kubelet's DRA Prepare of pod %s/%s: %w", p.Namespace, p.Name, a.err)
+		}
+	default:
 		for _, c := range p.Spec.Containers {
 			if _, ok := c.Resources.Limits[annotation.ResourceNVIDIAGPU]; !ok {
 				continue
@@ -210,8 +230,10 @@ func (q *quickstart) startNode(ctx context.Context) error {
 }
 
 // startPlugin runs examples/deviceplugin --simulate dgxa100 with the DaemonSet's arguments
-// (its socket in the device manager's folder), as the ServiceAccount hami-device-plugin.
-func (q *quickstart) startPlugin(ctx context.Context) error {
+// (its socket in the device manager's folder) and extra, as the ServiceAccount
+// hami-device-plugin. Run again (the DRA step), it stops the running plugin first and prints
+// only the arguments.
+func (q *quickstart) startPlugin(ctx context.Context, extra ...string) error {
 	ds, err := find[*appsv1.DaemonSet](q, pluginName)
 	if err != nil {
 		return err
@@ -231,7 +253,8 @@ func (q *quickstart) startPlugin(ctx context.Context) error {
 			args = append(args, a)
 		}
 	}
-	args = append(args, "--kubelet-root-dir="+root, "--simulate=dgxa100", "--prepare-state-dir=false", "--kubeconfig="+kubeconfig, fmt.Sprintf("-v=%d", q.opts.verbosity))
+	args = append(args, extra...)
+	args = append(args, "--kubelet-root-dir="+root, "--simulate=dgxa100", "--simulate-uuid-seed="+q.opts.node, "--prepare-state-dir=false", "--kubeconfig="+kubeconfig, fmt.Sprintf("-v=%d", q.opts.verbosity))
 	// The container's literal env (HOOK_PATH, ENABLE_TOPOLOGY_SCORE, …) and NODE_NAME, which
 	// the DaemonSet takes from spec.nodeName, over this process's own.
 	env := []string{"NODE_NAME=" + q.opts.node}
@@ -251,14 +274,27 @@ func (q *quickstart) startPlugin(ctx context.Context) error {
 		}
 	}
 	q.scores = publishesScores(args, manifestEnv["ENABLE_TOPOLOGY_SCORE"])
-	if _, err := q.cp.AdminClient().CoreV1().Pods(namespace).Create(ctx, standInPod(q.pluginPod(), ds.Spec.Template, q.opts.node), metav1.CreateOptions{}); err != nil {
+	restart := q.plugin != nil
+	if restart {
+		if err := q.plugin.Stop(20 * time.Second); err != nil {
+			return fmt.Errorf("stop the device plugin: %w", err)
+		}
+	} else if _, err := q.cp.AdminClient().CoreV1().Pods(namespace).Create(ctx, standInPod(q.pluginPod(), ds.Spec.Template, q.opts.node), metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create the device plugin's Pod: %w", err)
 	}
-	p, err := q.spawn(proc.Options{Name: "deviceplugin", Path: filepath.Join(q.bin, "deviceplugin"), Args: args, Env: env})
+	name := "deviceplugin"
+	if restart {
+		name += "-dra"
+	}
+	p, err := q.spawn(proc.Options{Name: name, Path: filepath.Join(q.bin, "deviceplugin"), Args: args, Env: env})
 	if err != nil {
 		return err
 	}
 	q.plugin = p
+	if restart {
+		q.out.item("plugin", "examples/deviceplugin restarted with %s", strings.Join(args[:len(args)-2], " "))
+		return nil
+	}
 	q.out.item("plugin", "examples/deviceplugin with the DaemonSet's arguments and env, NODE_NAME=%s:", q.opts.node)
 	q.out.item("", "%s", strings.Join(args[:len(args)-2], " "))
 	q.out.item("", "%s", strings.Join(env[1:1+len(manifestEnv)], " "))

@@ -27,13 +27,23 @@
 //     the quota (case P3), breaks one channel on purpose (the
 //     register annotation deleted by hand) and runs it again (the case and the fix), then
 //     shows the node agent healing it;
-//  6. starts a second node whose device plugin is examples/deviceplugin
+//  6. makes the same node serve DRA as well: the kubelet's own DRA manager
+//     (pkg/kubelet/cm/dra) starts beside the device manager, the device plugin restarts
+//     with --dra owning one GPU that no pod holds (the others stay with the device plugin),
+//     and shows the node's ResourceSlice (the DRA GPU with its consumable memory, cores and
+//     shares, the other seven tainted owned-by-hami), the DRA GPU cordoned for HAMi's
+//     extender in hami.io/device-cordon and left out of the device count; then a pod with a
+//     ResourceClaim of 10Gi and 30 cores is placed by kube-scheduler's DynamicResources
+//     plugin, prepared by the plugin through the DRA manager, and its CDI edits
+//     (CUDA_DEVICE_MEMORY_LIMIT_0=10240m, CUDA_DEVICE_SM_LIMIT_0=30, HAMi-core's mounts) are
+//     shown beside the env step 2's device-plugin pod got;
+//  7. starts a second node whose device plugin is examples/deviceplugin
 //     --simulate dgxa100 --mig (the 8 A100s in MIG mode), shows its register annotation (a
 //     GPU's migProfiles as HAMi master publishes them) and places a pod of one GPU with
 //     9000 MiB on it: the profile and placement the extender reserved (2g.10gb), the MIG
 //     device the plugin created and patched into hami.io/vgpu-mig-allocations, and the MIG
 //     UUID the kubelet's Allocate got (--mig=false skips this step);
-//  7. with --keep (step 6 with --mig=false), leaves everything running and prints a kubeconfig for kubectl and the
+//  8. with --keep (step 7 with --mig=false), leaves everything running and prints a kubeconfig for kubectl and the
 //     doctor until Ctrl-C; without it, stops everything and removes what it created.
 //
 // The first run builds kube-apiserver, kube-scheduler and etcd into the user's cache

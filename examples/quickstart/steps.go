@@ -37,7 +37,7 @@ const (
 	settle = 300 * time.Millisecond
 )
 
-// run is the whole quickstart: step 0 (up), the five steps, the MIG node (unless --mig=false) and --keep.
+// run is the whole quickstart: step 0 (up), the five steps, DRA on the same node, the MIG node (unless --mig=false) and --keep.
 func (q *quickstart) run(ctx context.Context) error {
 	if err := q.up(ctx); err != nil {
 		return err
@@ -57,8 +57,11 @@ func (q *quickstart) run(ctx context.Context) error {
 	if err := q.doctor(ctx); err != nil {
 		return err
 	}
+	if err := q.draStep(ctx, 6); err != nil {
+		return err
+	}
 	if q.opts.mig {
-		if err := q.migNode(ctx, 6); err != nil {
+		if err := q.migNode(ctx, 7); err != nil {
 			return err
 		}
 	}
@@ -233,6 +236,7 @@ func (q *quickstart) demo(ctx context.Context) error {
 		}
 	}
 	alloc := a.allocs["cuda"]
+	q.demoEnv = alloc.Envs
 	q.out.item("env", "what the device plugin returned to the kubelet's Allocate for container cuda (%s %s):", annotation.ResourceNVIDIAGPU, strings.Join(alloc.DeviceIDs[annotation.ResourceNVIDIAGPU], ","))
 	for _, k := range slices.Sorted(maps.Keys(alloc.Envs)) {
 		q.out.item("", "%s=%s", k, alloc.Envs[k])
@@ -388,11 +392,11 @@ func (q *quickstart) runDoctorArgs(ctx context.Context, args ...string) (string,
 	return "", 0, fmt.Errorf("run examples/doctor: %w\n%s", err, out.String())
 }
 
-// keep is step 7 (6 with --mig=false), --keep: everything stays up until Ctrl-C; the kubelet announces each pod it admits.
+// keep is step 8 (7 with --mig=false), --keep: everything stays up until Ctrl-C; the kubelet announces each pod it admits.
 func (q *quickstart) keep(ctx context.Context) error {
-	step := 6
+	step := 7
 	if q.opts.mig {
-		step = 7 // after the MIG node's step
+		step = 8 // after the MIG node's step
 	}
 	q.out.step(step, time.Since(q.start), "everything keeps running until Ctrl-C")
 	q.kubelet.mu.Lock()

@@ -252,21 +252,33 @@ func TestQuickstart(t *testing.T) {
 		regexp.MustCompile(`(?m)^   │ +fix: +kubectl -n kube-system logs hami-device-plugin-\S+ -c device-plugin`),
 		regexp.MustCompile(`(?m)^ +hami\.io/node-nvidia-register healed by the node agent \S+ after it resumed$`),
 		regexp.MustCompile(`(?m)^ +doctor again: Node qs-node: healthy$`),
-		// Step 6: the MIG node, its profiles, a pod reserved 2g.10gb and the MIG device it got.
-		regexp.MustCompile(`(?m)^== 6\. node qs-node-mig: 8 simulated A100s in MIG mode, and a MIG pod`),
+		// Step 6: DRA on the same node: one idle GPU to claims, the slice, the cordon, a claim
+		// of 10Gi and 30 cores placed by kube-scheduler and prepared, its CDI edits.
+		regexp.MustCompile(`(?m)^== 6\. DRA on node qs-node: GPU [0-7] to claims, the other 7 stay with the device plugin`),
+		regexp.MustCompile(`(?m)^   kubelet +DRA manager \(k8s\.io/kubernetes pkg/kubelet/cm/dra\) watching /\S+/plugins_registry`),
+		regexp.MustCompile(`(?m)^   plugin +examples/deviceplugin restarted with .* --dra --dra-profile=sdk --dra-gpus=[0-7] --cdi-dir=/\S+ `),
+		regexp.MustCompile(`(?m)^   slice +ResourceSlice \S+ of driver gpu\.hamireg\.io, \S+ after the restart: 8 devices; gpu-[0-7] \(cores=100 memory=40Gi shares=10\) for claims; 7 tainted gpu\.hamireg\.io/owned-by-hami:NoSchedule$`),
+		regexp.MustCompile(`(?m)^   extender +hami\.io/device-cordon: GPU-[0-9a-f-]+ \(HAMi's extender gives it no pod\); status\.allocatable\[nvidia\.com/gpu\] = 70$`),
+		regexp.MustCompile(`(?m)^   scheduled +kube-scheduler's DynamicResources plugin allocated gpu\.hamireg\.io/gpu-[0-7] of pool qs-node \(shareID [0-9a-f-]{36}\), consumed cores=30 memory=10Gi shares=1; pod bound to qs-node`),
+		regexp.MustCompile(`(?m)^   CDI +what the kubelet hands the container runtime for container cuda: k8s\.hamireg\.io/claim=[0-9a-f-]{36}-gpu-[0-7]$`),
+		regexp.MustCompile(`(?m)^ +CUDA_DEVICE_MEMORY_LIMIT_0=10240m$\n(?: +\S+\n)*? +CUDA_DEVICE_SM_LIMIT_0=30$`),
+		regexp.MustCompile(`(?m)^ +mount /etc/ld\.so\.preload ← host \S+$`),
+		regexp.MustCompile(`(?m)^   beside +step 2's pod default/demo on the same node, through the device plugin's Allocate: CUDA_DEVICE_MEMORY_LIMIT_0=10240m CUDA_DEVICE_MEMORY_LIMIT_1=10240m .*CUDA_DEVICE_SM_LIMIT=30 .*NVIDIA_VISIBLE_DEVICES=GPU-`),
+		// Step 7: the MIG node, its profiles, a pod reserved 2g.10gb and the MIG device it got.
+		regexp.MustCompile(`(?m)^== 7\. node qs-node-mig: 8 simulated A100s in MIG mode, and a MIG pod`),
 		regexp.MustCompile(`(?m)^   register +hami\.io/node-nvidia-register: 8 GPUs in mode mig, the first:\n +\{"id":"GPU-[0-9a-f-]+","count":7,"devmem":40960,"devcore":100,.*"mode":"mig","migProfiles":\[\{"name":"1g\.5gb","memoryMB":4864,"core":15,"sliceCount":1,`),
 		regexp.MustCompile(`(?m)^   reserved +pod default/mig-demo \(1 GPU, 9000 MiB\): profile 2g\.10gb at placement \d\+2 of GPU-[0-9a-f-]+; hami\.io/bind-phase success`),
 		regexp.MustCompile(`(?m)^   annotations +hami\.io/vgpu-devices-allocated: GPU-[0-9a-f-]+,NVIDIA,9856,29:;$`),
 		regexp.MustCompile(`(?m)^ +hami\.io/vgpu-mig-allocations: \[\{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-[0-9a-f-]+","profile":"2g\.10gb","placement":\{"start":\d,"size":2\},"migUUID":"(MIG-[0-9a-f-]+)","gpuInstanceID":\d+,"computeInstanceID":\d+\}\]$`),
 		regexp.MustCompile(`(?m)^   env +the kubelet's Allocate: NVIDIA_VISIBLE_DEVICES=MIG-[0-9a-f-]+ `),
-		regexp.MustCompile(`(?m)^quickstart: done in \S+: 8 process\(es\) stopped, /\S+ removed$`),
+		regexp.MustCompile(`(?m)^quickstart: done in \S+: 9 process\(es\) stopped, /\S+ removed$`),
 	} {
 		if !want.MatchString(out) {
 			t.Errorf("output has no match for %s", want)
 		}
 	}
-	if strings.Contains(out, "== 7.") {
-		t.Error("step 7 (--keep) ran without --keep")
+	if strings.Contains(out, "== 8.") {
+		t.Error("step 8 (--keep) ran without --keep")
 	}
 	// The MIG UUID of the reservation is the one the kubelet's Allocate answered.
 	if m := regexp.MustCompile(`"migUUID":"(MIG-[0-9a-f-]+)"`).FindStringSubmatch(out); m == nil || !strings.Contains(out, "NVIDIA_VISIBLE_DEVICES="+m[1]+" ") {
@@ -279,7 +291,7 @@ func TestQuickstart(t *testing.T) {
 // exit 0 and everything is stopped and removed.
 func TestQuickstartKeep(t *testing.T) {
 	r := start(t, "--keep", "--mig=false", "--node", "qs-keep")
-	r.waitLine(t, "== 6. everything keeps running until Ctrl-C", 5*time.Minute)
+	r.waitLine(t, "== 7. everything keeps running until Ctrl-C", 5*time.Minute)
 	r.waitLine(t, "kubeconfig", 10*time.Second)
 	out := r.output()
 	kc := regexp.MustCompile(`(?m)^   kubeconfig +(/\S+) \(cluster admin\)$`).FindStringSubmatch(out)
