@@ -19,6 +19,8 @@ import (
 
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
+	"github.com/hamireg/hamireg/dra"
+	"github.com/hamireg/hamireg/draplugin"
 	"github.com/hamireg/hamireg/extender"
 	"github.com/hamireg/hamireg/kubeletplugin"
 	"github.com/hamireg/hamireg/nodeagent"
@@ -49,6 +51,22 @@ func Example_readmeNodeAgent() {
 		}
 		return agent.Run(ctx) // the register annotation, the kubelet's device count, HAMi's Allocate
 		// end snippet
+	}
+	_ = run
+}
+
+func Example_readmeDRA() {
+	run := func(client kubernetes.Interface, nodeName string, scanner nodeagent.Source, env allocation.EnvOptions) (*nodeagent.Agent, error) {
+		// snippet: README
+		agent, err := nodeagent.New(client, nodeName, scanner, nodeagent.Options{
+			Allocator: nodeagent.HAMiCore{Env: env},
+			DRA: &nodeagent.DRAOptions{
+				Plugin: draplugin.Options{Profile: dra.SDKProfile(), Env: env},
+				GPUs:   []string{"6", "7"}, // UUIDs or NVML indexes DRA owns; empty: all
+			},
+		})
+		// end snippet
+		return agent, err
 	}
 	_ = run
 }
