@@ -1,5 +1,3 @@
-//go:build e2e
-
 // Package dra_test runs the node agent's DRA output against real peers: kube-apiserver and
 // kube-scheduler v1.37 without feature gates, the kubelet's own DRA manager with its plugin
 // manager in-process (kubeletpeer.StartDRAManager), and the agent in-process

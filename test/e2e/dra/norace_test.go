@@ -1,4 +1,4 @@
-//go:build e2e && !race
+//go:build !race
 
 package dra_test
 
