@@ -21,6 +21,7 @@ import (
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/dra"
+	"github.com/hamireg/hamireg/internal/statedir"
 )
 
 // cdiSpecFile is the file name of a claim's transient CDI spec (the CDI library's
@@ -146,7 +147,7 @@ func (p *Plugin) prepareClaim(ctx context.Context, claim *resourcev1.ResourceCla
 		return nil, fmt.Errorf("prepare claim %s: %w", klog.KObj(claim), err)
 	}
 	if p.opts.PrepareStateDir && resp.StateDir != "" {
-		if err := prepareStateDir(resp.StateDir); err != nil {
+		if err := statedir.Recreate(resp.StateDir); err != nil {
 			_ = os.Remove(pc.CDISpec)
 			return nil, fmt.Errorf("prepare claim %s: HAMi-core state folder: %w", klog.KObj(claim), err)
 		}
@@ -269,20 +270,6 @@ func (p *Plugin) writeCDISpec(uid types.UID, c preparedClaim, r allocation.Respo
 	}
 	if err := writeFileAtomic(c.CDISpec, data, 0o644); err != nil {
 		return fmt.Errorf("%w %s: %w", ErrCDI, c.CDISpec, err)
-	}
-	return nil
-}
-
-// prepareStateDir creates a claim's HAMi-core state folder, empty, mode 0777.
-func prepareStateDir(dir string) error {
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("remove %s: %w", dir, err)
-	}
-	if err := os.MkdirAll(dir, 0o777); err != nil {
-		return fmt.Errorf("create %s: %w", dir, err)
-	}
-	if err := os.Chmod(dir, 0o777); err != nil { // MkdirAll's mode is masked by the umask
-		return fmt.Errorf("chmod %s: %w", dir, err)
 	}
 	return nil
 }

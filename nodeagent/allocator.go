@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
+	"github.com/hamireg/hamireg/internal/statedir"
 	"github.com/hamireg/hamireg/mig"
 )
 
@@ -112,25 +112,11 @@ func (h HAMiCore) Allocate(_ context.Context, req ContainerRequest) (allocation.
 		return allocation.Response{}, err
 	}
 	if h.PrepareStateDir && r.StateDir != "" { // none for MIG: HAMi-core does not run there
-		if err := prepareStateDir(r.StateDir); err != nil {
+		if err := statedir.Recreate(r.StateDir); err != nil {
 			return allocation.Response{}, fmt.Errorf("state folder: %w: %w", ErrHost, err)
 		}
 	}
 	return r, nil
-}
-
-// prepareStateDir recreates HAMi-core's state folder of a container, empty, mode 0777.
-func prepareStateDir(dir string) error {
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("remove %s: %w", dir, err)
-	}
-	if err := os.MkdirAll(dir, 0o777); err != nil {
-		return fmt.Errorf("create %s: %w", dir, err)
-	}
-	if err := os.Chmod(dir, 0o777); err != nil { // MkdirAll's mode is masked by the umask
-		return fmt.Errorf("chmod %s: %w", dir, err)
-	}
-	return nil
 }
 
 // validUTF8 checks that every string of r is valid UTF-8: gRPC refuses to send a protobuf
