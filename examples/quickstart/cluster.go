@@ -64,6 +64,7 @@ type quickstart struct {
 	metricsURL  string            // the extender's /metrics
 	demoGPUs    []string          // the UUIDs of the demo pod's GPUs
 	demoEnv     map[string]string // the env the demo pod's Allocate returned
+	klogOut     *lateWriter       // where klog's global logger writes (nil in tests)
 	objects     []runtime.Object
 }
 

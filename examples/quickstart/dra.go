@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -59,15 +61,15 @@ func (q *quickstart) draStep(ctx context.Context, step int) error {
 
 	t := time.Now()
 	root := filepath.Dir(q.dm.Dir())
-	// The kubelet's plugin manager logs through klog's global logger: to a file of the work
-	// folder, like the programs' logs, not into the steps' output.
+	// The kubelet's plugin manager logs through klog's global logger, which main points at
+	// q.klogOut: to a file of the work folder, like the programs' logs, not into the steps.
 	logFile, err := os.Create(filepath.Join(q.work, "kubelet-dra.log"))
 	if err != nil {
 		return err
 	}
-	q.onStop(logFile.Close)
+	q.onStop(func() error { q.klogOut.set(nil); return logFile.Close() })
+	q.klogOut.set(logFile)
 	logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(q.opts.verbosity), textlogger.Output(logFile)))
-	klog.SetLogger(logger)
 	m, err := kubeletpeer.StartDRAManager(klog.NewContext(ctx, logger), kubeletpeer.DRAManagerOptions{
 		Client: c, NodeName: q.opts.node, StateDir: filepath.Join(root, "dra"), RegistryDir: filepath.Join(root, "plugins_registry"),
 	})
@@ -319,4 +321,32 @@ func readCDISpec(dir string, ids []string) (*cdispec.Spec, string, error) {
 		}
 	}
 	return nil, "", fmt.Errorf("no CDI spec in %s defines %s", dir, strings.Join(ids, ", "))
+}
+
+// lateWriter is where klog's global logger writes: nowhere until set, then the writer set.
+// main installs the global logger once, before any goroutine, so that the DRA step can point
+// it at its log file without racing with the goroutines that log.
+type lateWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+// set makes the writer write to w (nil: discard).
+func (l *lateWriter) set(w io.Writer) {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	l.w = w
+	l.mu.Unlock()
+}
+
+// Write writes p to the writer set, if any.
+func (l *lateWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.w == nil {
+		return len(p), nil
+	}
+	return l.w.Write(p)
 }

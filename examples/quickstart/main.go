@@ -67,6 +67,9 @@ import (
 	"os/signal"
 	"syscall"
 
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
+
 	"github.com/hamireg/hamireg/envtest"
 	"github.com/hamireg/hamireg/envtest/kubeletpeer"
 )
@@ -82,7 +85,11 @@ func main() {
 	// A closed stdout (quickstart | head) must not kill it before it has stopped what it started.
 	signal.Ignore(syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	// The kubelet's packages that run in this process log through klog's global logger: to
+	// the DRA step's log file once it has one, never into the steps' output.
+	klogOut := &lateWriter{}
+	klog.SetLogger(textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(2), textlogger.Output(klogOut))))
+	code := runWith(ctx, os.Args[1:], os.Stdout, os.Stderr, klogOut)
 	stop()
 	os.Exit(code)
 }

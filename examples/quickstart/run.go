@@ -35,6 +35,11 @@ const (
 
 // run is the command; it returns the exit status.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return runWith(ctx, args, stdout, stderr, nil)
+}
+
+// runWith is run whose klog global logger writes to klogOut (nil: the logger is not main's).
+func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, klogOut *lateWriter) int {
 	fs := flag.NewFlagSet("quickstart", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o options
@@ -67,7 +72,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o.repo = repo
 
 	p := newPrinter(stdout)
-	q := &quickstart{opts: o, out: p, start: time.Now()}
+	q := &quickstart{opts: o, out: p, start: time.Now(), klogOut: klogOut}
 	err = q.run(ctx)
 	stopErr := q.stop()
 	switch {
