@@ -124,12 +124,7 @@ func (q *quickstart) draStep(ctx context.Context, step int) error {
 	if err != nil {
 		return err
 	}
-	var a admission
-	err = q.poll(ctx, func() bool {
-		var ok bool
-		a, ok, _ = q.kubelet.admission(pod.UID)
-		return ok
-	})
+	a, err := q.waitForAdmission(ctx, pod.UID)
 	if err != nil {
 		return fmt.Errorf("pod %s/%s was not bound and prepared: %w%s", demoNamespace, draPod, err, q.podEvents(ctx, pod))
 	}

@@ -168,6 +168,24 @@ func (k *kubelet) admission(uid types.UID) (admission, bool, <-chan struct{}) {
 	return a, ok, k.changed
 }
 
+// waitForAdmission waits, woken by each admission, until the pod uid was admitted, for at
+// most the step timeout.
+func (q *quickstart) waitForAdmission(ctx context.Context, uid types.UID) (admission, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, q.opts.timeout, fmt.Errorf("not within %v", q.opts.timeout))
+	defer cancel()
+	for {
+		a, ok, changed := q.kubelet.admission(uid)
+		if ok {
+			return a, nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return admission{}, context.Cause(ctx)
+		}
+	}
+}
+
 // reportRunning writes the status a kubelet writes for a pod whose containers run (read
 // afresh and written again on a conflict).
 func (k *kubelet) reportRunning(ctx context.Context, p *corev1.Pod) error {

@@ -170,12 +170,7 @@ func (q *quickstart) demo(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("create pod %s/%s: %w", demoNamespace, demoPod, err)
 	}
-	var a admission
-	err = q.poll(ctx, func() bool {
-		var ok bool
-		a, ok, _ = q.kubelet.admission(created.UID)
-		return ok
-	})
+	a, err := q.waitForAdmission(ctx, created.UID)
 	if err != nil {
 		return failed(fmt.Errorf("pod %s/%s was not bound and admitted: %w%s", demoNamespace, demoPod, err, q.podEvents(ctx, created)), "extender", q.extender)
 	}
