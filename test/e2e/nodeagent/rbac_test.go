@@ -11,6 +11,7 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/hamireg/hamireg/internal/manifests"
@@ -23,8 +24,9 @@ var deployDir = filepath.Join("..", "..", "..", "examples", "deviceplugin", "dep
 
 // TestDeployManifests creates examples/deviceplugin/deploy on the API server and asks it,
 // with SubjectAccessReviews, what the DaemonSet's ServiceAccount may do: exactly the verbs
-// of nodeagent.ClusterRoleRules() (with which every agent of this package runs) and nothing
-// else.
+// of nodeagent.ClusterRoleRules() (with which every agent of this package runs) and
+// nodeagent.DRAClusterRoleRules() (what --dra adds, in dra.yaml beside the DeviceClasses),
+// and nothing else.
 func TestDeployManifests(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -64,6 +66,11 @@ func TestDeployManifests(t *testing.T) {
 			cleanup(func(ctx context.Context) error {
 				return c.AppsV1().DaemonSets(o.Namespace).Delete(ctx, o.Name, metav1.DeleteOptions{})
 			})
+		case *resourcev1.DeviceClass:
+			_, err = c.ResourceV1().DeviceClasses().Create(ctx, o, metav1.CreateOptions{})
+			cleanup(func(ctx context.Context) error {
+				return c.ResourceV1().DeviceClasses().Delete(ctx, o.Name, metav1.DeleteOptions{})
+			})
 		default:
 			t.Fatalf("unexpected manifest %T", obj)
 		}
@@ -91,19 +98,25 @@ func TestDeployManifests(t *testing.T) {
 		}
 		return r.Status.Allowed
 	}
-	allowed := map[string][]string{}
-	for _, r := range nodeagent.ClusterRoleRules() {
-		for _, res := range r.Resources {
-			allowed[res] = append(allowed[res], r.Verbs...)
+	allowed := map[string][]string{} // "group/resource" -> verbs
+	for _, r := range append(nodeagent.ClusterRoleRules(), nodeagent.DRAClusterRoleRules()...) {
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				allowed[g+"/"+res] = append(allowed[g+"/"+res], r.Verbs...)
+			}
 		}
 	}
 	harness.Eventually(t, "the RBAC authorizer to see the binding", 30*time.Second, func() bool { return can("patch", "", "nodes", "") })
 
 	verbs := []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}
-	for _, res := range []string{"nodes", "pods", "events", "secrets", "configmaps", "services"} {
+	for _, gr := range []struct{ group, res string }{
+		{"", "nodes"}, {"", "pods"}, {"", "events"}, {"", "secrets"}, {"", "configmaps"}, {"", "services"},
+		{"resource.k8s.io", "resourceslices"}, {"resource.k8s.io", "resourceclaims"},
+		{"resource.k8s.io", "deviceclasses"},
+	} {
 		for _, verb := range verbs {
-			if want, got := slices.Contains(allowed[res], verb), can(verb, "", res, ""); got != want {
-				t.Errorf("%s %s: allowed %v, want %v", verb, res, got, want)
+			if want, got := slices.Contains(allowed[gr.group+"/"+gr.res], verb), can(verb, gr.group, gr.res, ""); got != want {
+				t.Errorf("%s %s (group %q): allowed %v, want %v", verb, gr.res, gr.group, got, want)
 			}
 		}
 	}
@@ -121,7 +134,8 @@ func TestDeployManifests(t *testing.T) {
 
 // namespaced gives a namespace for the namespaced resources the review asks about.
 func namespaced(res string) string {
-	if res == "nodes" {
+	switch res {
+	case "nodes", "resourceslices", "deviceclasses":
 		return ""
 	}
 	return "default"
