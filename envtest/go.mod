@@ -6,12 +6,13 @@ module github.com/hamireg/hamireg/envtest
 
 go 1.26.0
 
-// The SDK, from this checkout (only the Example uses it).
+// The SDK at its release (see hack/release); the replace is for work inside this checkout
+// and does not travel to consumers, who get the required version.
 replace github.com/hamireg/hamireg => ..
 
 require (
 	github.com/go-logr/logr v1.4.3
-	github.com/hamireg/hamireg v0.0.0-00010101000000-000000000000
+	github.com/hamireg/hamireg v0.1.0
 	go.uber.org/goleak v1.3.0
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2

@@ -6,11 +6,12 @@ module github.com/hamireg/hamireg/examples/doctor
 
 go 1.26.0
 
-// The SDK, from this checkout.
+// The SDK at its release (see hack/release); the replace is for work inside this checkout
+// and does not travel to consumers, who get the required version.
 replace github.com/hamireg/hamireg => ../..
 
 require (
-	github.com/hamireg/hamireg v0.0.0-00010101000000-000000000000
+	github.com/hamireg/hamireg v0.1.0
 	github.com/spf13/pflag v1.0.10
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2

@@ -6,7 +6,8 @@ module github.com/hamireg/hamireg/examples/quickstart
 
 go 1.26.0
 
-// The SDK and its real-peer library, from this checkout.
+// The SDK and its real-peer library at their release (see hack/release); the replaces are
+// for work inside this checkout.
 replace (
 	github.com/hamireg/hamireg => ../..
 	github.com/hamireg/hamireg/envtest => ../../envtest
@@ -14,8 +15,8 @@ replace (
 
 require (
 	github.com/google/go-cmp v0.7.0
-	github.com/hamireg/hamireg v0.0.0-00010101000000-000000000000
-	github.com/hamireg/hamireg/envtest v0.0.0-00010101000000-000000000000
+	github.com/hamireg/hamireg v0.1.0
+	github.com/hamireg/hamireg/envtest v0.1.0
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
 	k8s.io/client-go v0.37.2

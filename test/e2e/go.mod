@@ -6,7 +6,8 @@ module github.com/hamireg/hamireg/test/e2e
 
 go 1.26.0
 
-// The SDK under test and its real-peer library, from this checkout.
+// The SDK under test and its real-peer library at their release (see hack/release); the
+// replaces are for work inside this checkout.
 replace (
 	github.com/hamireg/hamireg => ../..
 	github.com/hamireg/hamireg/envtest => ../../envtest
@@ -17,8 +18,8 @@ require (
 	github.com/fsnotify/fsnotify v1.9.0
 	github.com/go-logr/logr v1.4.3
 	github.com/google/go-cmp v0.7.0
-	github.com/hamireg/hamireg v0.0.0-00010101000000-000000000000
-	github.com/hamireg/hamireg/envtest v0.0.0-00010101000000-000000000000
+	github.com/hamireg/hamireg v0.1.0
+	github.com/hamireg/hamireg/envtest v0.1.0
 	golang.org/x/sync v0.22.0
 	google.golang.org/grpc v1.82.1
 	k8s.io/api v0.37.2
