@@ -7,7 +7,7 @@ LINT := $(GO) tool -modfile=$(CURDIR)/hack/tools/go.mod golangci-lint
 # it has no Go packages (only tool directives for the binaries hack/e2e.sh builds).
 # envtest's tests that need the peer binaries carry the build tag e2e: `make unit` leaves
 # them out, hack/e2e.sh (`make e2e`) runs them; lint and vet see them.
-MODULES := . envtest envtest/cmd/replaces $(wildcard test/e2e) examples/quickstart examples/schedplugin examples/doctor
+MODULES := . envtest envtest/cmd/replaces $(wildcard test/e2e) examples/quickstart examples/schedplugin examples/doctor hack/release
 # Flags for the quickstart, e.g. QUICKSTART_FLAGS=--keep.
 QUICKSTART_FLAGS ?=
 E2E_FLAGS ?=
@@ -16,15 +16,22 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 BENCH ?= .
 FUZZTIME ?= 30s
 
-.PHONY: test unit lint bench e2e fuzz cgo0 quickstart
+.PHONY: test unit lint bench e2e fuzz cgo0 quickstart rehearsal
 
 ## quickstart: a local HAMi-compatible GPU cluster (real peers, 8 simulated GPUs) and the
 ## whole loop, step by step; QUICKSTART_FLAGS=--keep leaves it running until Ctrl-C.
 quickstart:
 	@hack/quickstart.sh $(QUICKSTART_FLAGS)
 
-## test: everything CI runs: lint, unit tests (race), e2e against real peers.
-test: lint unit e2e
+## test: everything CI runs: lint, unit tests (race), the release rehearsal, e2e against real
+## peers.
+test: lint unit rehearsal e2e
+
+## rehearsal: every module released at a rehearsal version into a GOPROXY=file:// folder, then
+## fetched, built and installed from it in scratch modules outside the repository, and the
+## README's "Testing your component" run there (hack/release, docs/release.md).
+rehearsal:
+	cd hack/release && $(GO) test -count=1 -v -run TestRehearsal ./...
 
 ## unit: unit, conformance and example tests of the root module, envtest's (those without
 ## peers), its replaces command's, the quickstart's, schedplugin's and the doctor's, with the

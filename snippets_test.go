@@ -17,12 +17,12 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-// Every Go snippet the reader sees, in README.md (```go blocks) and in the doc.go files of every
+// Every Go snippet the reader sees, in README.md and docs/*.md (```go blocks) and in the doc.go files of every
 // module of the repository (tab-indented code blocks that are Go), is compiled code: its text
 // is, line for line, a region of a _test.go file (or of a program under examples/, which
 // shows its own code), between the lines
 //
-//	// snippet: README        (for a README.md block; the region may be in any _test.go)
+//	// snippet: README        (for a README.md or docs/*.md block; the region may be in any _test.go)
 //	// snippet: doc           (for a doc.go block; the region is in the same folder)
 //	// end snippet
 //
@@ -69,10 +69,11 @@ func (r *region) String() string { return fmt.Sprintf("%s:%d", r.file, r.line) }
 func TestSnippetsAreCompiled(t *testing.T) {
 	t.Parallel()
 	regions, docs := scanRepository(t)
-	readme, err := os.ReadFile("README.md")
+	pages, err := filepath.Glob(filepath.Join("docs", "*.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	pages = append([]string{"README.md"}, pages...)
 	check := func(b block, candidates []*region, where string) {
 		if len(candidates) == 0 {
 			t.Errorf("%s: this Go snippet is not compiled: copy it between %q and %q lines into an Example in %s", b, "// snippet: ...", markerEnd, where)
@@ -95,9 +96,17 @@ func TestSnippetsAreCompiled(t *testing.T) {
 		}
 		t.Errorf("%s: this Go snippet matches no compiled region in %s; nearest is %s (-region +snippet):\n%s\nUpdate the region (and make it compile) or the snippet so that they are the same text", b, where, best, bestDiff)
 	}
-	readmeBlocks := markdownBlocks("README.md", string(readme))
-	if len(readmeBlocks) == 0 {
-		t.Fatal("README.md: no ```go blocks found; has the format changed?")
+	var readmeBlocks []block
+	for _, page := range pages {
+		text, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocks := markdownBlocks(filepath.ToSlash(page), string(text))
+		if page == "README.md" && len(blocks) == 0 {
+			t.Fatal("README.md: no ```go blocks found; has the format changed?")
+		}
+		readmeBlocks = append(readmeBlocks, blocks...)
 	}
 	for _, b := range readmeBlocks {
 		check(b, filter(regions, func(r *region) bool { return r.kind == "README" }), "any _test.go")
@@ -119,7 +128,7 @@ func TestSnippetsAreCompiled(t *testing.T) {
 			t.Errorf("%s: %s region matches no snippet: remove its markers, or restore the snippet", r, r.kind)
 		}
 	}
-	t.Logf("checked %d README.md blocks and %d doc.go blocks against %d compiled regions", len(readmeBlocks), checked, len(regions))
+	t.Logf("checked %d blocks of README.md and docs/*.md and %d doc.go blocks against %d compiled regions", len(readmeBlocks), checked, len(regions))
 }
 
 func pathDir(p string) string {

@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// vendorTable renders the README's vendor table from [Vendors].
+// vendorTable renders the vendor table of docs/device-plugins.md from [Vendors].
 func vendorTable() string {
 	var b strings.Builder
 	b.WriteString("| vendor word | kubelet resource | register annotation | format | handshake | node agent (`nodeagent.New`) | scheduled by |\n")
@@ -41,11 +41,11 @@ func vendorTable() string {
 	return b.String()
 }
 
-// The README's vendor table is the table of [Vendors]; run with HAMIREG_UPDATE_README=1 to
+// The vendor table of docs/device-plugins.md is the table of [Vendors]; run with HAMIREG_UPDATE_README=1 to
 // rewrite it.
 func TestREADMEVendorTable(t *testing.T) {
 	t.Parallel()
-	const path = "../README.md"
+	const path = "../docs/device-plugins.md"
 	const begin, end = "<!-- vendor table: begin -->\n", "<!-- vendor table: end -->"
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -54,7 +54,7 @@ func TestREADMEVendorTable(t *testing.T) {
 	s := string(data)
 	i, j := strings.Index(s, begin), strings.Index(s, end)
 	if i < 0 || j < i {
-		t.Fatalf("README.md has no %q … %q block", strings.TrimSpace(begin), end)
+		t.Fatalf("docs/device-plugins.md has no %q … %q block", strings.TrimSpace(begin), end)
 	}
 	want := vendorTable()
 	if got := s[i+len(begin) : j]; got != want {
@@ -64,6 +64,6 @@ func TestREADMEVendorTable(t *testing.T) {
 			}
 			return
 		}
-		t.Errorf("README.md's vendor table differs from annotation.Vendors(); rerun with HAMIREG_UPDATE_README=1:\n%s", want)
+		t.Errorf("docs/device-plugins.md's vendor table differs from annotation.Vendors(); rerun with HAMIREG_UPDATE_README=1:\n%s", want)
 	}
 }
