@@ -30,7 +30,7 @@ import (
 	"github.com/hamireg/hamireg/schedcache"
 )
 
-// The README's Go blocks, compiled (TestSnippetsAreCompiled checks that each block is the
+// The Go blocks of README.md and docs/*.md, compiled (TestSnippetsAreCompiled checks that each block is the
 // text of one region here). Each Example only compiles its snippet: the snippets need a
 // cluster or a GPU. What a snippet uses without declaring it is a parameter of the function
 // around it; what it declares for later is used after the region.

@@ -219,7 +219,7 @@ func CheckModule(ctx context.Context, env []string, dir string, m Module, v stri
 		steps = append(steps, []string{"run", sdkPath + "/envtest/cmd/replaces@" + v, "-w"})
 	}
 	steps = append(steps,
-		[]string{"get", m.Path + "@" + v},
+		[]string{"get", m.Path + "/...@" + v},
 		[]string{"build", "-o", os.DevNull, m.Path + "/..."},
 	)
 	if !m.Replaces && !m.Kubernetes {

@@ -98,7 +98,7 @@ func Modules(root string) ([]Module, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read the go.mod of %s: %w", d, err)
 		}
-		mf, err := modfile.ParseLax(d+"/go.mod", data, nil)
+		mf, err := modfile.Parse(d+"/go.mod", data, nil)
 		if err != nil {
 			return nil, fmt.Errorf("parse the go.mod of %s: %w", d, err)
 		}
