@@ -21,18 +21,20 @@
 // HAMi's troubleshooting guide and the fix; examples/doctor is its command line.
 //
 // Once a node registers, a pod runs through the allocation half of the protocol: the
-// scheduler's filter picks a node and GPUs and writes them into pod annotations, its bind
-// takes the node lock hami.io/mutex.lock, and the device plugin's Allocate consumes the
-// annotations, returns HAMi-core's container environment and releases the lock. Package
+// scheduler's filter picks a node and GPUs and writes them into pod annotations, its bind takes
+// the node lock hami.io/mutex.lock, and the device plugin's Allocate consumes the annotations,
+// returns HAMi-core's container environment and releases the lock. Package
 // [github.com/hamireg/hamireg/allocation] is that protocol as pure functions (the pod device
-// codec, requests, usage, HAMi's NVIDIA fit and policies, the container response), package
-// [github.com/hamireg/hamireg/nodelock] the node lock, and allocation/allocationtest writes
-// what HAMi's scheduler writes, for device plugin tests. Package usage is the scheduler's
-// incremental record of what pods hold of each GPU and of each namespace's ResourceQuota, with
-// assume and undo, for any scheduler (examples/schedplugin is a kube-scheduler framework
-// plugin on it). Package extender is the scheduler half as a kube-scheduler extender (filter
-// with quota and topology-aware placement, bind, admission webhook, HAMi's metrics) on
-// schedcache's snapshots and a usage tracker; examples/extender is its program and deployment.
+// codec, requests, usage, HAMi's NVIDIA fit and policies, the vendor-neutral container
+// response), package [github.com/hamireg/hamireg/hamicore] HAMi-core's container edits for
+// NVIDIA, package [github.com/hamireg/hamireg/nodelock] the node lock, and
+// allocation/allocationtest writes what HAMi's scheduler writes, for device plugin tests.
+// Package usage is the scheduler's incremental record of what pods hold of each GPU and of each
+// namespace's ResourceQuota, with assume and undo, for any scheduler (examples/schedplugin is a
+// kube-scheduler framework plugin on it). Package extender is the scheduler half as a
+// kube-scheduler extender (filter with quota and topology-aware placement, bind, admission
+// webhook, HAMi's metrics) on schedcache's snapshots and a usage tracker; examples/extender is
+// its program and deployment.
 //
 // Package [github.com/hamireg/hamireg/nodeagent] puts the node side together: one device source
 // (nvmlscan, or a vendor's) feeds register and kubeletplugin, and the kubelet's Allocate is
@@ -54,10 +56,11 @@
 // the others are tainted in the slice.
 //
 // Data flows one way: NVML → nvmlscan → nodeagent → register (channel 2) and kubeletplugin
-// (channel 1); kubelet Allocate → nodeagent → allocation and nodelock; Node informer →
-// schedcache → handshake (channel 3); Pod and ResourceQuota informers → usage; schedcache and
-// usage → extender (allocation's fit, nodelock at bind). The packages annotation, handshake, mig, dra and allocation are pure (no I/O, no
-// clock, no logging) and build without cgo; only nvmlscan uses cgo.
+// (channel 1); kubelet Allocate → nodeagent → allocation, hamicore and nodelock; Node informer
+// → schedcache → handshake (channel 3); Pod and ResourceQuota informers → usage; schedcache and
+// usage → extender (allocation's fit, nodelock at bind). The packages annotation, handshake,
+// mig, dra, allocation and hamicore are pure (no I/O, no clock, no logging) and build without
+// cgo; only nvmlscan uses cgo.
 //
 // The wire format is byte-identical to HAMi's for the same device list (master's shape by
 // default, v2.9.0's on request), and readers accept what HAMi accepts. Where HAMi crashes or

@@ -22,6 +22,7 @@ import (
 	"github.com/hamireg/hamireg/dra"
 	"github.com/hamireg/hamireg/draplugin"
 	"github.com/hamireg/hamireg/extender"
+	"github.com/hamireg/hamireg/hamicore"
 	"github.com/hamireg/hamireg/kubeletplugin"
 	"github.com/hamireg/hamireg/nodeagent"
 	"github.com/hamireg/hamireg/nodelock"
@@ -44,7 +45,7 @@ func Example_readmeNodeAgent() {
 		}
 		defer scanner.Close() //nolint:errcheck // the README's snippet
 		agent, err := nodeagent.New(client, nodeName, scanner, nodeagent.Options{
-			Allocator: nodeagent.HAMiCore{Env: allocation.EnvOptions{HookPath: hookPath}, PrepareStateDir: true},
+			Allocator: nodeagent.HAMiCore{Env: hamicore.EnvOptions{HookPath: hookPath}, PrepareStateDir: true},
 		})
 		if err != nil {
 			return err
@@ -56,7 +57,7 @@ func Example_readmeNodeAgent() {
 }
 
 func Example_readmeDRA() {
-	run := func(client kubernetes.Interface, nodeName string, scanner nodeagent.Source, env allocation.EnvOptions) (*nodeagent.Agent, error) {
+	run := func(client kubernetes.Interface, nodeName string, scanner nodeagent.Source, env hamicore.EnvOptions) (*nodeagent.Agent, error) {
 		// snippet: README
 		agent, err := nodeagent.New(client, nodeName, scanner, nodeagent.Options{
 			Allocator: nodeagent.HAMiCore{Env: env},
@@ -240,8 +241,8 @@ func Example_readmePlacing() {
 		if !ok || !found {
 			return fmt.Errorf("no container %d to allocate", i)
 		}
-		c := allocation.Container{PodUID: string(pod.UID), Name: ctr.Name, Env: ctr.Env, CacheID: cacheID}
-		resp, err := allocation.ContainerResponse(pd[i], c, gpus, allocation.EnvOptions{}) // HAMi-core env and mounts
+		c := hamicore.Container{PodUID: string(pod.UID), Name: ctr.Name, Env: ctr.Env, CacheID: cacheID}
+		resp, err := hamicore.ContainerResponse(pd[i], c, gpus, hamicore.EnvOptions{}) // HAMi-core env and mounts
 		if err != nil {
 			return err
 		}
@@ -275,8 +276,8 @@ func Example_readmeDevicePlugin() {
 		}
 		agent, err := nodeagent.New(client, name, scanner, nodeagent.Options{
 			Allocator: nodeagent.HAMiCore{
-				Env:             allocation.EnvOptions{HookPath: os.Getenv("HOOK_PATH")}, // /usr/local by default
-				PrepareStateDir: true,                                                    // the DaemonSet mounts <HOOK_PATH>/vgpu at the same path
+				Env:             hamicore.EnvOptions{HookPath: os.Getenv("HOOK_PATH")}, // /usr/local by default
+				PrepareStateDir: true,                                                  // the DaemonSet mounts <HOOK_PATH>/vgpu at the same path
 			},
 		})
 		if err != nil {

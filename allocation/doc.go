@@ -1,8 +1,14 @@
 // Package allocation is the pod side of HAMi's protocol, as pure functions: the pod annotations
 // the scheduler writes and the device plugin consumes, what a pod asks for, what the pods on a
-// node already hold, HAMi's NVIDIA fit and policies, and the environment and mounts the device
-// plugin gives a container. It imports no client; the scheduler extender and the node agent
-// put it together with the API server and the node lock (package nodelock).
+// node already hold, HAMi's NVIDIA fit and policies, and the vendor-neutral shape of what the
+// device plugin answers for a container ([Response]: environment, [Mount]s, [DeviceNode]s, CDI
+// devices, annotations). It imports no client; the scheduler extender and the node agent put
+// it together with the API server and the node lock (package nodelock).
+//
+// What a container receives is each vendor's own answer. For NVIDIA, HAMi-core's container
+// edits (NVIDIA_VISIBLE_DEVICES, the CUDA_DEVICE_* limits, libvgpu.so and its mounts, the
+// answers for MIG devices and DRA claims) are package [github.com/hamireg/hamireg/hamicore];
+// a vendor that fills a [Response] itself never needs it.
 //
 // The protocol in short: at filter the scheduler picks a node and GPUs and writes
 // [KeyNode], [KeyTime] and the vendor's device lists (for NVIDIA
@@ -10,9 +16,9 @@
 // [annotation.Vendor]) with one entry per container, encoded by [EncodePodDevices]; at bind it
 // takes the node lock and sets [KeyBindPhase] to [PhaseAllocating]. The kubelet then calls the
 // device plugin's Allocate once per container: the plugin decodes the to-allocate list
-// ([DecodePodDevices]), serves the next entry ([PodDevices.Next], [ContainerResponse]), writes
-// the list back without it ([PodDevices.Consume]) and, after the last one, sets
-// [PhaseSuccess] and releases the lock.
+// ([DecodePodDevices]), serves the next entry ([PodDevices.Next], [ContainerAt]) with its
+// vendor's container edits (a [Response]), writes the list back without it
+// ([PodDevices.Consume]) and, after the last one, sets [PhaseSuccess] and releases the lock.
 //
 // Scheduler side:
 //
@@ -30,7 +36,7 @@
 //
 // Device plugin side:
 //
-//	pd, err := allocation.DecodePodDevices(pod.Annotations[annotation.KeyNVIDIAToAllocate], allocation.VersionMaster)
+//	pd, err := allocation.DecodePodDevices(pod.Annotations[vendor.ToAllocateKey], allocation.VersionMaster)
 //	if err != nil {
 //		return err
 //	}
@@ -39,16 +45,15 @@
 //	if !ok || !found {
 //		return fmt.Errorf("no container %d to allocate", i)
 //	}
-//	c := allocation.Container{PodUID: string(pod.UID), Name: ctr.Name, Env: ctr.Env, CacheID: uuid}
-//	resp, err := allocation.ContainerResponse(pd[i], c, gpus, allocation.EnvOptions{})
+//	resp, err := edits(pd[i], ctr) // the vendor's answer, an allocation.Response
 //	if err != nil {
 //		return err
 //	}
 //	next := allocation.EncodePodDevices(pd.Consume(i)) // merge-patch it back
 //
 // Where HAMi v2.9.0 and master differ, [Version] chooses; master is the default. Conformance
-// tests replay the vectors HAMi's own functions produced (poddevices.json, fit.json and the
-// container responses of allocate.json, both versions).
+// tests replay the vectors HAMi's own functions produced (poddevices.json and fit.json, both
+// versions; the container responses of allocate.json are hamicore's).
 //
 // Deliberate differences from HAMi, each asserted in a test, only where HAMi loses data or is
 // random:
@@ -75,9 +80,7 @@
 //
 // [Unresolvable] says which fit reasons removing pods cannot cure (the extender answers those
 // nodes in FailedAndUnresolvableNodes, where kube-scheduler does not preempt); the rule goes by
-// the reason's words and errs only towards resolvable. For GPUs in [ModeMIG],
-// [ContainerResponse] answers the device list alone, as HAMi's plugin does in mig mode
-// (mig-allocate.json, both versions, by that rule).
+// the reason's words and errs only towards resolvable.
 //
 // ResourceQuota: [FitWith] and [ScheduleWith] with [FitOptions].Quota check each candidate
 // GPU against the namespace's limits as HAMi's fitQuota does ([ReasonResourceQuotaNotFit],
@@ -130,8 +133,6 @@
 // v2.9.0 itself says when no geometry fits). Its pods' suffixed entries count as usage of the
 // physical GPU ([ContainerDevice.GPU]), whatever the position (v2.9.0 panics on one out of
 // range).
-//
-// Not implemented: CDI device list strategies.
 //
 // Everything here is a pure function of its arguments, safe for concurrent use.
 package allocation

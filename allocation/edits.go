@@ -14,10 +14,19 @@ type DeviceNode struct {
 // DefaultDeviceNodePermissions are the cgroup permissions of a [DeviceNode] that names none.
 const DefaultDeviceNodePermissions = "rw"
 
+// Mount is a host path mounted into the container: a pluginapi.Mount of the kubelet's device
+// plugin API.
+type Mount struct {
+	ContainerPath, HostPath string
+	ReadOnly                bool
+}
+
 // Response is what the device plugin answers the kubelet for one container, the "container
 // edits" of its devices: every field maps to one field of the kubelet's
-// ContainerAllocateResponse. [ContainerResponse] fills Envs, Mounts and StateDir (HAMi-core
-// for NVIDIA); other vendors fill what their runtime needs (device nodes, CDI names, ...).
+// ContainerAllocateResponse. Each vendor fills what its runtime needs (device nodes, CDI
+// names, environment, mounts, ...); for NVIDIA, package
+// [github.com/hamireg/hamireg/hamicore] fills Envs, Mounts and StateDir with HAMi-core's
+// edits.
 type Response struct {
 	// Envs are environment variables set in the container.
 	Envs map[string]string
@@ -31,8 +40,9 @@ type Response struct {
 	// Annotations are added to the container (ContainerAllocateResponse.Annotations), for the
 	// container runtime.
 	Annotations map[string]string
-	// StateDir is HAMi-core's state folder of the container on the host, mounted at
-	// <HookPath>/vgpu: the caller creates it empty, mode 0777, before answering (HAMi's
-	// plugin recreates it on every Allocate). "" for answers that are not HAMi-core's.
+	// StateDir is a folder on the host that the caller creates empty, mode 0777, before
+	// answering: HAMi-core's state folder of the container, which hamicore's answers mount
+	// at <HookPath>/vgpu (HAMi's plugin recreates it on every Allocate). "" for answers that
+	// need none.
 	StateDir string
 }

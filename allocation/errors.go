@@ -33,8 +33,3 @@ func (e *DecodeError) Error() string {
 
 // Unwrap returns [ErrMalformed].
 func (e *DecodeError) Unwrap() error { return ErrMalformed }
-
-// ErrMixedModes is [ContainerResponse]'s error for a container whose devices are on GPUs in
-// MIG mode and on GPUs in another mode: HAMi-core's limits and MIG instances do not mix in
-// one answer.
-var ErrMixedModes = errors.New("devices on GPUs in MIG and in another mode")

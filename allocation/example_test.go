@@ -11,7 +11,8 @@ import (
 )
 
 // A scheduler places a pod asking for one GPU with 3000 MiB and 30 % of its cores on the node
-// whose GPUs fit, and the device plugin then serves its container.
+// whose GPUs fit, and the device plugin then serves its container (package hamicore turns the
+// entry into HAMi-core's container edits).
 func Example() {
 	pod := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "train", Resources: corev1.ResourceRequirements{
 		Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1"), "nvidia.com/gpumem": resource.MustParse("3000"), "nvidia.com/gpucores": resource.MustParse("30")},
@@ -36,12 +37,14 @@ func Example() {
 	// The device plugin, when the kubelet allocates the container.
 	pd, _ := allocation.DecodePodDevices(value, allocation.VersionMaster)
 	i, _ := pd.Next()
-	resp, _ := allocation.ContainerResponse(pd[i], allocation.Container{PodUID: "uid", Name: "train", CacheID: "c"}, gpus, allocation.EnvOptions{})
-	fmt.Println(resp.Envs["NVIDIA_VISIBLE_DEVICES"], resp.Envs["CUDA_DEVICE_MEMORY_LIMIT_0"], resp.Envs["CUDA_DEVICE_SM_LIMIT"])
+	ctr, _ := allocation.ContainerAt(pod, i)
+	for _, dev := range pd[i] {
+		fmt.Println(ctr.Name, dev.UUID, dev.Usedmem, dev.Usedcores)
+	}
 	fmt.Printf("written back: %q\n", allocation.EncodePodDevices(pd.Consume(i)))
 	// Output:
 	// gpu-1 GPU-b,NVIDIA,3000,30:;
 	// gpu-2: 1/1 CardInsufficientMemory
-	// GPU-b 3000m 30
+	// train GPU-b 3000 30
 	// written back: ";"
 }

@@ -9,6 +9,9 @@ import (
 	"github.com/hamireg/hamireg/mig"
 )
 
+// ModeMIG is the [annotation.Device] Mode of an NVIDIA GPU split into MIG instances.
+const ModeMIG = "mig"
+
 // ReasonCardMigTopologyInfeasible is HAMi master's reason for a GPU in [ModeMIG] on which no
 // profile with enough memory (and, by the SDK's rule, cores) has a free placement.
 const ReasonCardMigTopologyInfeasible = "CardMigTopologyInfeasible"

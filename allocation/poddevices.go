@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // ContainerDevice is one device of one container's share, as HAMi's scheduler writes it.
@@ -147,4 +149,18 @@ func parseInt32(s string, v Version) (int32, error) {
 		return 0, err
 	}
 	return int32(n), nil
+}
+
+// ContainerAt returns the container of pod that entry i of its device list belongs to: init
+// containers first, then the regular ones.
+func ContainerAt(pod *corev1.Pod, i int) (*corev1.Container, bool) {
+	switch n := len(pod.Spec.InitContainers); {
+	case i < 0:
+		return nil, false
+	case i < n:
+		return &pod.Spec.InitContainers[i], true
+	case i-n < len(pod.Spec.Containers):
+		return &pod.Spec.Containers[i-n], true
+	}
+	return nil, false
 }

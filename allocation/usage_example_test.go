@@ -23,9 +23,9 @@ func Example_usage() {
 		// end snippet
 		_ = d
 	}
-	allocate := func(pod *corev1.Pod, gpus []annotation.Device, uuid string) error {
+	allocate := func(pod *corev1.Pod, vendor annotation.Vendor, edits func(allocation.ContainerDevices, *corev1.Container) (allocation.Response, error)) error {
 		// snippet: doc
-		pd, err := allocation.DecodePodDevices(pod.Annotations[annotation.KeyNVIDIAToAllocate], allocation.VersionMaster)
+		pd, err := allocation.DecodePodDevices(pod.Annotations[vendor.ToAllocateKey], allocation.VersionMaster)
 		if err != nil {
 			return err
 		}
@@ -34,8 +34,7 @@ func Example_usage() {
 		if !ok || !found {
 			return fmt.Errorf("no container %d to allocate", i)
 		}
-		c := allocation.Container{PodUID: string(pod.UID), Name: ctr.Name, Env: ctr.Env, CacheID: uuid}
-		resp, err := allocation.ContainerResponse(pd[i], c, gpus, allocation.EnvOptions{})
+		resp, err := edits(pd[i], ctr) // the vendor's answer, an allocation.Response
 		if err != nil {
 			return err
 		}

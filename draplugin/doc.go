@@ -23,7 +23,7 @@
 // are not published, unhealthy, beyond their capacity with the claims prepared already, or
 // refused by Options.Refuse (the node agent's ownership check), and writes the claim's
 // transient CDI spec <CDIDir>/k8s.hamireg.io-claim_<claim UID>.json: kind
-// k8s.hamireg.io/claim, the claim's HAMi-core edits (allocation.ClaimResponse) at spec level
+// k8s.hamireg.io/claim, the claim's HAMi-core edits (hamicore.ClaimResponse) at spec level
 // and one device <claim UID>-<device name> per result. The kubelet passes the CDI device IDs
 // to the container runtime, which applies the edits. The claim's HAMi-core state folder
 // <HookPath>/vgpu/claims/<claim UID> is created (mode 0777) only with

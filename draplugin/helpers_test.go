@@ -23,9 +23,9 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2"
 
-	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/dra"
+	"github.com/hamireg/hamireg/hamicore"
 )
 
 func TestMain(m *testing.M) {
@@ -114,7 +114,7 @@ func testOptions(tb testing.TB, client *fake.Clientset) Options {
 		RegistrarDir:   path.Join(dir, "reg"),
 		PluginDir:      path.Join(dir, "plugin"),
 		CDIDir:         path.Join(dir, "cdi"),
-		Env:            allocation.EnvOptions{HookPath: path.Join(dir, "hook")},
+		Env:            hamicore.EnvOptions{HookPath: path.Join(dir, "hook")},
 		SliceSyncDelay: -1,
 	}
 }

@@ -20,9 +20,9 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
 
-	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/dra"
+	"github.com/hamireg/hamireg/hamicore"
 )
 
 // Defaults of [Options].
@@ -81,8 +81,8 @@ type Options struct {
 	// CDIDir is where the transient CDI spec of each prepared claim goes. Default
 	// [DefaultCDIDir].
 	CDIDir string
-	// Env shapes the HAMi-core edits (allocation.ClaimResponse).
-	Env allocation.EnvOptions
+	// Env shapes the HAMi-core edits (hamicore.ClaimResponse).
+	Env hamicore.EnvOptions
 	// PrepareStateDir makes Prepare create each claim's HAMi-core state folder on the host,
 	// <HookPath>/vgpu/claims/<claim UID>, empty with mode 0777, and Unprepare remove it, as
 	// nodeagent.HAMiCore does for containers. Set it when the plugin sees the host's

@@ -21,6 +21,7 @@ import (
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/dra"
+	"github.com/hamireg/hamireg/hamicore"
 	"github.com/hamireg/hamireg/internal/statedir"
 )
 
@@ -44,7 +45,7 @@ func cdiDeviceID(uid types.UID, device string) string {
 // memory and cores (dra.ConsumedFromResult). It refuses ([ErrRefused]) a device that is not
 // one of the published GPUs, an unhealthy one, one whose prepared claims would exceed its
 // memory or cores, and what Options.Refuse refuses. It writes the claim's transient CDI spec
-// (HAMi-core's edits of allocation.ClaimResponse, one CDI device per result), with
+// (HAMi-core's edits of hamicore.ClaimResponse, one CDI device per result), with
 // Options.PrepareStateDir the claim's state folder, then the checkpoint, and answers one
 // device per result with its CDI device ID and share ID. A claim prepared already gets the
 // same answer again, with nothing rewritten (unless its CDI spec is gone: a reboot empties
@@ -107,7 +108,7 @@ func (p *Plugin) prepareClaim(ctx context.Context, claim *resourcev1.ResourceCla
 	}
 
 	pc := preparedClaim{Namespace: claim.Namespace, Name: claim.Name, CDISpec: filepath.Join(p.opts.CDIDir, cdiSpecFile(uid))}
-	devs := make([]allocation.ClaimDevice, 0, len(results))
+	devs := make([]hamicore.ClaimDevice, 0, len(results))
 	named := make([]annotation.Device, 0, len(results))
 	for _, r := range results {
 		c, err := dra.ConsumedFromResult(p.opts.Profile, r, gpus)
@@ -125,7 +126,7 @@ func (p *Plugin) prepareClaim(ctx context.Context, claim *resourcev1.ResourceCla
 		if err := fits(gpu, c, others, pc.Devices); err != nil {
 			return nil, fmt.Errorf("prepare claim %s: %w: device %s (GPU %s): %w", klog.KObj(claim), ErrRefused, r.Device, gpu.ID, err)
 		}
-		devs = append(devs, allocation.ClaimDevice{UUID: gpu.ID, Index: gpu.Index, MemoryMiB: c.MemoryMiB, Cores: c.Cores})
+		devs = append(devs, hamicore.ClaimDevice{UUID: gpu.ID, Index: gpu.Index, MemoryMiB: c.MemoryMiB, Cores: c.Cores})
 		if !slices.ContainsFunc(named, func(g annotation.Device) bool { return g.ID == gpu.ID }) {
 			named = append(named, gpu)
 		}
@@ -139,7 +140,7 @@ func (p *Plugin) prepareClaim(ctx context.Context, claim *resourcev1.ResourceCla
 			return nil, fmt.Errorf("prepare claim %s: %w: %w", klog.KObj(claim), ErrRefused, err)
 		}
 	}
-	resp, err := allocation.ClaimResponse(string(uid), devs, p.opts.Env)
+	resp, err := hamicore.ClaimResponse(string(uid), devs, p.opts.Env)
 	if err != nil {
 		return nil, fmt.Errorf("prepare claim %s: %w", klog.KObj(claim), err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
+	"github.com/hamireg/hamireg/hamicore"
 	"github.com/hamireg/hamireg/internal/statedir"
 	"github.com/hamireg/hamireg/mig"
 )
@@ -68,17 +69,17 @@ type ContainerRequest struct {
 }
 
 // HAMiCore is the default Allocator: HAMi-core's environment and mounts for NVIDIA GPUs
-// (allocation.ContainerResponse: NVIDIA_VISIBLE_DEVICES, CUDA_DEVICE_MEMORY_LIMIT_<i>,
+// (hamicore.ContainerResponse: NVIDIA_VISIBLE_DEVICES, CUDA_DEVICE_MEMORY_LIMIT_<i>,
 // CUDA_DEVICE_SM_LIMIT, the libvgpu.so and ld.so.preload mounts, ...) and, with
 // PrepareStateDir, the container's state folder created on the host. For the MIG devices the
 // agent realised (ContainerRequest.MIG) the answer is their MIG UUIDs alone
-// (allocation.MIGResponse: NVIDIA_VISIBLE_DEVICES, or the volume-mounts entries), no limit,
+// (hamicore.MIGResponse: NVIDIA_VISIBLE_DEVICES, or the volume-mounts entries), no limit,
 // mount, preload or state folder, as HAMi master's plugin answers in mig mode. The zero value
 // is HAMi's chart without the state folder.
 type HAMiCore struct {
 	// Env shapes the container environment (HOOK_PATH, device list strategy, memory scaling,
 	// ...). The zero value is the chart's.
-	Env allocation.EnvOptions
+	Env hamicore.EnvOptions
 	// PrepareStateDir makes Allocate (re)create each container's HAMi-core state folder on
 	// the host, <HookPath>/vgpu/containers/<pod UID>_<container>, empty with mode 0777, as
 	// HAMi's plugin does. Set it when the agent's container sees the host's <HookPath>/vgpu
@@ -99,15 +100,15 @@ func (h HAMiCore) Allocate(_ context.Context, req ContainerRequest) (allocation.
 		for i, inst := range req.MIG {
 			uuids[i] = inst.MigUUID
 		}
-		return allocation.MIGResponse(uuids, h.Env)
+		return hamicore.MIGResponse(uuids, h.Env)
 	}
 	for _, d := range req.Devices {
 		if i := slices.IndexFunc(req.NodeDevices, func(g annotation.Device) bool { return g.ID == d.GPU() }); i >= 0 && req.NodeDevices[i].Mode == allocation.ModeMIG {
 			return allocation.Response{}, fmt.Errorf("device %s is on a GPU in mig mode and the request carries no realised MIG instance (ContainerRequest.MIG): the agent realises them through Options.MIG; the GPU's UUID would give the container the whole GPU", d.UUID)
 		}
 	}
-	c := allocation.Container{PodUID: string(req.Pod.UID), Name: req.Container.Name, Env: req.Container.Env, CacheID: string(uuid.NewUUID())}
-	r, err := allocation.ContainerResponse(req.Devices, c, req.NodeDevices, h.Env)
+	c := hamicore.Container{PodUID: string(req.Pod.UID), Name: req.Container.Name, Env: req.Container.Env, CacheID: string(uuid.NewUUID())}
+	r, err := hamicore.ContainerResponse(req.Devices, c, req.NodeDevices, h.Env)
 	if err != nil {
 		return allocation.Response{}, err
 	}

@@ -30,6 +30,7 @@ import (
 	"github.com/hamireg/hamireg/allocation/allocationtest"
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/clienttest"
+	"github.com/hamireg/hamireg/hamicore"
 	"github.com/hamireg/hamireg/kubeletplugin"
 	"github.com/hamireg/hamireg/kubeletplugin/kubelettest"
 	"github.com/hamireg/hamireg/mig"
@@ -136,7 +137,7 @@ func TestAllocatorFailure(t *testing.T) {
 			wantMsg: `permissions "rwx" are not a combination of r, w and m`,
 		},
 		"HAMi-core state folder": {
-			alloc:   HAMiCore{Env: allocation.EnvOptions{HookPath: "/dev/null/hook"}, PrepareStateDir: true},
+			alloc:   HAMiCore{Env: hamicore.EnvOptions{HookPath: "/dev/null/hook"}, PrepareStateDir: true},
 			wantMsg: "host preparation failed: pod default/p container main: the vendor's Allocator (nodeagent.HAMiCore) failed for devices [GPU-0]: state folder: host preparation failed: ",
 		},
 	}
@@ -171,7 +172,7 @@ func TestAllocatorFailure(t *testing.T) {
 // for the rest; both unwrap to the cause.
 func TestAllocatorErrorKinds(t *testing.T) {
 	t.Parallel()
-	a := &Agent{alloc: HAMiCore{Env: allocation.EnvOptions{HookPath: "/dev/null/hook"}, PrepareStateDir: true}}
+	a := &Agent{alloc: HAMiCore{Env: hamicore.EnvOptions{HookPath: "/dev/null/hook"}, PrepareStateDir: true}}
 	req := ContainerRequest{Pod: gpuPod("p", "main"), Container: &corev1.Container{Name: "main"}, Devices: allocation.ContainerDevices{dev(0, 1, 1)}, NodeDevices: testGPUs()}
 	_, e := a.answer(t.Context(), req)
 	if e == nil || !errors.Is(e, ErrHost) || errors.Is(e, ErrAllocator) {
@@ -198,7 +199,7 @@ func TestHAMiCorePreparesTheStateFolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod := gpuPod("p", "main")
-	r, err := HAMiCore{Env: allocation.EnvOptions{HookPath: hook}, PrepareStateDir: true}.Allocate(t.Context(), ContainerRequest{
+	r, err := HAMiCore{Env: hamicore.EnvOptions{HookPath: hook}, PrepareStateDir: true}.Allocate(t.Context(), ContainerRequest{
 		Pod: pod, Container: &pod.Spec.Containers[0], Devices: allocation.ContainerDevices{dev(0, 1000, 30)}, NodeDevices: testGPUs(),
 	})
 	if err != nil {
@@ -231,7 +232,7 @@ func TestHAMiCoreMIGMode(t *testing.T) {
 		gpus[i].Mode = allocation.ModeMIG
 	}
 	pod := gpuPod("p", "main")
-	h := HAMiCore{Env: allocation.EnvOptions{HookPath: hook}, PrepareStateDir: true}
+	h := HAMiCore{Env: hamicore.EnvOptions{HookPath: hook}, PrepareStateDir: true}
 	req := ContainerRequest{Pod: pod, Container: &pod.Spec.Containers[0], Devices: allocation.ContainerDevices{dev(0, 1000, 30)}, NodeDevices: gpus}
 	if _, err := h.Allocate(t.Context(), req); err == nil || !strings.Contains(err.Error(), "Options.MIG") {
 		t.Errorf("MIG GPU without its instance = %v, want a refusal naming Options.MIG", err)

@@ -118,7 +118,7 @@
 //     ([ErrPlacementTaken]).
 //  3. The [Allocator] is called with the MIG devices (ContainerRequest.MIG): [HAMiCore]
 //     answers NVIDIA_VISIBLE_DEVICES=<MIG UUIDs> (or the volume-mounts entries), and nothing
-//     of HAMi-core (allocation.MIGResponse).
+//     of HAMi-core (hamicore.MIGResponse).
 //  4. The runtime identity (migUUID, gpuInstanceID, computeInstanceID) is merge-patched into
 //     hami.io/vgpu-mig-allocations with the pod's metadata.resourceVersion as precondition,
 //     HAMi's patch byte for byte; on a 409 the pod is read again and the identity applied to

@@ -21,6 +21,7 @@ import (
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/clienttest"
+	"github.com/hamireg/hamireg/hamicore"
 	"github.com/hamireg/hamireg/internal/vectors"
 	"github.com/hamireg/hamireg/mig"
 	"github.com/hamireg/hamireg/nodelock"
@@ -301,7 +302,7 @@ func runMIGVector(t *testing.T, v290 bool, version annotation.Version, v migAllo
 	for _, p := range v.Input.Pods {
 		objs = append(objs, p.object())
 	}
-	opts := Options{Version: version, Allocator: HAMiCore{Env: allocation.EnvOptions{
+	opts := Options{Version: version, Allocator: HAMiCore{Env: hamicore.EnvOptions{
 		DeviceListStrategy: v.Input.Config.DeviceListStrategy, DeviceIDStrategy: v.Input.Config.DeviceIDStrategy}}}
 	f := startMIGAgent(t, node, v.Input.NVML.devices(), fm, opts, objs...)
 	var (
@@ -464,7 +465,7 @@ func runMIGVector(t *testing.T, v290 bool, version annotation.Version, v migAllo
 			}
 			uuids = append(uuids, r.Runtime.MigUUID)
 		}
-		wantResp, rerr := allocation.MIGResponse(uuids, opts.Allocator.(HAMiCore).Env)
+		wantResp, rerr := hamicore.MIGResponse(uuids, opts.Allocator.(HAMiCore).Env)
 		if rerr != nil {
 			t.Fatal(rerr)
 		}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
+	"github.com/hamireg/hamireg/hamicore"
 	"github.com/hamireg/hamireg/mig"
 )
 
@@ -27,7 +28,7 @@ const DefaultMIGReconcilePeriod = 5 * time.Second
 
 // migEntry reports whether the devices of an entry are on GPUs of devices in MIG mode; a GPU
 // not among devices counts as not MIG. An entry with both kinds is an error wrapping
-// allocation.ErrMixedModes.
+// hamicore.ErrMixedModes.
 func migEntry(entry allocation.ContainerDevices, devices []annotation.Device) (bool, error) {
 	n := 0
 	for _, d := range entry {
@@ -37,7 +38,7 @@ func migEntry(entry allocation.ContainerDevices, devices []annotation.Device) (b
 		}
 	}
 	if n > 0 && n < len(entry) {
-		return false, fmt.Errorf("%d of the entry's %d devices are on GPUs in MIG mode: %w", n, len(entry), allocation.ErrMixedModes)
+		return false, fmt.Errorf("%d of the entry's %d devices are on GPUs in MIG mode: %w", n, len(entry), hamicore.ErrMixedModes)
 	}
 	return n > 0, nil
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/hamireg/hamireg/allocation/allocationtest"
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/clienttest"
+	"github.com/hamireg/hamireg/hamicore"
 	"github.com/hamireg/hamireg/kubeletplugin/kubelettest"
 	"github.com/hamireg/hamireg/mig"
 )
@@ -304,7 +305,7 @@ func TestMIGAllocateFailures(t *testing.T) {
 		"mixed modes": {
 			allocs: []mig.Allocation{res(0, 0, migGPU0, "1g.5gb", 6, 1)},
 			entry:  allocation.ContainerDevices{migDev(migGPU0, 4864, 15), migDev("GPU-plain", 1000, 10)}, wantKind: ErrMIG,
-			wantMsg: allocation.ErrMixedModes.Error(),
+			wantMsg: hamicore.ErrMixedModes.Error(),
 		},
 		"v2.9.0 geometry entry": {
 			entry: allocation.ContainerDevices{migDev(migGPU0+"[0-2]", 5120, 14)}, version: annotation.VersionV290, wantKind: ErrMIG,

@@ -11,9 +11,9 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 
-	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/dra"
 	"github.com/hamireg/hamireg/draplugin"
+	"github.com/hamireg/hamireg/hamicore"
 	"github.com/hamireg/hamireg/internal/manifests"
 	"github.com/hamireg/hamireg/kubeletplugin"
 	"github.com/hamireg/hamireg/nodeagent"
@@ -116,8 +116,8 @@ func TestManifests(t *testing.T) {
 	if f := envs[register.EnvNodeName].ValueFrom; f == nil || f.FieldRef == nil || f.FieldRef.FieldPath != "spec.nodeName" {
 		t.Errorf("env %s is not from fieldRef spec.nodeName: %+v", register.EnvNodeName, envs[register.EnvNodeName])
 	}
-	if v := envs["HOOK_PATH"].Value; v != allocation.DefaultHookPath {
-		t.Errorf("HOOK_PATH = %q, want %q", v, allocation.DefaultHookPath)
+	if v := envs["HOOK_PATH"].Value; v != hamicore.DefaultHookPath {
+		t.Errorf("HOOK_PATH = %q, want %q", v, hamicore.DefaultHookPath)
 	}
 	// Scores always published: a pod may ask topology-aware by annotation under any default.
 	if v := envs["ENABLE_TOPOLOGY_SCORE"].Value; v != "true" {
@@ -134,8 +134,8 @@ func TestManifests(t *testing.T) {
 		mounts[hostPaths[m.Name]] = m.MountPath
 	}
 	want := map[string]string{
-		filepath.Clean(kubeletplugin.DefaultPluginDir):    filepath.Clean(kubeletplugin.DefaultPluginDir),
-		filepath.Join(allocation.DefaultHookPath, "vgpu"): filepath.Join(allocation.DefaultHookPath, "vgpu"),
+		filepath.Clean(kubeletplugin.DefaultPluginDir):  filepath.Clean(kubeletplugin.DefaultPluginDir),
+		filepath.Join(hamicore.DefaultHookPath, "vgpu"): filepath.Join(hamicore.DefaultHookPath, "vgpu"),
 		// --dra: the registrar's and the plugin's folders under the kubelet's root, the CDI folder.
 		draplugin.DefaultRegistrarDir:  draplugin.DefaultRegistrarDir,
 		draplugin.DefaultPluginDirBase: draplugin.DefaultPluginDirBase,

@@ -116,10 +116,10 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
 
-	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/dra"
 	"github.com/hamireg/hamireg/draplugin"
+	"github.com/hamireg/hamireg/hamicore"
 	"github.com/hamireg/hamireg/kubeletplugin"
 	"github.com/hamireg/hamireg/mig"
 	"github.com/hamireg/hamireg/nodeagent"
@@ -163,7 +163,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, h host) int {
 	memScaling := flags.Float64("device-memory-scaling", 1, "GPU memory scaling; above 1 oversubscribes (deviceMemoryScaling)")
 	coreScaling := flags.Float64("device-cores-scaling", 1, "GPU core scaling (deviceCoreScaling)")
 	preConfigured := flags.Int64("preconfigured-device-memory", 0, "MiB to assume for GPUs that report no memory (preConfiguredDeviceMemory)")
-	hookPath := flags.String("hook-path", cmp.Or(h.getenv("HOOK_PATH"), allocation.DefaultHookPath), "host folder of HAMi-core, libvgpu.so under <dir>/vgpu (HOOK_PATH)")
+	hookPath := flags.String("hook-path", cmp.Or(h.getenv("HOOK_PATH"), hamicore.DefaultHookPath), "host folder of HAMi-core, libvgpu.so under <dir>/vgpu (HOOK_PATH)")
 	prepare := flags.Bool("prepare-state-dir", true, "create each container's <hook-path>/vgpu/containers/<pod>_<container> folder, as HAMi does (needs <hook-path>/vgpu mounted at the same path)")
 	rootDir := flags.String("kubelet-root-dir", "/var/lib/kubelet", "the kubelet's --root-dir; the plugin socket goes to <dir>/device-plugins")
 	kubeconfig := flags.String("kubeconfig", "", "kubeconfig `FILE` (default: the in-cluster configuration)")
@@ -282,7 +282,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, h host) int {
 	if *migMode {
 		instances = scanner.MIG()
 	}
-	env := allocation.EnvOptions{HookPath: *hookPath, DeviceMemoryScaling: *memScaling}
+	env := hamicore.EnvOptions{HookPath: *hookPath, DeviceMemoryScaling: *memScaling}
 	if draOpts != nil {
 		draOpts.Plugin.Env, draOpts.Plugin.PrepareStateDir = env, *prepare
 	}

@@ -1,4 +1,4 @@
-package allocation_test
+package hamicore_test
 
 import (
 	"fmt"
@@ -7,6 +7,7 @@ import (
 	gocmp "github.com/google/go-cmp/cmp"
 
 	"github.com/hamireg/hamireg/allocation"
+	"github.com/hamireg/hamireg/hamicore"
 )
 
 func TestMIGResponse(t *testing.T) {
@@ -14,7 +15,7 @@ func TestMIGResponse(t *testing.T) {
 	const a, b = "MIG-5a5a0000-0001-0000-1111-abcdef000001", "MIG-5a5a0000-0002-0000-1111-abcdef000002"
 	tests := map[string]struct {
 		uuids   []string
-		opts    allocation.EnvOptions
+		opts    hamicore.EnvOptions
 		want    allocation.Response
 		wantErr bool
 	}{
@@ -23,14 +24,14 @@ func TestMIGResponse(t *testing.T) {
 			want:  allocation.Response{Envs: map[string]string{"NVIDIA_VISIBLE_DEVICES": a + "," + b}},
 		},
 		"index strategy lists the MIG UUIDs": {
-			uuids: []string{a}, opts: allocation.EnvOptions{DeviceIDStrategy: allocation.DeviceIDIndex},
+			uuids: []string{a}, opts: hamicore.EnvOptions{DeviceIDStrategy: hamicore.DeviceIDIndex},
 			want: allocation.Response{Envs: map[string]string{"NVIDIA_VISIBLE_DEVICES": a}},
 		},
 		"volume-mounts": {
-			uuids: []string{a, b}, opts: allocation.EnvOptions{DeviceListStrategy: allocation.DeviceListVolumeMounts},
-			want: allocation.Response{Envs: map[string]string{"NVIDIA_VISIBLE_DEVICES": allocation.ContainerDevicesDir}, Mounts: []allocation.Mount{
-				{ContainerPath: allocation.ContainerDevicesDir + "/" + a, HostPath: "/dev/null"},
-				{ContainerPath: allocation.ContainerDevicesDir + "/" + b, HostPath: "/dev/null"},
+			uuids: []string{a, b}, opts: hamicore.EnvOptions{DeviceListStrategy: hamicore.DeviceListVolumeMounts},
+			want: allocation.Response{Envs: map[string]string{"NVIDIA_VISIBLE_DEVICES": hamicore.ContainerDevicesDir}, Mounts: []allocation.Mount{
+				{ContainerPath: hamicore.ContainerDevicesDir + "/" + a, HostPath: "/dev/null"},
+				{ContainerPath: hamicore.ContainerDevicesDir + "/" + b, HostPath: "/dev/null"},
 			}},
 		},
 		"none":       {wantErr: true},
@@ -39,7 +40,7 @@ func TestMIGResponse(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			got, err := allocation.MIGResponse(tc.uuids, tc.opts)
+			got, err := hamicore.MIGResponse(tc.uuids, tc.opts)
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("MIGResponse = %v, want error %v", err, tc.wantErr)
 			}
@@ -53,7 +54,7 @@ func TestMIGResponse(t *testing.T) {
 // The answer for a container served two MIG devices: their UUIDs alone, none of HAMi-core's
 // limits or mounts.
 func ExampleMIGResponse() {
-	r, err := allocation.MIGResponse([]string{"MIG-5a5a0000-0001-0000-1111-abcdef000001", "MIG-5a5a0000-0002-0000-1111-abcdef000002"}, allocation.EnvOptions{})
+	r, err := hamicore.MIGResponse([]string{"MIG-5a5a0000-0001-0000-1111-abcdef000001", "MIG-5a5a0000-0002-0000-1111-abcdef000002"}, hamicore.EnvOptions{})
 	if err != nil {
 		fmt.Println(err)
 		return

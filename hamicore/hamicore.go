@@ -1,4 +1,4 @@
-package allocation
+package hamicore
 
 import (
 	"cmp"
@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
 )
 
@@ -64,6 +65,11 @@ type EnvOptions struct {
 	License bool
 }
 
+// ErrMixedModes is [ContainerResponse]'s error for a container whose devices are on GPUs in
+// MIG mode and on GPUs in another mode: HAMi-core's limits and MIG instances do not mix in
+// one answer.
+var ErrMixedModes = errors.New("devices on GPUs in MIG and in another mode")
+
 // Container identifies the container a response is for.
 type Container struct {
 	// PodUID and Name name the host folder HAMi-core keeps the container's state in.
@@ -76,32 +82,26 @@ type Container struct {
 	CacheID string
 }
 
-// Mount is a host path mounted into the container.
-type Mount struct {
-	ContainerPath, HostPath string
-	ReadOnly                bool
-}
-
 // ContainerResponse builds the environment and mounts HAMi's device plugin gives a container
-// whose devices are devs (its entry of the to-allocate annotation): NVIDIA_VISIBLE_DEVICES
-// (UUIDs, or with [DeviceIDIndex] NVML indexes from gpus, in entry order without repeats),
-// CUDA_DEVICE_MEMORY_LIMIT_<i>=<MiB>m per device, CUDA_DEVICE_SM_LIMIT from the first device,
-// CUDA_DEVICE_MEMORY_SHARED_CACHE, the optional variables of opts, and HAMi-core's mounts:
-// libvgpu.so, the container's state folder, /tmp/vgpulock, /etc/ld.so.preload (unless the
-// container sets CUDA_DISABLE_CONTROL) and the license files. gpus are the node's GPUs, for
-// the index strategy and the GPUs' modes.
+// whose devices are devs (its entry of the to-allocate annotation, [allocation.PodDevices]):
+// NVIDIA_VISIBLE_DEVICES (UUIDs, or with [DeviceIDIndex] NVML indexes from gpus, in entry
+// order without repeats), CUDA_DEVICE_MEMORY_LIMIT_<i>=<MiB>m per device,
+// CUDA_DEVICE_SM_LIMIT from the first device, CUDA_DEVICE_MEMORY_SHARED_CACHE, the optional
+// variables of opts, and HAMi-core's mounts: libvgpu.so, the container's state folder,
+// /tmp/vgpulock, /etc/ld.so.preload (unless the container sets CUDA_DISABLE_CONTROL) and the
+// license files. gpus are the node's GPUs, for the index strategy and the GPUs' modes.
 //
-// For devices on GPUs in [ModeMIG] the answer is the device list alone (NVIDIA_VISIBLE_DEVICES,
-// or the volume-mounts entries), with no HAMi-core limit, mount or preload and no StateDir, as
-// HAMi's plugin answers in mig mode (both versions): HAMi-core does not run on MIG instances,
-// which isolate by themselves. Which MIG instance a device names (HAMi resolves it to a MIG
-// UUID) is not decided here: the entry's IDs are listed as for any GPU; a node agent that
-// realised the MIG devices answers with [MIGResponse] instead. It fails for an empty
-// entry, for a device the index strategy cannot find, and for an entry whose devices are on
-// GPUs of both modes ([ErrMixedModes]).
-func ContainerResponse(devs ContainerDevices, c Container, gpus []annotation.Device, opts EnvOptions) (Response, error) {
+// For devices on GPUs in [allocation.ModeMIG] the answer is the device list alone
+// (NVIDIA_VISIBLE_DEVICES, or the volume-mounts entries), with no HAMi-core limit, mount or
+// preload and no StateDir, as HAMi's plugin answers in mig mode (both versions): HAMi-core
+// does not run on MIG instances, which isolate by themselves. Which MIG instance a device
+// names (HAMi resolves it to a MIG UUID) is not decided here: the entry's IDs are listed as
+// for any GPU; a node agent that realised the MIG devices answers with [MIGResponse] instead.
+// It fails for an empty entry, for a device the index strategy cannot find, and for an entry
+// whose devices are on GPUs of both modes ([ErrMixedModes]).
+func ContainerResponse(devs allocation.ContainerDevices, c Container, gpus []annotation.Device, opts EnvOptions) (allocation.Response, error) {
 	if len(devs) == 0 {
-		return Response{}, fmt.Errorf("container response for %s: no devices in its entry", c.Name)
+		return allocation.Response{}, fmt.Errorf("container response for %s: no devices in its entry", c.Name)
 	}
 	hook := cmp.Or(opts.HookPath, DefaultHookPath)
 	vgpu := path.Join(hook, "vgpu")
@@ -111,7 +111,7 @@ func ContainerResponse(devs ContainerDevices, c Container, gpus []annotation.Dev
 		if opts.DeviceIDStrategy == DeviceIDIndex {
 			i := slices.IndexFunc(gpus, func(g annotation.Device) bool { return g.ID == d.GPU() })
 			if i < 0 {
-				return Response{}, fmt.Errorf("container response for %s: unknown device %s (not a GPU of this node)", c.Name, d.UUID)
+				return allocation.Response{}, fmt.Errorf("container response for %s: unknown device %s (not a GPU of this node)", c.Name, d.UUID)
 			}
 			id = strconv.FormatUint(uint64(gpus[i].Index), 10)
 		}
@@ -121,9 +121,9 @@ func ContainerResponse(devs ContainerDevices, c Container, gpus []annotation.Dev
 	}
 	mig, err := migEntry(devs, gpus)
 	if err != nil {
-		return Response{}, fmt.Errorf("container response for %s: %w", c.Name, err)
+		return allocation.Response{}, fmt.Errorf("container response for %s: %w", c.Name, err)
 	}
-	r := Response{Envs: map[string]string{}}
+	r := allocation.Response{Envs: map[string]string{}}
 	deviceList(&r, ids, opts)
 	if mig {
 		return r, nil // HAMi-core does not run on MIG: the device list is the whole answer
@@ -140,11 +140,11 @@ func ContainerResponse(devs ContainerDevices, c Container, gpus []annotation.Dev
 
 // deviceList sets the container's device list: NVIDIA_VISIBLE_DEVICES=ids, or with
 // [DeviceListVolumeMounts] [ContainerDevicesDir] and one /dev/null mount per ID under it.
-func deviceList(r *Response, ids []string, opts EnvOptions) {
+func deviceList(r *allocation.Response, ids []string, opts EnvOptions) {
 	if opts.DeviceListStrategy == DeviceListVolumeMounts {
 		r.Envs["NVIDIA_VISIBLE_DEVICES"] = ContainerDevicesDir
 		for _, id := range ids {
-			r.Mounts = append(r.Mounts, Mount{ContainerPath: path.Join(ContainerDevicesDir, id), HostPath: "/dev/null"})
+			r.Mounts = append(r.Mounts, allocation.Mount{ContainerPath: path.Join(ContainerDevicesDir, id), HostPath: "/dev/null"})
 		}
 		return
 	}
@@ -154,7 +154,7 @@ func deviceList(r *Response, ids []string, opts EnvOptions) {
 // coreEdits adds what every HAMi-core answer has beside its limits: the optional variables of
 // opts and the mounts libvgpu.so, r.StateDir at vgpu, /tmp/vgpulock, /etc/ld.so.preload (with
 // preload) and the license files.
-func coreEdits(r *Response, vgpu string, opts EnvOptions, preload bool) {
+func coreEdits(r *allocation.Response, vgpu string, opts EnvOptions, preload bool) {
 	for name, on := range map[string]bool{"NVIDIA_GDRCOPY": opts.GDRCopy, "NVIDIA_GDS": opts.GDS, "NVIDIA_MOFED": opts.MOFED} {
 		if on {
 			r.Envs[name] = "enabled"
@@ -174,17 +174,17 @@ func coreEdits(r *Response, vgpu string, opts EnvOptions, preload bool) {
 		r.Envs["GPU_CORE_UTILIZATION_POLICY"] = "disable"
 	}
 	r.Mounts = append(r.Mounts,
-		Mount{ContainerPath: path.Join(vgpu, "libvgpu.so"), HostPath: cmp.Or(opts.LibVGPU, path.Join(vgpu, "libvgpu.so")), ReadOnly: true},
-		Mount{ContainerPath: vgpu, HostPath: r.StateDir},
-		Mount{ContainerPath: "/tmp/vgpulock", HostPath: "/tmp/vgpulock"},
+		allocation.Mount{ContainerPath: path.Join(vgpu, "libvgpu.so"), HostPath: cmp.Or(opts.LibVGPU, path.Join(vgpu, "libvgpu.so")), ReadOnly: true},
+		allocation.Mount{ContainerPath: vgpu, HostPath: r.StateDir},
+		allocation.Mount{ContainerPath: "/tmp/vgpulock", HostPath: "/tmp/vgpulock"},
 	)
 	if preload {
-		r.Mounts = append(r.Mounts, Mount{ContainerPath: "/etc/ld.so.preload", HostPath: path.Join(vgpu, "ld.so.preload"), ReadOnly: true})
+		r.Mounts = append(r.Mounts, allocation.Mount{ContainerPath: "/etc/ld.so.preload", HostPath: path.Join(vgpu, "ld.so.preload"), ReadOnly: true})
 	}
 	if opts.License {
 		r.Mounts = append(r.Mounts,
-			Mount{ContainerPath: "/tmp/license", HostPath: path.Join(vgpu, "license"), ReadOnly: true},
-			Mount{ContainerPath: "/usr/bin/vgpuvalidator", HostPath: path.Join(vgpu, "vgpuvalidator"), ReadOnly: true},
+			allocation.Mount{ContainerPath: "/tmp/license", HostPath: path.Join(vgpu, "license"), ReadOnly: true},
+			allocation.Mount{ContainerPath: "/usr/bin/vgpuvalidator", HostPath: path.Join(vgpu, "vgpuvalidator"), ReadOnly: true},
 		)
 	}
 }
@@ -199,29 +199,27 @@ func coreEdits(r *Response, vgpu string, opts EnvOptions, preload bool) {
 // UUIDs up among the kubelet's replica IDs and finds none); MIGResponse lists the MIG UUIDs,
 // which the container runtime resolves under either strategy. It fails for an empty list and
 // for an empty UUID.
-func MIGResponse(migUUIDs []string, opts EnvOptions) (Response, error) {
+func MIGResponse(migUUIDs []string, opts EnvOptions) (allocation.Response, error) {
 	if len(migUUIDs) == 0 {
-		return Response{}, errors.New("MIG response: no MIG devices")
+		return allocation.Response{}, errors.New("MIG response: no MIG devices")
 	}
 	if slices.Contains(migUUIDs, "") {
-		return Response{}, fmt.Errorf("MIG response: an empty MIG UUID in %q", migUUIDs)
+		return allocation.Response{}, fmt.Errorf("MIG response: an empty MIG UUID in %q", migUUIDs)
 	}
-	r := Response{Envs: map[string]string{}}
+	r := allocation.Response{Envs: map[string]string{}}
 	deviceList(&r, migUUIDs, opts)
 	return r, nil
 }
 
-// ModeMIG is the [annotation.Device] Mode of an NVIDIA GPU split into MIG instances.
-const ModeMIG = "mig"
-
-// migEntry reports whether the devices of an entry are on GPUs of gpus in [ModeMIG]; a GPU
-// not in gpus counts as not MIG. An entry with both kinds is an error: one container cannot
-// get HAMi-core's limits on some of its GPUs and MIG instances on others.
-func migEntry(devs ContainerDevices, gpus []annotation.Device) (bool, error) {
+// migEntry reports whether the devices of an entry are on GPUs of gpus in
+// [allocation.ModeMIG]; a GPU not in gpus counts as not MIG. An entry with both kinds is an
+// error: one container cannot get HAMi-core's limits on some of its GPUs and MIG instances on
+// others.
+func migEntry(devs allocation.ContainerDevices, gpus []annotation.Device) (bool, error) {
 	n := 0
 	for _, d := range devs {
 		i := slices.IndexFunc(gpus, func(g annotation.Device) bool { return g.ID == d.GPU() })
-		if i >= 0 && gpus[i].Mode == ModeMIG {
+		if i >= 0 && gpus[i].Mode == allocation.ModeMIG {
 			n++
 		}
 	}
@@ -241,18 +239,4 @@ func controlDisabled(env []corev1.EnvVar) bool {
 		}
 	}
 	return false
-}
-
-// ContainerAt returns the container of pod that entry i of its device list belongs to: init
-// containers first, then the regular ones.
-func ContainerAt(pod *corev1.Pod, i int) (*corev1.Container, bool) {
-	switch n := len(pod.Spec.InitContainers); {
-	case i < 0:
-		return nil, false
-	case i < n:
-		return &pod.Spec.InitContainers[i], true
-	case i-n < len(pod.Spec.Containers):
-		return &pod.Spec.Containers[i-n], true
-	}
-	return nil, false
 }

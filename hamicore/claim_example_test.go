@@ -1,19 +1,19 @@
-package allocation_test
+package hamicore_test
 
 import (
 	"fmt"
 	"maps"
 	"slices"
 
-	"github.com/hamireg/hamireg/allocation"
+	"github.com/hamireg/hamireg/hamicore"
 )
 
 // The container edits of a DRA claim that kube-scheduler allocated {memory: 10Gi, cores: 30}
 // on one GPU (the plugin reads them from the result's consumedCapacity).
 func ExampleClaimResponse() {
-	r, err := allocation.ClaimResponse("5f0c5e1a", []allocation.ClaimDevice{
+	r, err := hamicore.ClaimResponse("5f0c5e1a", []hamicore.ClaimDevice{
 		{UUID: "GPU-ebe7c3f7-303d-558d-435e-99a160631fe4", Index: 0, MemoryMiB: 10240, Cores: 30},
-	}, allocation.EnvOptions{})
+	}, hamicore.EnvOptions{})
 	if err != nil {
 		fmt.Println(err)
 		return

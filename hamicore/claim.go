@@ -1,4 +1,4 @@
-package allocation
+package hamicore
 
 import (
 	"cmp"
@@ -7,6 +7,8 @@ import (
 	"path"
 	"strconv"
 	"strings"
+
+	"github.com/hamireg/hamireg/allocation"
 )
 
 // ClaimDevice is one GPU of a DRA claim as the node's plugin prepares it: the GPU and what
@@ -38,26 +40,26 @@ type ClaimDevice struct {
 // container: its limits are the sums of the two (cores: no limit if either has none). A device
 // with an empty UUID, or one with a ',' (which would split NVIDIA_VISIBLE_DEVICES), is an
 // error too.
-func ClaimResponse(claimUID string, devs []ClaimDevice, opts EnvOptions) (Response, error) {
+func ClaimResponse(claimUID string, devs []ClaimDevice, opts EnvOptions) (allocation.Response, error) {
 	if err := checkClaimUID(claimUID); err != nil {
-		return Response{}, fmt.Errorf("claim response: %w", err)
+		return allocation.Response{}, fmt.Errorf("claim response: %w", err)
 	}
 	if len(devs) == 0 {
-		return Response{}, fmt.Errorf("claim response for claim %s: no devices", claimUID)
+		return allocation.Response{}, fmt.Errorf("claim response for claim %s: no devices", claimUID)
 	}
 	var merged []ClaimDevice
 	for _, d := range devs {
 		switch {
 		case d.UUID == "" || strings.Contains(d.UUID, ","):
-			return Response{}, fmt.Errorf("claim response for claim %s: GPU %d has UUID %q: want a GPU UUID", claimUID, d.Index, d.UUID)
+			return allocation.Response{}, fmt.Errorf("claim response for claim %s: GPU %d has UUID %q: want a GPU UUID", claimUID, d.Index, d.UUID)
 		case d.MemoryMiB < 0 || d.Cores < 0:
-			return Response{}, fmt.Errorf("claim response for claim %s: GPU %s has negative limits (memory %d MiB, cores %d)", claimUID, d.UUID, d.MemoryMiB, d.Cores)
+			return allocation.Response{}, fmt.Errorf("claim response for claim %s: GPU %s has negative limits (memory %d MiB, cores %d)", claimUID, d.UUID, d.MemoryMiB, d.Cores)
 		}
 		seen := false
 		for i := range merged {
 			if m := &merged[i]; m.UUID == d.UUID {
 				if m.Index != d.Index {
-					return Response{}, fmt.Errorf("claim response for claim %s: GPU %s listed with indexes %d and %d", claimUID, d.UUID, m.Index, d.Index)
+					return allocation.Response{}, fmt.Errorf("claim response for claim %s: GPU %s listed with indexes %d and %d", claimUID, d.UUID, m.Index, d.Index)
 				}
 				m.MemoryMiB = saturatingAdd(m.MemoryMiB, d.MemoryMiB)
 				if m.Cores == 0 || d.Cores == 0 {
@@ -74,7 +76,7 @@ func ClaimResponse(claimUID string, devs []ClaimDevice, opts EnvOptions) (Respon
 	}
 
 	vgpu := path.Join(cmp.Or(opts.HookPath, DefaultHookPath), "vgpu")
-	r := Response{Envs: map[string]string{}, StateDir: path.Join(vgpu, "claims", claimUID)}
+	r := allocation.Response{Envs: map[string]string{}, StateDir: path.Join(vgpu, "claims", claimUID)}
 	ids := make([]string, 0, len(merged))
 	for i, d := range merged {
 		id := d.UUID

@@ -1,4 +1,4 @@
-package allocation_test
+package hamicore_test
 
 import (
 	"strings"
@@ -7,6 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/hamireg/hamireg/allocation"
+	"github.com/hamireg/hamireg/hamicore"
 )
 
 const claimUID = "5f0c5e1a-7c2d-4b7e-9f0e-1d2c3b4a5968"
@@ -23,17 +24,17 @@ func claimMounts(hook string) []allocation.Mount {
 
 func TestClaimResponse(t *testing.T) {
 	t.Parallel()
-	a := allocation.ClaimDevice{UUID: "GPU-a", Index: 3, MemoryMiB: 10240, Cores: 30}
-	b := allocation.ClaimDevice{UUID: "GPU-b", Index: 1, MemoryMiB: 4000, Cores: 0}
+	a := hamicore.ClaimDevice{UUID: "GPU-a", Index: 3, MemoryMiB: 10240, Cores: 30}
+	b := hamicore.ClaimDevice{UUID: "GPU-b", Index: 1, MemoryMiB: 4000, Cores: 0}
 	off := ""
 	tests := map[string]struct {
-		devs       []allocation.ClaimDevice
-		opts       allocation.EnvOptions
+		devs       []hamicore.ClaimDevice
+		opts       hamicore.EnvOptions
 		wantEnv    map[string]string
 		wantMounts []allocation.Mount
 	}{
 		"one GPU, 10Gi and 30 cores": {
-			devs: []allocation.ClaimDevice{a},
+			devs: []hamicore.ClaimDevice{a},
 			wantEnv: map[string]string{
 				"NVIDIA_VISIBLE_DEVICES":          "GPU-a",
 				"CUDA_DEVICE_MEMORY_LIMIT_0":      "10240m",
@@ -44,7 +45,7 @@ func TestClaimResponse(t *testing.T) {
 			wantMounts: claimMounts("/usr/local"),
 		},
 		"two GPUs in result order": {
-			devs: []allocation.ClaimDevice{a, b},
+			devs: []hamicore.ClaimDevice{a, b},
 			wantEnv: map[string]string{
 				"NVIDIA_VISIBLE_DEVICES":          "GPU-a,GPU-b",
 				"CUDA_DEVICE_MEMORY_LIMIT_0":      "10240m",
@@ -57,7 +58,7 @@ func TestClaimResponse(t *testing.T) {
 			wantMounts: claimMounts("/usr/local"),
 		},
 		"one GPU twice": {
-			devs: []allocation.ClaimDevice{a, b, {UUID: "GPU-a", Index: 3, MemoryMiB: 1024, Cores: 20}, {UUID: "GPU-b", Index: 1, MemoryMiB: 96, Cores: 50}},
+			devs: []hamicore.ClaimDevice{a, b, {UUID: "GPU-a", Index: 3, MemoryMiB: 1024, Cores: 20}, {UUID: "GPU-b", Index: 1, MemoryMiB: 96, Cores: 50}},
 			wantEnv: map[string]string{
 				"NVIDIA_VISIBLE_DEVICES":          "GPU-a,GPU-b",
 				"CUDA_DEVICE_MEMORY_LIMIT_0":      "11264m",
@@ -70,8 +71,8 @@ func TestClaimResponse(t *testing.T) {
 			wantMounts: claimMounts("/usr/local"),
 		},
 		"index strategy, options": {
-			devs: []allocation.ClaimDevice{a, b},
-			opts: allocation.EnvOptions{HookPath: "/opt/hami", DeviceIDStrategy: allocation.DeviceIDIndex, DeviceMemoryScaling: 1.5,
+			devs: []hamicore.ClaimDevice{a, b},
+			opts: hamicore.EnvOptions{HookPath: "/opt/hami", DeviceIDStrategy: hamicore.DeviceIDIndex, DeviceMemoryScaling: 1.5,
 				LibCudaLogLevel: &off, DisableCoreLimit: true, GDRCopy: true, GDS: true, MOFED: true},
 			wantEnv: map[string]string{
 				"NVIDIA_VISIBLE_DEVICES":          "3,1",
@@ -89,8 +90,8 @@ func TestClaimResponse(t *testing.T) {
 			wantMounts: claimMounts("/opt/hami"),
 		},
 		"volume mounts, license, libvgpu": {
-			devs: []allocation.ClaimDevice{a, b},
-			opts: allocation.EnvOptions{DeviceListStrategy: allocation.DeviceListVolumeMounts, License: true, LibVGPU: "/usr/local/vgpu/libvgpu.so.v2.7",
+			devs: []hamicore.ClaimDevice{a, b},
+			opts: hamicore.EnvOptions{DeviceListStrategy: hamicore.DeviceListVolumeMounts, License: true, LibVGPU: "/usr/local/vgpu/libvgpu.so.v2.7",
 				DeviceMemoryScaling: 1},
 			wantEnv: map[string]string{
 				"NVIDIA_VISIBLE_DEVICES":          "/var/run/nvidia-container-devices",
@@ -114,7 +115,7 @@ func TestClaimResponse(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			r, err := allocation.ClaimResponse(claimUID, tc.devs, tc.opts)
+			r, err := hamicore.ClaimResponse(claimUID, tc.devs, tc.opts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -126,7 +127,7 @@ func TestClaimResponse(t *testing.T) {
 			}
 			hook := tc.opts.HookPath
 			if hook == "" {
-				hook = allocation.DefaultHookPath
+				hook = hamicore.DefaultHookPath
 			}
 			if want := hook + "/vgpu/claims/" + claimUID; r.StateDir != want {
 				t.Errorf("StateDir = %q, want %q", r.StateDir, want)
@@ -140,10 +141,10 @@ func TestClaimResponse(t *testing.T) {
 
 func TestClaimResponseErrors(t *testing.T) {
 	t.Parallel()
-	ok := []allocation.ClaimDevice{{UUID: "GPU-a", MemoryMiB: 1, Cores: 1}}
+	ok := []hamicore.ClaimDevice{{UUID: "GPU-a", MemoryMiB: 1, Cores: 1}}
 	tests := map[string]struct {
 		uid   string
-		devs  []allocation.ClaimDevice
+		devs  []hamicore.ClaimDevice
 		wantE string
 	}{
 		"no devices":        {claimUID, nil, "no devices"},
@@ -156,17 +157,17 @@ func TestClaimResponseErrors(t *testing.T) {
 		"backslash":         {`a\b`, ok, "not a safe path element"},
 		"space":             {"a b", ok, "not a safe path element"},
 		"NUL":               {"a\x00", ok, "not a safe path element"},
-		"negative memory":   {claimUID, []allocation.ClaimDevice{{UUID: "GPU-a", MemoryMiB: -1}}, "negative limits"},
-		"negative cores":    {claimUID, []allocation.ClaimDevice{{UUID: "GPU-a", Cores: -30}}, "negative limits"},
-		"empty UUID":        {claimUID, []allocation.ClaimDevice{{Index: 2}}, `GPU 2 has UUID ""`},
-		"comma in UUID":     {claimUID, []allocation.ClaimDevice{{UUID: "GPU-a,GPU-b"}}, "want a GPU UUID"},
-		"index disagrees":   {claimUID, []allocation.ClaimDevice{{UUID: "GPU-a"}, {UUID: "GPU-a", Index: 1}}, "indexes 0 and 1"},
-		"second device bad": {claimUID, []allocation.ClaimDevice{ok[0], {UUID: "GPU-b", MemoryMiB: -5}}, "GPU-b"},
+		"negative memory":   {claimUID, []hamicore.ClaimDevice{{UUID: "GPU-a", MemoryMiB: -1}}, "negative limits"},
+		"negative cores":    {claimUID, []hamicore.ClaimDevice{{UUID: "GPU-a", Cores: -30}}, "negative limits"},
+		"empty UUID":        {claimUID, []hamicore.ClaimDevice{{Index: 2}}, `GPU 2 has UUID ""`},
+		"comma in UUID":     {claimUID, []hamicore.ClaimDevice{{UUID: "GPU-a,GPU-b"}}, "want a GPU UUID"},
+		"index disagrees":   {claimUID, []hamicore.ClaimDevice{{UUID: "GPU-a"}, {UUID: "GPU-a", Index: 1}}, "indexes 0 and 1"},
+		"second device bad": {claimUID, []hamicore.ClaimDevice{ok[0], {UUID: "GPU-b", MemoryMiB: -5}}, "GPU-b"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			r, err := allocation.ClaimResponse(tc.uid, tc.devs, allocation.EnvOptions{})
+			r, err := hamicore.ClaimResponse(tc.uid, tc.devs, hamicore.EnvOptions{})
 			if err == nil || !strings.Contains(err.Error(), tc.wantE) {
 				t.Fatalf("ClaimResponse(%q) = %+v, %v; want an error containing %q", tc.uid, r, err, tc.wantE)
 			}
@@ -177,7 +178,7 @@ func TestClaimResponseErrors(t *testing.T) {
 	}
 	// Safe UIDs that are not UUIDs.
 	for _, uid := range []string{"...", "a.b_c-D", "x"} {
-		if _, err := allocation.ClaimResponse(uid, ok, allocation.EnvOptions{}); err != nil {
+		if _, err := hamicore.ClaimResponse(uid, ok, hamicore.EnvOptions{}); err != nil {
 			t.Errorf("ClaimResponse(%q): %v", uid, err)
 		}
 	}

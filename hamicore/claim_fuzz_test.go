@@ -1,4 +1,4 @@
-package allocation_test
+package hamicore_test
 
 import (
 	"fmt"
@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hamireg/hamireg/allocation"
+	"github.com/hamireg/hamireg/hamicore"
 )
 
 // FuzzClaimResponse builds responses for random claims: ClaimResponse never panics, and a
@@ -18,18 +18,18 @@ func FuzzClaimResponse(f *testing.F) {
 	f.Add("../x", "GPU-a", uint8(0), int64(1), int64(1), "GPU-a", uint8(0), int64(9223372036854775807), int64(5), "/opt/hami", uint8(3))
 	f.Add("a/b", "", uint8(3), int64(-1), int64(-1), "x,y", uint8(2), int64(1), int64(1), "relative", uint8(1))
 	f.Fuzz(func(t *testing.T, uid, uuid1 string, index1 uint8, mem1, cores1 int64, uuid2 string, index2 uint8, mem2, cores2 int64, hook string, strategy uint8) {
-		devs := []allocation.ClaimDevice{{UUID: uuid1, Index: uint(index1), MemoryMiB: mem1, Cores: cores1}}
+		devs := []hamicore.ClaimDevice{{UUID: uuid1, Index: uint(index1), MemoryMiB: mem1, Cores: cores1}}
 		if uuid2 != "" {
-			devs = append(devs, allocation.ClaimDevice{UUID: uuid2, Index: uint(index2), MemoryMiB: mem2, Cores: cores2})
+			devs = append(devs, hamicore.ClaimDevice{UUID: uuid2, Index: uint(index2), MemoryMiB: mem2, Cores: cores2})
 		}
-		opts := allocation.EnvOptions{HookPath: hook}
+		opts := hamicore.EnvOptions{HookPath: hook}
 		if strategy&1 != 0 {
-			opts.DeviceIDStrategy = allocation.DeviceIDIndex
+			opts.DeviceIDStrategy = hamicore.DeviceIDIndex
 		}
 		if strategy&2 != 0 {
-			opts.DeviceListStrategy = allocation.DeviceListVolumeMounts
+			opts.DeviceListStrategy = hamicore.DeviceListVolumeMounts
 		}
-		r, err := allocation.ClaimResponse(uid, devs, opts)
+		r, err := hamicore.ClaimResponse(uid, devs, opts)
 		if err != nil {
 			return
 		}
@@ -38,7 +38,7 @@ func FuzzClaimResponse(f *testing.F) {
 		}
 		claims := path.Join(hook, "vgpu", "claims")
 		if hook == "" {
-			claims = path.Join(allocation.DefaultHookPath, "vgpu", "claims")
+			claims = path.Join(hamicore.DefaultHookPath, "vgpu", "claims")
 		}
 		if path.Dir(r.StateDir) != claims || path.Base(r.StateDir) != uid {
 			t.Fatalf("StateDir %q is not %s/%s", r.StateDir, claims, uid)
