@@ -73,13 +73,15 @@ func TestNew(t *testing.T) {
 		"all":               {opts: func(*nodedra.Options) {}, ok: true},
 		"uuids and indexes": {opts: func(o *nodedra.Options) { o.GPUs = []string{"GPU-1", "3", "0"} }, ok: true},
 		"no profile":        {opts: func(o *nodedra.Options) { o.Plugin.Profile = dra.Profile{} }},
-		"refuse set":        {opts: func(o *nodedra.Options) { o.Plugin.Refuse = func(context.Context, []annotation.Device) error { return nil } }},
-		"empty entry":       {opts: func(o *nodedra.Options) { o.GPUs = []string{""} }},
-		"spaces":            {opts: func(o *nodedra.Options) { o.GPUs = []string{" GPU-1"} }},
-		"comma list":        {opts: func(o *nodedra.Options) { o.GPUs = []string{"GPU-1,GPU-2"} }},
-		"negative index":    {opts: func(o *nodedra.Options) { o.GPUs = []string{"-1"} }},
-		"not decimal":       {opts: func(o *nodedra.Options) { o.GPUs = []string{"0x1"} }},
-		"long socket path":  {opts: func(o *nodedra.Options) { o.Plugin.PluginDir = "/" + strings.Repeat("d", 120) }},
+		"refuse set": {opts: func(o *nodedra.Options) {
+			o.Plugin.Refuse = func(context.Context, []annotation.Device) error { return nil }
+		}},
+		"empty entry":      {opts: func(o *nodedra.Options) { o.GPUs = []string{""} }},
+		"spaces":           {opts: func(o *nodedra.Options) { o.GPUs = []string{" GPU-1"} }},
+		"comma list":       {opts: func(o *nodedra.Options) { o.GPUs = []string{"GPU-1,GPU-2"} }},
+		"negative index":   {opts: func(o *nodedra.Options) { o.GPUs = []string{"-1"} }},
+		"not decimal":      {opts: func(o *nodedra.Options) { o.GPUs = []string{"0x1"} }},
+		"long socket path": {opts: func(o *nodedra.Options) { o.Plugin.PluginDir = "/" + strings.Repeat("d", 120) }},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
