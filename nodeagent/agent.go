@@ -130,9 +130,9 @@ type Options struct {
 	// topology-aware GPU policy: HAMi's device plugin does so only with
 	// ENABLE_TOPOLOGY_SCORE=true (its chart sets that only when the default GPU policy is
 	// exactly topology-aware). The source must implement [TopologySource] and the vendor be
-	// NVIDIA (HAMi scores NVIDIA GPUs' NVLink and PCIe topology only). A failed scoring is logged and recorded as [EventReasonTopologyFailed] and
-	// never holds back the register annotation (HAMi's loses both). Default false: the score
-	// annotation is not touched.
+	// NVIDIA (HAMi scores NVIDIA GPUs' NVLink and PCIe links only). A failed scoring is logged
+	// and recorded as [EventReasonTopologyFailed] and never holds back the register
+	// annotation (HAMi's loses both). Default false: the score annotation is not touched.
 	TopologyScores bool
 	// EventRecorder records the agent's Events (Node: failed scans and devices, failed
 	// register writes; Pod: failed allocations). Default: while Run runs, a
@@ -208,8 +208,8 @@ type Agent struct {
 	devices atomic.Pointer[[]annotation.Device]
 	// dra is the DRA side (Options.DRA), nil without.
 	dra *draState
-	// pods is the node's pod informer, nil unless MIG or DRA reads it; podsSynced is closed
-	// once it synced (the MIG loop, the DRA world and the kubelet registration wait for it).
+	// pods is the node's pod informer, nil unless MIG or DRA reads it; Run waits for its sync
+	// before the MIG loop, the DRA world and the kubelet registration start.
 	pods *nodePods
 	// migCreated are the MIG devices the agent created lately, by MIG UUID (under allocMu).
 	migCreated map[string]migCreated
