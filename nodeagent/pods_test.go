@@ -18,7 +18,7 @@ import (
 // TestRunJoinsThePodInformer: the pod informer of MIG and DRA syncs before the kubelet is
 // contacted, and no goroutine of it (or of any other part) outlives Run, here ended by the
 // missing kubelet. Not parallel: goleak looks at the whole process.
-func TestRunJoinsThePodInformer(t *testing.T) { //nolint:paralleltest // goleak sees every goroutine
+func TestRunJoinsThePodInformer(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
 	_, ctx := ktesting.NewTestContext(t)
 	cs := clienttest.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode}})

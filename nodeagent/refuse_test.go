@@ -74,19 +74,19 @@ func TestNewRefusesWhatItCannotDo(t *testing.T) {
 		opts nodeagent.Options
 		want []string // nil: accepted
 	}{
-		"no allocator": {src: plainSource{npus.devs}, opts: nodeagent.Options{Vendor: acme},
+		"no allocator": {src: plainSource(npus), opts: nodeagent.Options{Vendor: acme},
 			want: []string{`vendor "ACME" needs an Allocator`, "nodeagent_test.plainSource", "Allocate(context.Context, nodeagent.ContainerRequest) (allocation.Response, error)", "set Options.Allocator"}},
 		"pointer receiver": {src: npus, opts: nodeagent.Options{Vendor: acme},
 			want: []string{"nodeagent_test.npuSource has no method Allocate", "pass &nodeagent_test.npuSource instead of nodeagent_test.npuSource"}},
 		"pointer passed":        {src: &npus, opts: nodeagent.Options{Vendor: acme}},
-		"Options.Allocator set": {src: plainSource{npus.devs}, opts: nodeagent.Options{Vendor: acme, Allocator: own}},
+		"Options.Allocator set": {src: plainSource(npus), opts: nodeagent.Options{Vendor: acme, Allocator: own}},
 		"MIG": {src: &npus, opts: nodeagent.Options{Vendor: acme, MIG: noMIG{}},
 			want: []string{`no MIG for vendor "ACME"`, "leave it nil"}},
 		"DRA": {src: &npus, opts: nodeagent.Options{Vendor: acme, DRA: noDRA{}},
 			want: []string{`no DRA for vendor "ACME"`, "leave it nil"}},
 		"topology scores": {src: &npus, opts: nodeagent.Options{Vendor: acme, TopologyScores: true},
 			want: []string{`no topology scores for vendor "ACME"`, "leave it false"}},
-		"NVIDIA with HAMi-core": {src: plainSource{npus.devs}, opts: nodeagent.Options{MIG: noMIG{}, DRA: noDRA{}}},
+		"NVIDIA with HAMi-core": {src: plainSource(npus), opts: nodeagent.Options{MIG: noMIG{}, DRA: noDRA{}}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

@@ -48,6 +48,7 @@ func BenchmarkAPIRequests(b *testing.B) {
 }
 
 func benchRequests(b *testing.B, baseline bool) {
+	b.Helper()
 	_, ctx := ktesting.NewTestContext(b)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

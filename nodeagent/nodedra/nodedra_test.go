@@ -59,9 +59,9 @@ func (pciSource) PCIBusIDs() map[string]string {
 }
 
 // options is a World configuration whose folders are the test's.
-func options(t testing.TB, gpus ...string) nodedra.Options {
-	t.Helper()
-	return nodedra.Options{Plugin: draplugin.Options{Profile: dra.SDKProfile(), PluginDir: t.TempDir(), RegistrarDir: t.TempDir(), CDIDir: t.TempDir(), SliceSyncDelay: -1}, GPUs: gpus}
+func options(tb testing.TB, gpus ...string) nodedra.Options {
+	tb.Helper()
+	return nodedra.Options{Plugin: draplugin.Options{Profile: dra.SDKProfile(), PluginDir: tb.TempDir(), RegistrarDir: tb.TempDir(), CDIDir: tb.TempDir(), SliceSyncDelay: -1}, GPUs: gpus}
 }
 
 func TestNew(t *testing.T) {
@@ -196,11 +196,11 @@ func generateNames(cs *fake.Clientset) {
 	})
 }
 
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
+func waitFor(tb testing.TB, what string, cond func() bool) {
+	tb.Helper()
 	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+			tb.Fatalf("timed out waiting for %s", what)
 		}
 	}
 }
