@@ -25,6 +25,7 @@ import (
 	"github.com/hamireg/hamireg/hamicore"
 	"github.com/hamireg/hamireg/kubeletplugin"
 	"github.com/hamireg/hamireg/nodeagent"
+	"github.com/hamireg/hamireg/nodeagent/nodedra"
 	"github.com/hamireg/hamireg/nodelock"
 	"github.com/hamireg/hamireg/nvmlscan"
 	"github.com/hamireg/hamireg/register"
@@ -59,12 +60,16 @@ func Example_readmeNodeAgent() {
 func Example_readmeDRA() {
 	run := func(client kubernetes.Interface, nodeName string, scanner nodeagent.Source, env hamicore.EnvOptions) (*nodeagent.Agent, error) {
 		// snippet: README
+		world, err := nodedra.New(client, nodeName, nodedra.Options{
+			Plugin: draplugin.Options{Profile: dra.SDKProfile(), Env: env},
+			GPUs:   []string{"6", "7"}, // UUIDs or NVML indexes DRA owns; empty: all
+		})
+		if err != nil {
+			return nil, err
+		}
 		agent, err := nodeagent.New(client, nodeName, scanner, nodeagent.Options{
 			Allocator: nodeagent.HAMiCore{Env: env},
-			DRA: &nodeagent.DRAOptions{
-				Plugin: draplugin.Options{Profile: dra.SDKProfile(), Env: env},
-				GPUs:   []string{"6", "7"}, // UUIDs or NVML indexes DRA owns; empty: all
-			},
+			DRA:       world, // only a program that imports nodedra links the DRA libraries
 		})
 		// end snippet
 		return agent, err

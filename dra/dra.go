@@ -185,7 +185,7 @@ func Devices(devs []annotation.Device, opts Options) ([]resourcev1.Device, error
 		}
 	}
 	if n := len(published); n > resourcev1.ResourceSliceMaxDevicesWithAdvancedFeatures {
-		return nil, fmt.Errorf("map devices: %d GPUs, but a ResourceSlice with device taints holds at most %d: publish fewer GPUs (Options.DRA.GPUs): %w",
+		return nil, fmt.Errorf("map devices: %d GPUs, but a ResourceSlice with device taints holds at most %d: publish fewer GPUs (nodedra.Options.GPUs): %w",
 			n, resourcev1.ResourceSliceMaxDevicesWithAdvancedFeatures, ErrInvalidDevice)
 	}
 	slices.SortStableFunc(published, func(a, b annotation.Device) int { return cmp.Compare(a.Index, b.Index) })

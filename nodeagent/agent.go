@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -24,7 +25,6 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/hamireg/hamireg/annotation"
-	"github.com/hamireg/hamireg/draplugin"
 	"github.com/hamireg/hamireg/kubeletplugin"
 	"github.com/hamireg/hamireg/nodelock"
 	"github.com/hamireg/hamireg/register"
@@ -118,8 +118,10 @@ type Options struct {
 	Kubelet kubeletplugin.Options
 	// Allocator answers Allocate for one container once the protocol has found its devices:
 	// env, mounts, device nodes, CDI devices, annotations. Default: the Source, when it
-	// implements [Allocator], else [HAMiCore]{} (HAMi-core's environment for NVIDIA, the
-	// chart's settings, no state folder).
+	// implements [Allocator], else, for NVIDIA only, [HAMiCore]{} (HAMi-core's environment,
+	// the chart's settings, no state folder). A vendor other than NVIDIA must have one: New
+	// refuses it without (HAMi-core's CUDA environment and libvgpu.so mounts mean nothing to
+	// another vendor's container), naming the method set it looked for.
 	Allocator Allocator
 	// Clock drives the rescan and retry timers and the lock times. Default clock.RealClock{}.
 	Clock clock.WithTicker
@@ -127,10 +129,10 @@ type Options struct {
 	// hami.io/node-nvidia-score, in the same merge patch as the register annotation, for HAMi's
 	// topology-aware GPU policy: HAMi's device plugin does so only with
 	// ENABLE_TOPOLOGY_SCORE=true (its chart sets that only when the default GPU policy is
-	// exactly topology-aware). The source must implement [TopologySource] and the vendor have a
-	// ScoreKey. A failed scoring is logged and recorded as [EventReasonTopologyFailed] and
-	// never holds back the register annotation (HAMi's loses both). Default false: the score
-	// annotation is not touched.
+	// exactly topology-aware). The source must implement [TopologySource] and the vendor be
+	// NVIDIA (HAMi scores NVIDIA GPUs' NVLink and PCIe links only). A failed scoring is logged
+	// and recorded as [EventReasonTopologyFailed] and never holds back the register
+	// annotation (HAMi's loses both). Default false: the score annotation is not touched.
 	TopologyScores bool
 	// EventRecorder records the agent's Events (Node: failed scans and devices, failed
 	// register writes; Pod: failed allocations). Default: while Run runs, a
@@ -143,7 +145,8 @@ type Options struct {
 	// devices no live reservation owns every MIGReconcilePeriod (see the package
 	// documentation: the agent owns every MIG device on the GPUs it registers in MIG mode).
 	// Default nil: a container whose devices are on a GPU in MIG mode fails with [ErrMIG]
-	// naming Options.MIG.
+	// naming Options.MIG. NVIDIA only: New refuses it for another vendor. The agent reads the
+	// node's live pods from its pod informer (see the package documentation).
 	MIG MIGInstances
 	// MIGReconcilePeriod is how often the MIG devices no live reservation owns are released
 	// (with Options.MIG). Default [DefaultMIGReconcilePeriod] (5 s, HAMi's).
@@ -154,10 +157,12 @@ type Options struct {
 	// vendor; and, unless Register.Registerer is set, the register writer's
 	// (hamireg_register_*: writes, heals, no-ops, failures). Nil means no metrics.
 	Registerer prometheus.Registerer
-	// DRA, when set, makes the agent also a DRA driver: it publishes its GPUs as a
-	// ResourceSlice and prepares claims (see [DRAOptions] and the package documentation's
-	// "DRA" section), with one owner per GPU. Nil: no DRA.
-	DRA *DRAOptions
+	// DRA, when set, is the agent's DRA world: a DRA driver beside the device plugin that
+	// publishes some GPUs as a ResourceSlice and prepares their claims, with one owner per GPU
+	// (see [DRA] and the package documentation's "DRA" section). Package
+	// github.com/hamireg/hamireg/nodeagent/nodedra builds one; only programs that import it
+	// link the DRA libraries. NVIDIA only: New refuses it for another vendor. Nil: no DRA.
+	DRA DRA
 }
 
 // Stats are an Agent's counters since New, for tests and readiness checks.
@@ -203,6 +208,11 @@ type Agent struct {
 	devices atomic.Pointer[[]annotation.Device]
 	// dra is the DRA side (Options.DRA), nil without.
 	dra *draState
+	// pods is the node's pod informer, nil unless MIG or DRA reads it; Run waits for its sync
+	// before the MIG loop, the DRA world and the kubelet registration start.
+	pods *nodePods
+	// migCreated are the MIG devices the agent created lately, by MIG UUID (under allocMu).
+	migCreated map[string]migCreated
 
 	running atomic.Bool
 	// allocMu serialises Allocate calls: each reads and rewrites the pod's annotations.
@@ -261,6 +271,9 @@ func New(client kubernetes.Interface, nodeName string, source Source, opts Optio
 	if opts.Kubelet.Allocate != nil || opts.Kubelet.GetPreferredAllocation != nil || opts.Kubelet.PreStartContainer != nil {
 		return nil, invalid("the Kubelet callbacks are the agent's: leave Kubelet.Allocate, GetPreferredAllocation and PreStartContainer unset and give the container's answer as Options.Allocator (the agent runs HAMi's protocol around it)")
 	}
+	if err := checkVendorOptions(vendor, source, opts); err != nil {
+		return nil, invalid("%w", err)
+	}
 	a := &Agent{
 		client:  client,
 		node:    nodeName,
@@ -277,6 +290,7 @@ func New(client kubernetes.Interface, nodeName string, source Source, opts Optio
 		migPeriod: cmp.Or(opts.MIGReconcilePeriod, DefaultMIGReconcilePeriod),
 
 		cleanupKick: make(chan struct{}, 1),
+		migCreated:  map[string]migCreated{},
 	}
 	if a.clock == nil {
 		a.clock = clock.RealClock{}
@@ -295,7 +309,7 @@ func New(client kubernetes.Interface, nodeName string, source Source, opts Optio
 		if sa, ok := source.(Allocator); ok {
 			a.alloc = sa
 		} else {
-			a.alloc = HAMiCore{}
+			a.alloc = HAMiCore{} // NVIDIA: checkVendorOptions refused the others
 		}
 	}
 	if opts.EventRecorder != nil {
@@ -337,13 +351,42 @@ func New(client kubernetes.Interface, nodeName string, source Source, opts Optio
 	a.locks = l
 
 	if opts.DRA != nil {
-		d, err := newDRA(a, opts.DRA)
-		if err != nil {
-			return nil, partError(err)
-		}
-		a.dra = d
+		a.dra = &draState{world: opts.DRA}
+	}
+	if a.mig != nil || a.dra != nil {
+		a.pods = newNodePods(a)
 	}
 	return a, nil
+}
+
+// allocatorMethod is the method set New looks for on a source of a vendor other than NVIDIA.
+const allocatorMethod = "Allocate(context.Context, nodeagent.ContainerRequest) (allocation.Response, error)"
+
+// checkVendorOptions refuses what the agent cannot do for vendor: HAMi-core's answer, MIG,
+// topology scores and DRA are NVIDIA's. The error names the fix.
+func checkVendorOptions(vendor annotation.Vendor, source Source, opts Options) error {
+	if vendor.Name == annotation.NVIDIA().Name {
+		return nil
+	}
+	if opts.Allocator == nil {
+		if _, ok := source.(Allocator); !ok {
+			hint := "implement it on the source or set Options.Allocator"
+			if t := reflect.TypeOf(source); t.Kind() != reflect.Pointer && reflect.PointerTo(t).Implements(reflect.TypeFor[Allocator]()) {
+				hint = fmt.Sprintf("*%v has it (a pointer receiver), %v does not: pass &%v instead of %v", t, t, t, t)
+			}
+			return fmt.Errorf("vendor %q needs an Allocator (HAMi-core's NVIDIA environment is the default for NVIDIA only): the source %T has no method %s: %s",
+				vendor.Name, source, allocatorMethod, hint)
+		}
+	}
+	switch {
+	case opts.MIG != nil:
+		return fmt.Errorf("no MIG for vendor %q: Options.MIG realises NVIDIA MIG devices only; leave it nil", vendor.Name)
+	case opts.DRA != nil:
+		return fmt.Errorf("no DRA for vendor %q: Options.DRA serves NVIDIA GPUs only (HAMi-core's limits in the claims' CDI specs); leave it nil", vendor.Name)
+	case opts.TopologyScores:
+		return fmt.Errorf("no topology scores for vendor %q: Options.TopologyScores scores NVIDIA GPUs' links only; leave it false", vendor.Name)
+	}
+	return nil
 }
 
 // partError wraps the error of a part's New; an invalid option of a part is also the
@@ -352,8 +395,7 @@ func partError(err error) error {
 	if errors.Is(err, ErrInvalidOptions) {
 		return fmt.Errorf("new node agent: %w", err)
 	}
-	if errors.Is(err, register.ErrInvalidOptions) || errors.Is(err, kubeletplugin.ErrInvalidOptions) || errors.Is(err, nodelock.ErrInvalidOptions) ||
-		errors.Is(err, draplugin.ErrInvalidOptions) {
+	if errors.Is(err, register.ErrInvalidOptions) || errors.Is(err, kubeletplugin.ErrInvalidOptions) || errors.Is(err, nodelock.ErrInvalidOptions) {
 		return fmt.Errorf("new node agent: %w", invalidPartError{err})
 	}
 	return fmt.Errorf("new node agent: %w", err)
@@ -397,11 +439,14 @@ func (a *Agent) Stats() Stats {
 //   - registers with the kubelet only once the annotation carries the first scan, so that
 //     the scheduler never sees a device count without the devices behind it;
 //   - serves Allocate with HAMi's protocol (see the package documentation);
+//   - with Options.MIG or Options.DRA, runs one informer of the node's pods (field selector
+//     spec.nodeName) and waits for its first LIST before registering with the kubelet,
+//     releasing MIG devices or running the DRA world;
 //   - with Options.MIG, releases every MIGReconcilePeriod the MIG devices no live reservation
 //     owns;
 //   - runs the source, if it is a [Runner];
-//   - with Options.DRA, runs the DRA kubelet plugin, which publishes the scan's DRA devices
-//     as a ResourceSlice and prepares claims (see the package documentation's "DRA").
+//   - with Options.DRA, runs the DRA world, which publishes the scan's DRA devices as a
+//     ResourceSlice and prepares claims (see the package documentation's "DRA").
 //
 // Calling Run while another Run has not returned gives [ErrAlreadyRunning].
 func (a *Agent) Run(ctx context.Context) error {
@@ -447,9 +492,30 @@ func (a *Agent) Run(ctx context.Context) error {
 		})
 	}
 	part(a.writer.Run)
+	// podsSynced waits for the node's pod informer, when there is one: MIG's release, DRA and
+	// the kubelet's Allocate (MIG's ownership checks) read it, and never before it synced.
+	podsSynced := func(context.Context) bool { return true }
+	if a.pods != nil {
+		synced := make(chan struct{})
+		part(func(ctx context.Context) error { a.pods.run(ctx); return nil })
+		part(func(ctx context.Context) error {
+			if a.pods.waitSynced(ctx) {
+				close(synced)
+			}
+			return nil
+		})
+		podsSynced = func(ctx context.Context) bool {
+			select {
+			case <-synced:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}
+	}
 	part(func(ctx context.Context) error {
 		logger.Info("Waiting for the register annotation before registering with the kubelet", "key", a.vendor.RegisterKey)
-		if ctx.Err() != nil || a.writer.WaitForSync(ctx) != nil {
+		if ctx.Err() != nil || a.writer.WaitForSync(ctx) != nil || !podsSynced(ctx) {
 			return nil //nolint:nilerr // WaitForSync fails only when ctx ends: Run is stopping
 		}
 		logger.Info("Register annotation in place, registering with the kubelet")
@@ -461,12 +527,20 @@ func (a *Agent) Run(ctx context.Context) error {
 	part(func(ctx context.Context) error { a.scanLoop(ctx); return nil })
 	part(func(ctx context.Context) error { a.cleanupLoop(ctx); return nil })
 	if a.mig != nil {
-		part(func(ctx context.Context) error { a.migLoop(ctx); return nil })
+		part(func(ctx context.Context) error {
+			if podsSynced(ctx) {
+				a.migLoop(ctx)
+			}
+			return nil
+		})
 	}
 	if a.dra != nil {
 		part(func(ctx context.Context) error {
-			if err := a.dra.plugin.Run(ctx); err != nil {
-				return fmt.Errorf("run DRA plugin: %w", err)
+			if !podsSynced(ctx) {
+				return nil
+			}
+			if err := a.dra.world.Run(ctx, draHost{a}); err != nil {
+				return fmt.Errorf("run DRA world: %w", err)
 			}
 			return nil
 		})

@@ -91,12 +91,22 @@ func newFixture(t *testing.T, opts Options, pods ...*corev1.Pod) *fixture {
 // newFixtureWith is newFixture that calls prep, when not nil, between New and Run.
 func newFixtureWith(t *testing.T, opts Options, prep func(*Agent), pods ...*corev1.Pod) *fixture {
 	t.Helper()
-	_, ctx := ktesting.NewTestContext(t)
 	objs := []runtime.Object{&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode}}}
 	for _, p := range pods {
 		objs = append(objs, p)
 	}
-	cs := clienttest.NewClientset(objs...)
+	return fixtureOn(t, clienttest.NewClientset(objs...), opts, prep)
+}
+
+// newFixtureOn is newFixture on the clientset cs.
+func newFixtureOn(t *testing.T, cs *fake.Clientset, opts Options) *fixture {
+	t.Helper()
+	return fixtureOn(t, cs, opts, nil)
+}
+
+func fixtureOn(t *testing.T, cs *fake.Clientset, opts Options, prep func(*Agent)) *fixture {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
 	k := kubelettest.Start(t)
 	rec := record.NewFakeRecorder(100)
 	opts.EventRecorder, opts.Kubelet.PluginDir = rec, k.Dir()

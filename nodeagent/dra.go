@@ -5,22 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	resourcev1 "k8s.io/api/resource/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
-	"github.com/hamireg/hamireg/dra"
-	"github.com/hamireg/hamireg/draplugin"
 )
 
 // ErrOwnership is wrapped when a GPU is asked for by the world that does not own it: Allocate
@@ -28,116 +20,72 @@ import (
 // holds a HAMi allocation.
 var ErrOwnership = errors.New("GPU owned by the other world")
 
-// EventReasonDRAPublishFailed (Warning, on the Node): the DRA plugin could not publish the
-// ResourceSlice or register with the kubelet.
+// EventReasonDRAPublishFailed (Warning, on the Node): the DRA world could not publish its
+// devices (the mapping failed, the ResourceSlice could not be written, the kubelet
+// registration failed).
 const EventReasonDRAPublishFailed = "DRAPublishFailed"
 
-// DRAOptions make the agent serve DRA beside HAMi's two channels (Options.DRA).
-type DRAOptions struct {
-	// Plugin configures the DRA kubelet plugin: Profile (required), folders, Env. Client and
-	// NodeName are the agent's (set by New); Refuse is the agent's ownership check and must
-	// be left nil; OnError, if set, is called after the agent recorded the error.
-	Plugin draplugin.Options
-	// GPUs selects the GPUs the DRA world owns, by UUID or NVML index ("GPU-…" or "3").
-	// Empty: all of them. The others stay in the device-plugin world. GPUs in MIG mode are
-	// never DRA's, even when listed.
-	GPUs []string
+// DRA is a DRA world beside the agent's device-plugin world (Options.DRA): a DRA kubelet
+// plugin that publishes some of the node's GPUs as a ResourceSlice and prepares their claims.
+// Package github.com/hamireg/hamireg/nodeagent/nodedra builds one on the DRA kubelet helper;
+// a program links k8s.io/dynamic-resource-allocation only when it imports that package. The
+// agent owns the protocol between the two worlds: it keeps the GPUs the DRA world owns away
+// from the kubelet's device count, cordons them in the register annotation, refuses them at
+// Allocate, and lends the DRA world its view of the node's pods (see [DRAHost]).
+type DRA interface {
+	// Owns reports whether the DRA world owns dev. It must not change while the agent runs.
+	Owns(dev annotation.Device) bool
+	// SetDevices hands the DRA world every scan of the node, with the GPUs' PCI bus IDs by
+	// UUID when the source is a [PCISource] (nil otherwise), before or while Run runs. An
+	// error means the scan cannot be published: the DRA world keeps its last devices and the
+	// agent records [EventReasonDRAPublishFailed].
+	SetDevices(ctx context.Context, devices []annotation.Device, pciBusIDs map[string]string) error
+	// PreparedGPUs returns the UUIDs of the GPUs that prepared claims hold, with the claim
+	// UIDs: Allocate refuses them.
+	PreparedGPUs() map[string][]types.UID
+	// Run runs the DRA world until ctx ends, then returns nil once everything it started
+	// returned; host is the agent's side, valid until Run returns. The agent calls Run once
+	// its pod informer has synced.
+	Run(ctx context.Context, host DRAHost) error
+}
+
+// DRAHost is what the agent lends its [DRA] world while it runs.
+type DRAHost interface {
+	// HeldByHAMi returns nil when no live pod on the node holds one of the GPUs uuids through
+	// HAMi (the vendor's allocated pod annotation, hami.io/vgpu-devices-allocated for
+	// NVIDIA); else an error wrapping [ErrOwnership] that names the GPU, the pod and the fix.
+	// It reads the agent's pod informer, no API request; an error wrapping
+	// [ErrPodsNotSynced] means the informer has not listed the pods.
+	HeldByHAMi(ctx context.Context, uuids []string) error
+	// Error records an error of the DRA world as the Warning Event
+	// [EventReasonDRAPublishFailed] on the Node, once per distinct message.
+	Error(ctx context.Context, err error, msg string)
 }
 
 // PCISource is a [Source] that also knows each GPU's PCI bus ID: nvmlscan's Scanner is one.
-// With Options.DRA the agent reads it after every scan and publishes the IDs as the DRA
-// devices' standard attribute resource.kubernetes.io/pciBusID.
+// With Options.DRA the agent reads it after every scan and hands the IDs to the DRA world,
+// which publishes them as the DRA devices' standard attribute resource.kubernetes.io/pciBusID.
 type PCISource interface {
 	// PCIBusIDs returns the PCI bus IDs of the GPUs of the last scan, by UUID, in the form
 	// "0000:07:00.0" (lower-case, 4-digit domain); a GPU without an entry has no attribute.
 	PCIBusIDs() map[string]string
 }
 
-// draPlugin is what the agent uses of *draplugin.Plugin (a fake in the unit tests).
-type draPlugin interface {
-	SetDevices(gpus []annotation.Device, devices []resourcev1.Device)
-	Run(ctx context.Context) error
-	PreparedGPUs() map[string][]types.UID
-}
-
-var _ draPlugin = (*draplugin.Plugin)(nil)
-
-// draState is the agent's DRA side, nil without Options.DRA.
+// draState is the agent's side of its DRA world, nil without Options.DRA.
 type draState struct {
-	profile dra.Profile
-	plugin  draPlugin
-	real    *draplugin.Plugin
-	// all is set when Options.DRA.GPUs is empty; uuids and indexes are its entries otherwise.
-	all     bool
-	uuids   map[string]bool
-	indexes map[uint]bool
-	// onError is the user's Plugin.OnError, nil when unset.
-	onError func(ctx context.Context, err error, msg string)
-
+	world DRA
 	// mu guards lastError, the text of the last DRAPublishFailed Event.
 	mu        sync.Mutex
 	lastError string
 }
 
-// newDRA validates o and builds the DRA side of agent a (a.client, a.node and a.events set).
-func newDRA(a *Agent, o *DRAOptions) (*draState, error) {
-	if o.Plugin.Profile.Driver == "" {
-		return nil, fmt.Errorf("DRA.Plugin.Profile is not set: choose dra.SDKProfile() or dra.HAMiProfile(): %w", ErrInvalidOptions)
-	}
-	if o.Plugin.Refuse != nil {
-		return nil, fmt.Errorf("DRA.Plugin.Refuse is the agent's ownership check: leave it nil: %w", ErrInvalidOptions)
-	}
-	s := &draState{profile: o.Plugin.Profile, all: len(o.GPUs) == 0, uuids: map[string]bool{}, indexes: map[uint]bool{}, onError: o.Plugin.OnError}
-	for _, g := range o.GPUs {
-		switch {
-		case g == "" || strings.TrimSpace(g) != g || strings.ContainsAny(g, ", \t\n"):
-			return nil, fmt.Errorf("DRA.GPUs entry %q: give a GPU UUID (GPU-…) or a decimal NVML index, without spaces or commas: %w", g, ErrInvalidOptions)
-		case strings.IndexAny(g[:1], "0123456789+-") == 0:
-			i, err := strconv.ParseUint(g, 10, 32)
-			if err != nil {
-				return nil, fmt.Errorf("DRA.GPUs entry %q is neither a UUID nor a decimal NVML index (0, 1, ...): %w", g, ErrInvalidOptions)
-			}
-			s.indexes[uint(i)] = true
-		default:
-			s.uuids[g] = true
-		}
-	}
-	po := o.Plugin
-	po.Client, po.NodeName = a.client, a.node
-	po.Refuse = a.refuse
-	po.OnError = a.draError
-	p, err := draplugin.New(po)
-	if err != nil {
-		return nil, err
-	}
-	s.plugin, s.real = p, p
-	return s, nil
-}
-
-// OwnedByDRA reports whether the agent's DRA world owns dev (always false without Options.DRA):
-// dev is not in MIG mode and Options.DRA.GPUs is empty or names its UUID or index.
+// OwnedByDRA reports whether the agent's DRA world owns dev (always false without
+// Options.DRA). A GPU in MIG mode is never DRA's.
 func (a *Agent) OwnedByDRA(dev annotation.Device) bool {
-	s := a.dra
-	if s == nil || dev.Mode == dra.ModeMIG {
+	if a.dra == nil || dev.Mode == allocation.ModeMIG {
 		return false
 	}
-	return s.all || s.uuids[dev.ID] || s.indexes[dev.Index]
-}
-
-// DRA returns the agent's DRA plugin, nil without Options.DRA.
-func (a *Agent) DRA() *draplugin.Plugin {
-	if a.dra == nil {
-		return nil
-	}
-	return a.dra.real
-}
-
-// DRAClusterRoleRules are the rules an agent with Options.DRA needs besides
-// [ClusterRoleRules]: the DRA plugin's (draplugin.ClusterRoleRules) and list pods (the
-// ownership check at Prepare).
-func DRAClusterRoleRules() []rbacv1.PolicyRule {
-	return append(draplugin.ClusterRoleRules(),
-		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list"}})
+	return a.dra.world.Owns(dev)
 }
 
 // publishDRA hands one scan to the three outputs: devs are the scanned devices; it returns
@@ -164,29 +112,22 @@ func (a *Agent) publishDRA(ctx context.Context, devs []annotation.Device) (regis
 	}
 	a.writer.SetCordon(owned)
 
-	opts := dra.Options{Profile: s.profile, Owned: a.OwnedByDRA}
+	var pci map[string]string
 	if ps, ok := a.source.(PCISource); ok {
-		ids := ps.PCIBusIDs()
-		opts.Extras = make(map[string]dra.Extra, len(ids))
-		for uuid, id := range ids {
-			opts.Extras[uuid] = dra.Extra{PCIBusID: id}
-		}
+		pci = ps.PCIBusIDs()
 	}
-	devices, err := dra.Devices(devs, opts)
-	if err != nil {
+	if err := s.world.SetDevices(ctx, slices.Clone(devs), pci); err != nil {
 		// The slice keeps the last devices published; the other two outputs go on.
-		a.draError(ctx, err, "Cannot map the scanned GPUs to DRA devices; the ResourceSlice keeps its last devices")
+		a.draError(ctx, err, "Cannot publish the scanned GPUs as DRA devices; the ResourceSlice keeps its last devices")
 		return register, kubelet
 	}
-	klog.FromContext(ctx).V(3).Info("DRA devices", "driver", s.profile.Driver, "devices", len(devices), "draOwned", len(owned))
-	s.plugin.SetDevices(devs, devices)
+	klog.FromContext(ctx).V(3).Info("DRA devices handed over", "devices", len(devs), "draOwned", len(owned))
 	return register, kubelet
 }
 
-// draError records a DRA publishing error as the Warning Event [EventReasonDRAPublishFailed]
-// on the Node, once per distinct message, and hands it to the user's Plugin.OnError. The DRA
-// plugin calls it from HandleError (after logging); the scan calls it when the mapping fails.
-func (a *Agent) draError(ctx context.Context, err error, msg string) {
+// draError records a DRA error as the Warning Event [EventReasonDRAPublishFailed] on the
+// Node, once per distinct message.
+func (a *Agent) draError(_ context.Context, err error, msg string) {
 	s := a.dra
 	text := msg + ": " + err.Error()
 	s.mu.Lock()
@@ -195,9 +136,6 @@ func (a *Agent) draError(ctx context.Context, err error, msg string) {
 	s.mu.Unlock()
 	if fresh {
 		a.events.Event(a.nodeRef(), corev1.EventTypeWarning, EventReasonDRAPublishFailed, truncate(text))
-	}
-	if s.onError != nil {
-		s.onError(ctx, err, msg)
 	}
 }
 
@@ -213,44 +151,44 @@ func (a *Agent) ownershipConflict(uuids []string) error {
 	if p := a.devices.Load(); p != nil {
 		devs = *p
 	}
-	prepared := s.plugin.PreparedGPUs()
+	prepared := s.world.PreparedGPUs()
 	for _, u := range uuids {
 		if claims := prepared[u]; len(claims) > 0 {
-			return fmt.Errorf("GPU %s holds prepared DRA claim(s) %v: the device-plugin world may not use it until they are unprepared; if HAMi's scheduler placed the pod there, cordon the GPU for it (hami.io/device-cordon) or leave it out of Options.DRA.GPUs only once the claims are gone",
+			return fmt.Errorf("GPU %s holds prepared DRA claim(s) %v: the device-plugin world may not use it until they are unprepared; if HAMi's scheduler placed the pod there, cordon the GPU for it (hami.io/device-cordon) or take it out of the DRA world's GPUs only once the claims are gone",
 				u, claims)
 		}
 		i := slices.IndexFunc(devs, func(d annotation.Device) bool { return d.ID == u })
-		if (i >= 0 && a.OwnedByDRA(devs[i])) || (i < 0 && (s.all || s.uuids[u])) {
-			return fmt.Errorf("GPU %s is owned by the DRA world (Options.DRA.GPUs), which no pod of HAMi's scheduler may get: use a HAMi extender that honours hami.io/device-cordon (HAMi master; for v2.9.0 run the agent with Options.Version VersionV290, which marks it unhealthy), or give the GPU to the device-plugin world by leaving it out of Options.DRA.GPUs",
+		dev := annotation.Device{ID: u, Index: ^uint(0)} // a GPU not scanned is matched by UUID alone
+		if i >= 0 {
+			dev = devs[i]
+		}
+		if a.OwnedByDRA(dev) {
+			return fmt.Errorf("GPU %s is owned by the DRA world (Options.DRA), which no pod of HAMi's scheduler may get: use a HAMi extender that honours hami.io/device-cordon (HAMi master; for v2.9.0 run the agent with Options.Version VersionV290, which marks it unhealthy), or give the GPU to the device-plugin world by leaving it out of the DRA world's GPUs",
 				u)
 		}
 	}
 	return nil
 }
 
-// refuse is the DRA plugin's Refuse: a claim may be prepared only on GPUs the DRA world owns
-// that no live pod on this node holds through HAMi (hami.io/vgpu-devices-allocated). Errors
-// wrap [ErrOwnership], or are the API error of listing the node's pods.
-func (a *Agent) refuse(ctx context.Context, gpus []annotation.Device) error {
-	want := map[string]bool{}
-	for _, g := range gpus {
-		if !a.OwnedByDRA(g) {
-			return fmt.Errorf("GPU %s (index %d) belongs to the device-plugin world: its slice device carries the taint %s, which the claim must not tolerate; to give it to DRA list it in Options.DRA.GPUs: %w",
-				g.ID, g.Index, a.dra.profile.OwnedByHAMiTaint(), ErrOwnership)
-		}
-		want[g.ID] = true
-	}
-	pods, err := a.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", a.node).String(),
-	})
+// draHost is the agent's [DRAHost].
+type draHost struct{ a *Agent }
+
+var _ DRAHost = draHost{}
+
+func (h draHost) Error(ctx context.Context, err error, msg string) { h.a.draError(ctx, err, msg) }
+
+// HeldByHAMi implements [DRAHost]: it reads the node's live pods from the agent's informer.
+func (h draHost) HeldByHAMi(ctx context.Context, uuids []string) error {
+	a := h.a
+	pods, err := a.pods.live()
 	if err != nil {
-		return fmt.Errorf("list the pods of node %s for their HAMi allocations: %w", a.node, err)
+		return err
 	}
-	for i := range pods.Items {
-		pod := &pods.Items[i]
-		if pod.Spec.NodeName != a.node || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
-			continue
-		}
+	want := make(map[string]bool, len(uuids))
+	for _, u := range uuids {
+		want[u] = true
+	}
+	for _, pod := range pods {
 		pd, ok, err := allocation.Allocated(pod, a.vendor, a.version)
 		if !ok {
 			continue

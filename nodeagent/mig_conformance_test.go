@@ -317,6 +317,7 @@ func runMIGVector(t *testing.T, v290 bool, version annotation.Version, v migAllo
 		}
 		return false, nil, nil
 	})
+	podsCaughtUp(t, f.agent)
 	if err := f.agent.reconcileMIG(f.ctx); err != nil { // the start-up release
 		t.Logf("start-up release: %v", err)
 	}
@@ -340,6 +341,7 @@ func runMIGVector(t *testing.T, v290 bool, version annotation.Version, v migAllo
 				t.Fatal(err)
 			}
 		}
+		podsCaughtUp(t, f.agent)
 		owner, locked := lockOwner(t, f, node)
 		before := fm.state()
 		if !locked { // the pod failed at an earlier call and released the lock: the SDK serves no pod without one
@@ -362,6 +364,7 @@ func runMIGVector(t *testing.T, v290 bool, version annotation.Version, v migAllo
 		mu.Unlock()
 
 		resp, err := f.kubelet.Allocate(f.ctx, f.resource, in.ContainerRequests...)
+		podsCaughtUp(t, f.agent)
 		if rerr := f.agent.reconcileMIG(f.ctx); rerr != nil { // the periodic release
 			t.Logf("call %d: release: %v", k, rerr)
 		}
@@ -568,6 +571,7 @@ func runMIGStartup(t *testing.T, v migStartupVector) {
 	}
 	devs := v.Input.NVML.devices()
 	a.devices.Store(&devs)
+	startPods(t, a)
 	claims, _, err := a.liveClaims(ctx)
 	if err != nil {
 		t.Fatal(err)

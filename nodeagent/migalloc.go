@@ -11,7 +11,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
@@ -25,6 +24,17 @@ import (
 // DefaultMIGReconcilePeriod is how often the agent releases MIG devices no live reservation
 // owns: HAMi master's 5 s.
 const DefaultMIGReconcilePeriod = 5 * time.Second
+
+// migCacheGrace is how long a MIG device this agent created counts as owned by the pod it was
+// created for, whatever the pod informer says: the informer may not have seen the pod's bind
+// or its reservation patch yet when the release runs right after the Allocate.
+const migCacheGrace = 30 * time.Second
+
+// migCreated is a MIG device the agent created, for the pod key, at a time.
+type migCreated struct {
+	pod types.NamespacedName
+	at  time.Time
+}
 
 // migEntry reports whether the devices of an entry are on GPUs of devices in MIG mode; a GPU
 // not among devices counts as not MIG. An entry with both kinds is an error wrapping
@@ -101,27 +111,20 @@ func decodeReservations(pod *corev1.Pod) ([]mig.Allocation, error) {
 	return mig.DecodeAllocations(v)
 }
 
-// liveClaims lists the pods bound to the node and returns the reservations of those that are
-// not finished (phase Succeeded or Failed), and the pods among them whose reservation
-// annotation does not decode.
+// liveClaims returns the reservations of the node's pods that are not finished (phase
+// Succeeded or Failed), read from the agent's pod informer, and the pods among them whose
+// reservation annotation does not decode. The error wraps [ErrPodsNotSynced] before the
+// informer's first LIST.
 func (a *Agent) liveClaims(ctx context.Context) ([]migClaim, []types.NamespacedName, error) {
-	var list *corev1.PodList
-	err := a.call(ctx, func() (err error) {
-		list, err = a.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", a.node).String()})
-		return err
-	})
+	pods, err := a.pods.live()
 	if err != nil {
-		return nil, nil, fmt.Errorf("list the pods of node %s: %w", a.node, err)
+		return nil, nil, err
 	}
 	var (
 		claims []migClaim
 		bad    []types.NamespacedName
 	)
-	for i := range list.Items {
-		pod := &list.Items[i]
-		if pod.Spec.NodeName != a.node || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
-			continue
-		}
+	for _, pod := range pods {
 		key := types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}
 		allocs, err := decodeReservations(pod)
 		if err != nil {
@@ -193,6 +196,9 @@ func (a *Agent) realiseMIG(ctx context.Context, b bound, ci int, ctr *corev1.Con
 					return c.String(), nil
 				}
 			}
+			if c, ok := a.recentMIG(inst); ok && c.pod != podKey {
+				return fmt.Sprintf("pod %s (created for it %v ago, not yet in the agent's pod cache)", c.pod, a.clock.Since(c.at).Round(time.Millisecond)), nil
+			}
 			if len(bad) > 0 {
 				return fmt.Sprintf("possibly pods %v, whose %s does not decode", bad, mig.KeyAllocations), nil
 			}
@@ -240,6 +246,9 @@ func (a *Agent) realiseMIG(ctx context.Context, b bound, ci int, ctr *corev1.Con
 			return nil, &AllocateError{Kind: ErrMIG, Detail: fmt.Sprintf("create MIG device %s at %s on GPU %s", res.Profile, placementString(res.Placement), res.GPUUUID), Err: err}
 		}
 		r.created = append(r.created, inst)
+		if inst.MigUUID != "" {
+			a.migCreated[inst.MigUUID] = migCreated{pod: podKey, at: a.clock.Now()}
+		}
 		if inst.MigUUID == "" || inst.GPUUUID != res.GPUUUID || inst.Placement != res.Placement {
 			return nil, &AllocateError{Kind: ErrMIG, Detail: fmt.Sprintf(
 				"the MIG manager (%T) answered MIG device %q on GPU %s at %s for %s at %s on GPU %s", a.mig, inst.MigUUID, inst.GPUUUID, placementString(inst.Placement),
@@ -340,7 +349,7 @@ func placementString(p mig.Placement) string {
 }
 
 // reconcileMIG releases the MIG devices no live reservation owns: under the Allocate lock, it
-// lists the node's pods and destroys every MIG device on the node's GPUs in MIG mode (as last
+// reads the node's pods from the agent's pod informer and destroys every MIG device on the node's GPUs in MIG mode (as last
 // scanned) that no reservation of a pod that is not finished owns (see [migClaim.owns]).
 // Devices matching a live reservation's runtime identity are kept: after a restart, that is
 // how the agent adopts them. A reservation naming a GPU the node does not have is skipped
@@ -386,6 +395,10 @@ func (a *Agent) reconcileMIG(ctx context.Context) error {
 			logger.V(4).Info("MIG device owned by a live reservation", "migUUID", inst.MigUUID, "reservation", claims[i].String())
 			continue
 		}
+		if c, ok := a.recentMIG(inst); ok {
+			logger.V(4).Info("MIG device created recently; kept until the pod cache shows its reservation", "migUUID", inst.MigUUID, "pod", c.pod)
+			continue
+		}
 		if err := a.mig.Destroy(ctx, inst); err != nil {
 			errs = append(errs, fmt.Errorf("destroy MIG device %s: %w", inst.MigUUID, err))
 			continue
@@ -393,6 +406,23 @@ func (a *Agent) reconcileMIG(ctx context.Context) error {
 		logger.Info("Released a MIG device no live reservation owns", "gpu", inst.GPUUUID, "migUUID", inst.MigUUID, "profile", inst.Profile, "placement", placementString(inst.Placement))
 	}
 	return errors.Join(errs...)
+}
+
+// recentMIG returns the creation record of inst when the agent created it less than
+// [migCacheGrace] ago for a pod the pod informer has not seen yet (once it has, the pod's
+// reservation decides), and forgets the older records. The caller holds allocMu.
+func (a *Agent) recentMIG(inst mig.Instance) (migCreated, bool) {
+	now := a.clock.Now()
+	for id, c := range a.migCreated {
+		if now.Sub(c.at) >= migCacheGrace {
+			delete(a.migCreated, id)
+		}
+	}
+	c, ok := a.migCreated[inst.MigUUID]
+	if !ok || a.pods.has(c.pod) {
+		return migCreated{}, false
+	}
+	return c, true
 }
 
 // migLoop runs reconcileMIG at start and every period until ctx ends.

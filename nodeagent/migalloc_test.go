@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2/ktesting"
@@ -85,6 +87,47 @@ func startMIGAgent(t *testing.T, node string, devs []annotation.Device, fm *fake
 		t.Fatalf("the agent did not register: %v", err)
 	}
 	return f
+}
+
+// podsCaughtUp waits until the agent's pod informer holds every pod of the node as the fake
+// clientset has it (resourceVersion, phase, annotations): a test that changes pods and then
+// has the agent read its cache waits for the watch first, as the agent's next period would.
+func podsCaughtUp(t *testing.T, a *Agent) {
+	t.Helper()
+	cs := a.client.(*fake.Clientset)
+	waitFor(t, "the pod informer", func() bool {
+		list, err := cs.CoreV1().Pods("").List(t.Context(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range list.Items {
+			if p.Spec.NodeName != a.node {
+				continue
+			}
+			obj, ok, err := a.pods.informer.GetStore().GetByKey(p.Namespace + "/" + p.Name)
+			if err != nil || !ok {
+				return false
+			}
+			c := obj.(*corev1.Pod)
+			if c.ResourceVersion != p.ResourceVersion || c.Status.Phase != p.Status.Phase || !maps.Equal(c.Annotations, p.Annotations) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// startPods runs the pod informer of an agent that is not run, until the test ends, and
+// waits for its sync.
+func startPods(t *testing.T, a *Agent) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); a.pods.run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	if !a.pods.waitSynced(ctx) {
+		t.Fatal("the pod informer did not sync")
+	}
 }
 
 // migPod is a pod with one GPU container per reservation list, reserved as given.
@@ -169,6 +212,7 @@ func TestMIGAllocate(t *testing.T) {
 		t.Error("node lock left")
 	}
 	// The release keeps what a live pod owns.
+	podsCaughtUp(t, f.agent)
 	if err := f.agent.reconcileMIG(f.ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -394,6 +438,7 @@ func TestMIGRecordConflict(t *testing.T) {
 		}
 		return false, nil, nil
 	})
+	podsCaughtUp(t, f.agent)
 	if _, err := f.call(migGPU0 + "-0"); err != nil {
 		t.Fatal(err)
 	}
@@ -423,6 +468,7 @@ func TestMIGReconcile(t *testing.T) {
 		migPod("finished", corev1.PodSucceeded, withRuntime(res(0, 0, migGPU0, "1g.5gb", 6, 1), finished)),
 		migPod("pending", corev1.PodPending, res(0, 0, migGPU1, "1g.5gb", 6, 1)),
 	)
+	podsCaughtUp(t, f.agent)
 	if err := f.agent.reconcileMIG(f.ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -440,6 +486,7 @@ func TestMIGReconcile(t *testing.T) {
 	}(), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	podsCaughtUp(t, f.agent)
 	if err := f.agent.reconcileMIG(f.ctx); err == nil || !strings.Contains(err.Error(), "default/bad") {
 		t.Errorf("reconcile = %v, want the undecodable pod named", err)
 	}

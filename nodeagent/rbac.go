@@ -10,9 +10,11 @@ import (
 // ClusterRoleRules returns the RBAC rules an Agent needs, no more: those of the register
 // annotation writer (list, watch and patch nodes; create and patch events) and of the node
 // lock (get and patch nodes, get pods), patch pods for the device annotations and the
-// bind-phase, and list pods for MIG (Options.MIG: the node's pods, by field selector
-// spec.nodeName, to release the MIG devices no live reservation owns). Without MIG the agent
-// lists no pods. The same rules are in the ClusterRole of examples/deviceplugin/deploy.
+// bind-phase, and list and watch pods for the agent's pod informer (with Options.MIG or
+// Options.DRA: the node's pods, by field selector spec.nodeName, to release the MIG devices no
+// live reservation owns and to refuse a claim on a GPU a pod holds). Without MIG and DRA the
+// agent lists and watches no pods. The same rules are in the ClusterRole of
+// examples/deviceplugin/deploy.
 func ClusterRoleRules() []rbacv1.PolicyRule {
 	verbs := map[string]map[string]bool{}
 	add := func(rules []rbacv1.PolicyRule) {
@@ -29,7 +31,7 @@ func ClusterRoleRules() []rbacv1.PolicyRule {
 	}
 	add(register.ClusterRoleRules())
 	add(nodelock.ClusterRoleRules())
-	add([]rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "patch"}}})
+	add([]rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch", "patch"}}})
 	var out []rbacv1.PolicyRule
 	for _, res := range []string{"nodes", "pods", "events"} {
 		var vs []string

@@ -17,6 +17,7 @@ import (
 	"github.com/hamireg/hamireg/internal/manifests"
 	"github.com/hamireg/hamireg/kubeletplugin"
 	"github.com/hamireg/hamireg/nodeagent"
+	"github.com/hamireg/hamireg/nodeagent/nodedra"
 	"github.com/hamireg/hamireg/register"
 )
 
@@ -71,8 +72,8 @@ func TestManifests(t *testing.T) {
 			t.Errorf("DeviceClass %s differs from dra.DeviceClass (-want +got):\n%s", want.Name, diff)
 		}
 	}
-	if diff := cmp.Diff(nodeagent.DRAClusterRoleRules(), draRole.Rules); diff != "" {
-		t.Errorf("ClusterRole %s rules differ from nodeagent.DRAClusterRoleRules() (-want +got):\n%s", draRole.Name, diff)
+	if diff := cmp.Diff(nodedra.ClusterRoleRules(), draRole.Rules); diff != "" {
+		t.Errorf("ClusterRole %s rules differ from nodedra.ClusterRoleRules() (-want +got):\n%s", draRole.Name, diff)
 	}
 	wantDRARef := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: draRole.Name}
 	if draCRB.RoleRef != wantDRARef || !cmp.Equal(draCRB.Subjects, []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: sa.Namespace}}) {

@@ -41,8 +41,9 @@
 //
 // # DRA
 //
-// --dra makes the same process a DRA driver as well (nodeagent's Options.DRA): it registers
-// with the kubelet's DRA manager through <kubelet-root-dir>/plugins_registry, publishes the
+// --dra makes the same process a DRA driver as well (a nodedra.World as nodeagent's
+// Options.DRA; a node program without DRA does not link it): it registers with the
+// kubelet's DRA manager through <kubelet-root-dir>/plugins_registry, publishes the
 // GPUs as the node's ResourceSlice (one device per GPU that claims share, with consumable
 // memory and cores) and prepares each claim as a transient CDI spec in --cdi-dir with
 // HAMi-core's limits computed from the claim's consumed capacity. --dra-profile picks the
@@ -123,6 +124,7 @@ import (
 	"github.com/hamireg/hamireg/kubeletplugin"
 	"github.com/hamireg/hamireg/mig"
 	"github.com/hamireg/hamireg/nodeagent"
+	"github.com/hamireg/hamireg/nodeagent/nodedra"
 	"github.com/hamireg/hamireg/nvmlscan"
 	"github.com/hamireg/hamireg/nvmlscan/nvmlsim"
 	"github.com/hamireg/hamireg/register"
@@ -283,11 +285,17 @@ func run(ctx context.Context, args []string, stderr io.Writer, h host) int {
 		instances = scanner.MIG()
 	}
 	env := hamicore.EnvOptions{HookPath: *hookPath, DeviceMemoryScaling: *memScaling}
+	var world nodeagent.DRA // nil: no DRA; only this program's --dra links the DRA libraries
 	if draOpts != nil {
 		draOpts.Plugin.Env, draOpts.Plugin.PrepareStateDir = env, *prepare
+		w, err := nodedra.New(client, nodeName, *draOpts)
+		if err != nil {
+			return usage("%v", err)
+		}
+		world = w
 	}
 	agent, err := nodeagent.New(client, nodeName, scanner, nodeagent.Options{
-		DRA:            draOpts,
+		DRA:            world,
 		MIG:            instances,
 		TopologyScores: *topoScore,
 		Kubelet:        kubeletplugin.Options{PluginDir: kubeletplugin.PluginDirFromRootDir(*rootDir)},
@@ -367,10 +375,10 @@ func migOptions(on bool, allowlistFile string, match mig.MatchRule, profiles nvm
 	return c, nil
 }
 
-// draOptions reads the --dra flags: nil without --dra; else the node agent's DRA options with
+// draOptions reads the --dra flags: nil without --dra; else the DRA world's options with
 // the profile, the GPUs DRA owns (nil: all), the kubelet's plugin folders under rootDir, the
 // CDI folder and the slice sync delay.
-func draOptions(on bool, profile, gpus, rootDir, cdiDir string, syncDelay time.Duration) (*nodeagent.DRAOptions, error) {
+func draOptions(on bool, profile, gpus, rootDir, cdiDir string, syncDelay time.Duration) (*nodedra.Options, error) {
 	if !on {
 		return nil, nil
 	}
@@ -378,7 +386,7 @@ func draOptions(on bool, profile, gpus, rootDir, cdiDir string, syncDelay time.D
 	if err != nil {
 		return nil, fmt.Errorf("--dra-profile: %w", err)
 	}
-	o := &nodeagent.DRAOptions{Plugin: draplugin.Options{
+	o := &nodedra.Options{Plugin: draplugin.Options{
 		Profile:        p,
 		RegistrarDir:   filepath.Join(rootDir, "plugins_registry"),
 		PluginDir:      filepath.Join(rootDir, "plugins", p.Driver),

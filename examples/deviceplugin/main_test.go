@@ -67,7 +67,7 @@ func TestRunUsage(t *testing.T) {
 		// The agent validates the GPUs at New (after the scan and the client).
 		"empty DRA GPU": {
 			args: []string{"--simulate", "dgxa100", "--dra", "--dra-gpus", "0,,1"}, env: withNode, host: true,
-			code: 2, want: `DRA.GPUs entry ""`,
+			code: 2, want: `GPUs entry ""`,
 		},
 		"no kubeconfig file": {
 			args: []string{"--simulate", "dgxh100", "--kubeconfig", filepath.Join(t.TempDir(), "missing")}, env: withNode,

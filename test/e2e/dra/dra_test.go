@@ -83,12 +83,12 @@ func TestSlice(t *testing.T) {
 
 	// Unchanged scans write nothing.
 	before, scans := w.Writes(), n.currentAgent().Stats().Scans
-	pluginBefore := n.currentAgent().DRA().Stats()
+	pluginBefore := n.currentWorld().Plugin().Stats()
 	harness.Eventually(t, "5 more scans", harness.DRAWait, func() bool { return n.currentAgent().Stats().Scans >= scans+5 })
 	if got := w.Writes(); got != before {
 		t.Errorf("%d slice writes during 5 unchanged scans, want 0", got-before)
 	}
-	if got := n.currentAgent().DRA().Stats(); got.SliceCreates != pluginBefore.SliceCreates || got.SliceUpdates != pluginBefore.SliceUpdates || got.SliceDeletes != pluginBefore.SliceDeletes {
+	if got := n.currentWorld().Plugin().Stats(); got.SliceCreates != pluginBefore.SliceCreates || got.SliceUpdates != pluginBefore.SliceUpdates || got.SliceDeletes != pluginBefore.SliceDeletes {
 		t.Errorf("plugin slice writes during 5 unchanged scans: %+v, before %+v", got, pluginBefore)
 	}
 
@@ -173,7 +173,7 @@ func TestClaimPrepared(t *testing.T) {
 	if _, err := os.Stat(edits.Path); !os.IsNotExist(err) {
 		t.Errorf("CDI spec %s after Unprepare: %v; want it removed", edits.Path, err)
 	}
-	if got := n.currentAgent().DRA().PreparedGPUs(); len(got) != 0 {
+	if got := n.currentWorld().Plugin().PreparedGPUs(); len(got) != 0 {
 		t.Errorf("prepared GPUs after Unprepare = %v, want none", got)
 	}
 }

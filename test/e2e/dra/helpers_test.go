@@ -22,6 +22,7 @@ import (
 	"github.com/hamireg/hamireg/envtest/kubeletpeer"
 	"github.com/hamireg/hamireg/kubeletplugin"
 	"github.com/hamireg/hamireg/nodeagent"
+	"github.com/hamireg/hamireg/nodeagent/nodedra"
 	"github.com/hamireg/hamireg/nvmlscan"
 	"github.com/hamireg/hamireg/nvmlscan/nvmlscantest"
 	"github.com/hamireg/hamireg/test/e2e/harness"
@@ -31,7 +32,7 @@ import (
 type nodeOptions struct {
 	// profile is the DRA profile; zero: dra.SDKProfile().
 	profile dra.Profile
-	// gpus are the DRA-owned GPUs (nodeagent.DRAOptions.GPUs); empty: all.
+	// gpus are the DRA-owned GPUs (nodedra.Options.GPUs); empty: all.
 	gpus []string
 	// deviceManager runs the kubelet's full device manager (a child process) instead of its
 	// registration server alone, for pods that ask for nvidia.com/gpu.
@@ -56,6 +57,7 @@ type draNode struct {
 
 	mu    sync.Mutex
 	agent *nodeagent.Agent
+	world *nodedra.World
 	stop  func()
 }
 
@@ -110,19 +112,24 @@ func (n *draNode) startAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	world, err := nodedra.New(cp.AdminClient(), n.name, nodedra.Options{
+		Plugin: draplugin.Options{
+			Profile:        n.profile,
+			RegistrarDir:   n.dra.RegistryDir(),
+			PluginDir:      filepath.Join(n.root, "plugin"),
+			CDIDir:         n.cdiDir,
+			SliceSyncDelay: -1,
+		},
+		GPUs: n.opts.gpus,
+	})
+	if err != nil {
+		_ = scanner.Close()
+		t.Fatal(err)
+	}
 	agent, err := nodeagent.New(cp.AdminClient(), n.name, scanner, nodeagent.Options{
 		Period:  n.opts.period,
 		Kubelet: kubeletplugin.Options{PluginDir: n.kubelet},
-		DRA: &nodeagent.DRAOptions{
-			Plugin: draplugin.Options{
-				Profile:        n.profile,
-				RegistrarDir:   n.dra.RegistryDir(),
-				PluginDir:      filepath.Join(n.root, "plugin"),
-				CDIDir:         n.cdiDir,
-				SliceSyncDelay: -1,
-			},
-			GPUs: n.opts.gpus,
-		},
+		DRA:     world,
 	})
 	if err != nil {
 		_ = scanner.Close()
@@ -132,7 +139,7 @@ func (n *draNode) startAgent(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- agent.Run(ctx) }()
 	n.mu.Lock()
-	n.agent = agent
+	n.agent, n.world = agent, world
 	n.stop = func() {
 		cancel()
 		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
@@ -152,6 +159,13 @@ func (n *draNode) stopAgent() {
 	if stop != nil {
 		stop()
 	}
+}
+
+// currentWorld is the running agent's DRA world.
+func (n *draNode) currentWorld() *nodedra.World {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.world
 }
 
 func (n *draNode) currentAgent() *nodeagent.Agent {

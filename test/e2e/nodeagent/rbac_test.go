@@ -16,6 +16,7 @@ import (
 
 	"github.com/hamireg/hamireg/internal/manifests"
 	"github.com/hamireg/hamireg/nodeagent"
+	"github.com/hamireg/hamireg/nodeagent/nodedra"
 	"github.com/hamireg/hamireg/test/e2e/harness"
 )
 
@@ -25,7 +26,7 @@ var deployDir = filepath.Join("..", "..", "..", "examples", "deviceplugin", "dep
 // TestDeployManifests creates examples/deviceplugin/deploy on the API server and asks it,
 // with SubjectAccessReviews, what the DaemonSet's ServiceAccount may do: exactly the verbs
 // of nodeagent.ClusterRoleRules() (with which every agent of this package runs) and
-// nodeagent.DRAClusterRoleRules() (what --dra adds, in dra.yaml beside the DeviceClasses),
+// nodedra.ClusterRoleRules() (what --dra adds, in dra.yaml beside the DeviceClasses),
 // and nothing else.
 func TestDeployManifests(t *testing.T) {
 	t.Parallel()
@@ -99,7 +100,7 @@ func TestDeployManifests(t *testing.T) {
 		return r.Status.Allowed
 	}
 	allowed := map[string][]string{} // "group/resource" -> verbs
-	for _, r := range append(nodeagent.ClusterRoleRules(), nodeagent.DRAClusterRoleRules()...) {
+	for _, r := range append(nodeagent.ClusterRoleRules(), nodedra.ClusterRoleRules()...) {
 		for _, g := range r.APIGroups {
 			for _, res := range r.Resources {
 				allowed[g+"/"+res] = append(allowed[g+"/"+res], r.Verbs...)

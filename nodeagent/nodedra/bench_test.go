@@ -1,31 +1,28 @@
-package nodeagent
+package nodedra_test
 
 import (
 	"context"
-	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2/ktesting"
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/hamireg/hamireg/clienttest"
 	"github.com/hamireg/hamireg/dra"
-	"github.com/hamireg/hamireg/draplugin"
 	"github.com/hamireg/hamireg/kubeletplugin"
 	"github.com/hamireg/hamireg/kubeletplugin/kubelettest"
+	"github.com/hamireg/hamireg/nodeagent"
+	"github.com/hamireg/hamireg/nodeagent/nodedra"
 )
 
 // scansPerHour is a node-hour of scans at the default period (30 s).
-const scansPerHour = int(time.Hour / DefaultPeriod)
+const scansPerHour = int(time.Hour / nodeagent.DefaultPeriod)
 
 // sliceWrites counts the ResourceSlice writes the fake clientset has seen.
 func sliceWrites(cs *fake.Clientset) int {
@@ -55,11 +52,14 @@ func BenchmarkSliceWrites(b *testing.B) {
 		generateNames(cs)
 		k := kubelettest.Start(b)
 		clk := testingclock.NewFakeClock(time.Unix(0, 0))
-		a, err := New(cs, testNode, staticSource(testGPUs()), Options{
+		w, err := nodedra.New(cs, testNode, options(b))
+		if err != nil {
+			b.Fatal(err)
+		}
+		a, err := nodeagent.New(cs, testNode, pciSource(testGPUs()), nodeagent.Options{
 			Clock: clk, EventRecorder: &record.FakeRecorder{},
 			Kubelet: kubeletplugin.Options{PluginDir: k.Dir()},
-			DRA: &DRAOptions{Plugin: draplugin.Options{Profile: dra.SDKProfile(), PluginDir: b.TempDir(), RegistrarDir: b.TempDir(),
-				CDIDir: b.TempDir(), SliceSyncDelay: -1}},
+			DRA:     w,
 		})
 		if err != nil {
 			b.Fatal(err)
@@ -79,7 +79,7 @@ func BenchmarkSliceWrites(b *testing.B) {
 				}
 			}
 		}
-		poll("the first slice", func() bool { return a.DRA().Stats().SliceCreates == 1 })
+		poll("the first slice", func() bool { return w.Plugin().Stats().SliceCreates == 1 })
 		first := sliceWrites(cs)
 		b.ResetTimer()
 		for range b.N {
@@ -88,7 +88,7 @@ func BenchmarkSliceWrites(b *testing.B) {
 				// true before the scan loop has re-armed its own, so step again until it scans.
 				scans := a.Stats().Scans
 				poll("a scan", func() bool {
-					clk.Step(DefaultPeriod)
+					clk.Step(nodeagent.DefaultPeriod)
 					time.Sleep(time.Millisecond)
 					return a.Stats().Scans > scans
 				})
@@ -131,15 +131,3 @@ func BenchmarkSliceWrites(b *testing.B) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
-
-// generateNames makes the fake clientset name created ResourceSlices from their GenerateName,
-// as the API server does (the fake leaves the name empty).
-func generateNames(cs *fake.Clientset) {
-	var n atomic.Int64
-	cs.PrependReactor("create", "resourceslices", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		if s, ok := a.(k8stesting.CreateAction).GetObject().(*resourcev1.ResourceSlice); ok && s.Name == "" && s.GenerateName != "" {
-			s.Name = s.GenerateName + strconv.FormatInt(n.Add(1), 10)
-		}
-		return false, nil, nil
-	})
-}
