@@ -5,9 +5,9 @@ GO ?= go
 LINT := $(GO) tool -modfile=$(CURDIR)/hack/tools/go.mod golangci-lint
 # Nested modules that are linted and unit-tested on their own. hack/k8sbins is left out:
 # it has no Go packages (only tool directives for the binaries hack/e2e.sh builds).
-# envtest's tests that need the peer binaries carry the build tag e2e: `make unit` leaves
-# them out, hack/e2e.sh (`make e2e`) runs them; lint and vet see them.
-MODULES := . envtest envtest/cmd/replaces $(wildcard test/e2e) examples/quickstart examples/schedplugin examples/doctor hack/release
+# The tests of envtest and envtest/kubeletpeer that need the peer binaries carry the build
+# tag e2e: `make unit` leaves them out, hack/e2e.sh (`make e2e`) runs them; lint and vet see them.
+MODULES := . envtest envtest/kubeletpeer envtest/cmd/replaces $(wildcard test/e2e) examples/quickstart examples/schedplugin examples/doctor hack/release
 # Flags for the quickstart, e.g. QUICKSTART_FLAGS=--keep.
 QUICKSTART_FLAGS ?=
 E2E_FLAGS ?=
@@ -33,12 +33,13 @@ test: lint unit rehearsal e2e
 rehearsal:
 	cd hack/release && $(GO) test -count=1 -timeout 40m -v -run TestRehearsal ./...
 
-## unit: unit, conformance and example tests of the root module, envtest's (those without
-## peers), its replaces command's, the quickstart's, schedplugin's and the doctor's, with the
+## unit: unit, conformance and example tests of the root module, envtest's and kubeletpeer's
+## (those without peers), the replaces command's, the quickstart's, schedplugin's and the doctor's, with the
 ## race detector.
 unit: cgo0
 	$(GO) test -race -count=1 ./...
 	cd envtest && $(GO) test -race -count=1 ./...
+	cd envtest/kubeletpeer && $(GO) test -race -count=1 ./...
 	cd envtest/cmd/replaces && $(GO) test -race -count=1 ./...
 	cd examples/quickstart && $(GO) test -race -count=1 ./...
 	cd examples/schedplugin && $(GO) test -race -count=1 ./...

@@ -34,32 +34,12 @@ import (
 	"github.com/hamireg/hamireg/envtest/proc"
 )
 
-// EnvBinDir names the environment variable that holds the folder with the kube-apiserver,
-// etcd and kube-scheduler binaries, the default of [Options.BinDir]. In the hamireg
-// repository hack/e2e.sh (run by `make e2e`) builds them with hack/k8sbins/build.sh and sets
-// it; see the package documentation for how a consumer gets them.
-const EnvBinDir = "HAMIREG_K8S_BIN"
-
 // EnvKeep names the environment variable that, set to 1, keeps the control plane's
 // temporary folder (logs, etcd data) after Stop and prints where it is.
 const EnvKeep = "HAMIREG_E2E_KEEP"
 
-// ErrBinariesMissing is returned by [Start] when the peer binaries cannot be found.
-// Its message says how to get them: set Options.BinDir or $HAMIREG_K8S_BIN to a folder
-// holding them; in the hamireg repository `make e2e` builds them (hack/k8sbins/build.sh) and
-// sets the variable.
-var ErrBinariesMissing = errors.New("kube-apiserver, etcd and kube-scheduler binaries not found: set Options.BinDir or $" + EnvBinDir +
-	" to a folder holding them (in the hamireg repository `make e2e` builds them with hack/k8sbins/build.sh and sets " + EnvBinDir + ")")
-
 // ErrStopped is returned by methods of a [ControlPlane] after [ControlPlane.Stop].
 var ErrStopped = errors.New("control plane stopped")
-
-// Binaries the control plane runs, as named in the bin folder.
-const (
-	binAPIServer = "kube-apiserver"
-	binEtcd      = "etcd"
-	binScheduler = "kube-scheduler"
-)
 
 // tempPrefix names the control planes' temporary folders; Start removes those whose test
 // binary is gone (one killed by a test timeout cannot clean up after itself).
@@ -67,8 +47,10 @@ const tempPrefix = "hamireg-e2e-"
 
 // Options configures [Start]. The zero value is valid.
 type Options struct {
-	// BinDir is the folder with kube-apiserver, etcd and kube-scheduler.
-	// Default: the value of $HAMIREG_K8S_BIN.
+	// BinDir is the first folder searched for the peer binaries; then come $HAMIREG_K8S_BIN
+	// ([EnvBinDir]) and $KUBEBUILDER_ASSETS ([EnvKubebuilderAssets]), and each binary is
+	// taken from the first folder that holds it. Start needs etcd and kube-apiserver,
+	// StartScheduler kube-scheduler. Default: "", only the environment variables.
 	BinDir string
 	// APIServerFlags are appended to the control plane's kube-apiserver flags; for a flag given
 	// twice the later one wins. Default: none.
@@ -89,9 +71,6 @@ type Options struct {
 }
 
 func (o *Options) defaults() {
-	if o.BinDir == "" {
-		o.BinDir = os.Getenv(EnvBinDir)
-	}
 	if o.QPS == 0 {
 		o.QPS = 1000
 	}
@@ -116,6 +95,8 @@ func (o *Options) defaults() {
 // StopAPIServer, StartAPIServer and RestartAPIServer must not overlap each other.
 type ControlPlane struct {
 	opts    Options
+	folders []binFolder       // searched for the binaries, in order
+	bins    map[string]string // etcd and kube-apiserver: their paths
 	dir     string
 	pki     *pki
 	spawner *proc.Spawner
@@ -137,10 +118,17 @@ type ControlPlane struct {
 // token (group system:masters), service-account token signing and
 // --authorization-mode=Node,RBAC, and returns when /readyz answers ok. On error nothing is
 // left running and the temporary folder is removed.
+//
+// Start needs etcd and kube-apiserver (a folder made by setup-envtest has both); each is
+// taken from the first of Options.BinDir, $HAMIREG_K8S_BIN and $KUBEBUILDER_ASSETS that
+// holds it. Without them Start returns a [*BinaryNotFoundError] wrapping
+// [ErrBinariesMissing] that names what is missing, where it looked and how to get it.
 func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	opts.defaults()
 	start := time.Now()
-	if err := checkBinaries(opts.BinDir, binAPIServer, binEtcd, binScheduler); err != nil {
+	folders := binFolders(opts.BinDir, os.Getenv)
+	bins, err := findBinaries(folders, "Start", binEtcd, binAPIServer)
+	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, opts.StartTimeout,
@@ -152,7 +140,7 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	if err != nil {
 		return nil, err
 	}
-	cp := &ControlPlane{opts: opts, dir: dir, spawner: proc.NewSpawner()}
+	cp := &ControlPlane{opts: opts, folders: folders, bins: bins, dir: dir, spawner: proc.NewSpawner()}
 	defer func() {
 		if err != nil {
 			_ = cp.Stop()
@@ -186,28 +174,12 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	return cp, nil
 }
 
-func checkBinaries(dir string, names ...string) error {
-	if dir == "" {
-		return fmt.Errorf("%w ($%s is empty)", ErrBinariesMissing, EnvBinDir)
-	}
-	for _, n := range names {
-		st, err := os.Stat(filepath.Join(dir, n))
-		if err != nil {
-			return fmt.Errorf("%w (%w)", ErrBinariesMissing, err)
-		}
-		if st.Mode()&0o111 == 0 {
-			return fmt.Errorf("%w (%s is not executable)", ErrBinariesMissing, filepath.Join(dir, n))
-		}
-	}
-	return nil
-}
-
 func (cp *ControlPlane) startEtcd(ctx context.Context) error {
 	client := fmt.Sprintf("http://127.0.0.1:%d", cp.etcdPort)
 	peer := fmt.Sprintf("http://127.0.0.1:%d", cp.etcdPeerPort)
 	p, err := cp.spawn(proc.Options{
 		Name: binEtcd,
-		Path: filepath.Join(cp.opts.BinDir, binEtcd),
+		Path: cp.bins[binEtcd],
 		Args: []string{
 			"--name=default",
 			"--data-dir=" + filepath.Join(cp.dir, "etcd"),
@@ -321,7 +293,7 @@ func (cp *ControlPlane) StartAPIServer(ctx context.Context) error {
 	defer cancel()
 	p, err := cp.spawn(proc.Options{
 		Name:    binAPIServer,
-		Path:    filepath.Join(cp.opts.BinDir, binAPIServer),
+		Path:    cp.bins[binAPIServer],
 		Args:    cp.apiServerArgs(),
 		LogPath: filepath.Join(cp.dir, "kube-apiserver.log"),
 	})

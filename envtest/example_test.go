@@ -1,12 +1,8 @@
-//go:build e2e
-
 package envtest_test
 
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -19,7 +15,6 @@ import (
 	"github.com/hamireg/hamireg/allocation/allocationtest"
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/envtest"
-	"github.com/hamireg/hamireg/envtest/kubeletpeer"
 	"github.com/hamireg/hamireg/kubeletplugin"
 	"github.com/hamireg/hamireg/kubeletplugin/kubelettest"
 	"github.com/hamireg/hamireg/nodeagent"
@@ -59,100 +54,24 @@ func bindPod(ctx context.Context, cp *envtest.ControlPlane) (*corev1.Pod, error)
 	return allocationtest.NewScheduler(cp.AdminClient(), allocationtest.Options{}).Schedule(ctx, pod, "gpu-1", devices)
 }
 
-// Example is a device plugin's test against real peers: kube-apiserver and etcd, and the
-// kubelet's own device manager (devicemanager.ManagerImpl). A node agent registers two GPUs;
-// a pod is bound as HAMi's scheduler binds it (allocationtest), and the device manager admits
-// its container as the kubelet does, calling the agent's GetPreferredAllocation and Allocate
-// over gRPC. The test binary's TestMain calls kubeletpeer.RunIfChild first; the binaries
-// come from $HAMIREG_K8S_BIN.
+// Example is a node agent's test against a real API server (kube-apiserver and etcd from
+// [envtest.Start]) with the fake kubelet of package kubelettest: a node agent registers two
+// GPUs, a pod is bound as HAMi's scheduler binds it (allocationtest), and the test picks the
+// replica IDs and calls the agent's Allocate over the plugin's gRPC connection as the kubelet
+// does. The API server is real, so the agent's node lock, pod patches and RBAC are exercised
+// as in a cluster. For the kubelet's own device manager instead of the fake, see package
+// kubeletpeer's Example.
+//
+// It needs etcd and kube-apiserver (from setup-envtest's folder, for one), so it has no
+// Output comment and only compiles here; with the build tag e2e, TestExample runs it and
+// checks that it prints
+//
+//	devices: [GPU-a-0]
+//	NVIDIA_VISIBLE_DEVICES=GPU-a
+//	CUDA_DEVICE_MEMORY_LIMIT_0=3000m
+//	CUDA_DEVICE_SM_LIMIT=30
+//	bind-phase: success
 func Example() {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	ctx = klog.NewContext(ctx, logr.Discard()) // the agent logs through ctx; keep it quiet here
-
-	cp, err := envtest.Start(ctx, envtest.Options{Logf: func(string, ...any) {}})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer func() { _ = cp.Stop() }()
-	dir, err := os.MkdirTemp("", "kp-") // unix socket paths must stay under 108 bytes
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer func() { _ = os.RemoveAll(dir) }()
-	dm, err := kubeletpeer.StartDeviceManager(ctx, kubeletpeer.DeviceManagerOptions{Dir: filepath.Join(dir, "device-plugins")})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer func() { _ = dm.Stop() }()
-
-	client := cp.AdminClient()
-	if _, err := client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-1"}}, metav1.CreateOptions{}); err != nil {
-		fmt.Println(err)
-		return
-	}
-	agent, err := nodeagent.New(client, "gpu-1", twoGPUs{}, nodeagent.Options{
-		Kubelet: kubeletplugin.Options{PluginDir: dm.Dir()},
-	})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	agentCtx, stopAgent := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- agent.Run(agentCtx) }()
-	defer func() {
-		stopAgent()
-		if err := <-done; err != nil {
-			fmt.Println("Run:", err)
-		}
-	}()
-
-	res, err := dm.WaitForResources(ctx, "nvidia.com/gpu", 10, 10)
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	fmt.Println("kubelet: nvidia.com/gpu capacity", res.Capacity["nvidia.com/gpu"], "allocatable", res.Allocatable["nvidia.com/gpu"])
-
-	bound, err := bindPod(ctx, cp)
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-
-	a, err := dm.Allocate(ctx, bound, "cuda")
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	fmt.Println("devices:", a.DeviceIDs["nvidia.com/gpu"])
-	for _, k := range []string{"NVIDIA_VISIBLE_DEVICES", "CUDA_DEVICE_MEMORY_LIMIT_0", "CUDA_DEVICE_SM_LIMIT"} {
-		fmt.Printf("%s=%s\n", k, a.Envs[k])
-	}
-	after, err := client.CoreV1().Pods("demo").Get(ctx, "train", metav1.GetOptions{})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	fmt.Println("bind-phase:", after.Annotations[allocation.KeyBindPhase])
-	// Output:
-	// kubelet: nvidia.com/gpu capacity 10 allocatable 10
-	// devices: [GPU-a-0]
-	// NVIDIA_VISIBLE_DEVICES=GPU-a
-	// CUDA_DEVICE_MEMORY_LIMIT_0=3000m
-	// CUDA_DEVICE_SM_LIMIT=30
-	// bind-phase: success
-}
-
-// Example_kubelettest is the same test with the fake kubelet of package kubelettest instead of
-// the kubelet's device manager: no child process, no mount namespace, and the test picks the
-// replica IDs and calls Allocate over the plugin's gRPC connection itself. The API server is
-// still real, so the agent's node lock, pod patches and RBAC are exercised as in a cluster.
-func Example_kubelettest() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	ctx = klog.NewContext(ctx, logr.Discard())
@@ -225,10 +144,4 @@ func Example_kubelettest() {
 		return
 	}
 	fmt.Println("bind-phase:", after.Annotations[allocation.KeyBindPhase])
-	// Output:
-	// devices: [GPU-a-0]
-	// NVIDIA_VISIBLE_DEVICES=GPU-a
-	// CUDA_DEVICE_MEMORY_LIMIT_0=3000m
-	// CUDA_DEVICE_SM_LIMIT=30
-	// bind-phase: success
 }

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/hamireg/hamireg/envtest"
-	"github.com/hamireg/hamireg/envtest/kubeletpeer"
 )
 
 // envOrphanChild makes the test binary act as a doomed test binary: it starts a control
@@ -24,12 +23,9 @@ type started struct {
 	Dir  string `json:"dir"`
 }
 
-// The tests and the Example of this file's build tag (e2e, run by hack/e2e.sh) need the peer
-// binaries: they fail, never skip, without them.
+// The tests of this file's build tag (e2e, run by hack/e2e.sh), TestExample included, need
+// the peer binaries: they fail, never skip, without them.
 func TestMain(m *testing.M) {
-	if code, child := kubeletpeer.RunIfChild(context.Background()); child {
-		os.Exit(code) // the kubelet device manager's child ends here
-	}
 	if os.Getenv(envOrphanChild) == "1" {
 		os.Exit(runDoomedChild())
 	}

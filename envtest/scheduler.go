@@ -45,8 +45,12 @@ type Scheduler struct {
 
 // StartScheduler starts kube-scheduler against the control plane's apiserver and returns
 // when its /readyz answers ok. ControlPlane.Stop stops it if the caller has not.
+//
+// It needs kube-scheduler, searched in the folders Start searched (setup-envtest's folder
+// has none: see [BinaryNotFoundError] for where to get it).
 func (cp *ControlPlane) StartScheduler(ctx context.Context, opts SchedulerOptions) (*Scheduler, error) {
-	if err := checkBinaries(cp.opts.BinDir, binScheduler); err != nil {
+	bins, err := findBinaries(cp.folders, "StartScheduler", binScheduler)
+	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, cp.opts.StartTimeout,
@@ -93,7 +97,7 @@ func (cp *ControlPlane) StartScheduler(ctx context.Context, opts SchedulerOption
 	}
 	po := proc.Options{
 		Name:    binScheduler,
-		Path:    filepath.Join(cp.opts.BinDir, binScheduler),
+		Path:    bins[binScheduler],
 		Args:    append(args, opts.Flags...),
 		LogPath: filepath.Join(dir, "kube-scheduler.log"),
 	}

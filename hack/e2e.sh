@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# e2e.sh runs the tests against real peers (modules envtest and test/e2e); `make e2e` calls
+# e2e.sh runs the tests against real peers (modules envtest, envtest/kubeletpeer and
+# test/e2e); `make e2e` calls
 # it, and `make test` (CI) includes it. Arguments are passed to `go test`, e.g.
 #
 #   make e2e E2E_FLAGS="-run TestScheduler -v"     or     hack/e2e.sh -run TestScheduler
@@ -8,8 +9,9 @@
 #  1. build kube-apiserver, etcd and kube-scheduler with hack/k8sbins/build.sh into
 #     ~/.cache/hamireg/k8sbins/<version>-<hash> (reused when present) and export the folder
 #     as HAMIREG_K8S_BIN;
-#  2. go test -race -count=1 -tags e2e -v ./... in envtest: the library's own tests and its
-#     Example that need the peers (build tag e2e; they fail, never skip, without them);
+#  2. go test -race -count=1 -tags e2e -v ./... in envtest, then in envtest/kubeletpeer: the
+#     libraries' own tests and their Examples (TestExample) that need the peers (build tag
+#     e2e; they fail, never skip, without them);
 #  3. go test -race -count=1 -v ./... in test/e2e; every test binary starts its own
 #     control plane (-v so that the log shows the versions the peers reported);
 #  4. check that no peer process and no temporary folder was left behind.
@@ -31,8 +33,11 @@ race=(-race)
 
 status=0
 (cd "$root/envtest" && go test "${race[@]}" -count=1 -tags e2e -v ./... "$@") || status=$?
+tk=$(now)
+echo "e2e: go test in envtest (compile and run) took $((tk - t1))s (exit $status)"
+(cd "$root/envtest/kubeletpeer" && go test "${race[@]}" -count=1 -tags e2e -v ./... "$@") || status=$?
 te=$(now)
-echo "e2e: go test in envtest (compile and run) took $((te - t1))s (exit $status)"
+echo "e2e: go test in envtest/kubeletpeer (compile and run) took $((te - tk))s (exit $status)"
 cd "$root/test/e2e"
 go test "${race[@]}" -count=1 -v ./... "$@" || status=$?
 t2=$(now)

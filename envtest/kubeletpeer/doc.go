@@ -1,8 +1,24 @@
 // Package kubeletpeer runs the kubelet's own device-plugin code as a peer for tests of
 // device plugins: the registration server alone, or the complete device manager; and the
-// kubelet's DRA manager for tests of DRA drivers. It is
-// part of the envtest module (see package envtest for the go.mod it needs) and imports no
-// testing package, so a program (examples/quickstart) can use it too.
+// kubelet's DRA manager for tests of DRA drivers. It imports no testing package, so a
+// program (examples/quickstart) can use it too; package
+// [github.com/hamireg/hamireg/envtest] runs the API server it is tested with.
+//
+// # Your go.mod
+//
+// kubeletpeer is a module of its own, github.com/hamireg/hamireg/envtest/kubeletpeer,
+// because it requires k8s.io/kubernetes (envtest does not). k8s.io/kubernetes requires its
+// staging modules (k8s.io/api, k8s.io/client-go, …) at the placeholder v0.0.0, and replace
+// directives apply only in the main module, so your go.mod needs the block of replace
+// lines that maps each of them to its published version (31 for Kubernetes v1.37; without
+// it `go get` fails with "unknown revision v0.0.0"). Write it, then add the module:
+//
+//	go run github.com/hamireg/hamireg/envtest/cmd/replaces@v0.1.0 -w
+//	go get github.com/hamireg/hamireg/envtest/kubeletpeer@v0.1.0
+//
+// Run the first command again after an upgrade, with the same version as the module. The
+// peers of this package are compiled into the test binary; only envtest's control plane
+// needs binaries (etcd and kube-apiserver, see package envtest).
 //
 // # Registration server
 //
@@ -89,6 +105,9 @@
 // At start the manager deletes the node's ResourceSlices of every driver, in the
 // background; [DRAManager.WaitForWipe] waits for it, so a driver that publishes afterwards
 // is not wiped. A manager started again on the same StateDir is a kubelet restart.
+//
+// The package's Example is a node agent's test against the API server and the device
+// manager together.
 //
 // # Lifecycle and concurrency
 //

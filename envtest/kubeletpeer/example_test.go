@@ -14,7 +14,7 @@ import (
 
 // The package doc's snippets, compiled (the root module's TestSnippetsAreCompiled compares
 // them with these regions). They need the kubelet's device manager in a mount namespace and
-// a device plugin, so they only compile here; envtest's Examples (tag e2e) run them.
+// a device plugin, so they only compile here; Example (run by TestExample, tag e2e) runs them.
 
 // snippet: doc
 func TestMain(m *testing.M) {

@@ -11,15 +11,18 @@ go 1.26.0
 replace (
 	github.com/hamireg/hamireg => ../..
 	github.com/hamireg/hamireg/envtest => ../../envtest
+	github.com/hamireg/hamireg/envtest/kubeletpeer => ../../envtest/kubeletpeer
 )
 
 require (
 	github.com/google/go-cmp v0.7.0
 	github.com/hamireg/hamireg v0.1.0
 	github.com/hamireg/hamireg/envtest v0.1.0
+	github.com/hamireg/hamireg/envtest/kubeletpeer v0.1.0
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
 	k8s.io/client-go v0.37.2
+	k8s.io/klog/v2 v2.140.0
 	tags.cncf.io/container-device-interface/specs-go v1.1.0
 )
 
@@ -116,7 +119,6 @@ require (
 	k8s.io/cri-client v0.0.0 // indirect
 	k8s.io/csi-translation-lib v0.0.0 // indirect
 	k8s.io/dynamic-resource-allocation v0.37.2 // indirect
-	k8s.io/klog/v2 v2.140.0 // indirect
 	k8s.io/kube-openapi v0.0.0-20260721132016-d427ff9ee9ad // indirect
 	k8s.io/kube-scheduler v0.37.2 // indirect
 	k8s.io/kubelet v0.37.2 // indirect

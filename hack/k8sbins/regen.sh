@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # regen.sh rewrites the go.mod of the modules that link k8s.io/kubernetes for another
 # Kubernetes version and refreshes their go.sum; it also prints or writes the block of
-# replace lines for a module outside this repository that depends on envtest.
+# replace lines for a module outside this repository that depends on envtest/kubeletpeer
+# (envtest itself does not require k8s.io/kubernetes and needs no block).
 #
 #   hack/k8sbins/regen.sh v1.37.2 [MODULE_DIR...]   # regenerate
-#   hack/k8sbins/regen.sh --print                    # print envtest's block (for a consumer)
+#   hack/k8sbins/regen.sh --print                    # print kubeletpeer's block (for a consumer)
 #   hack/k8sbins/regen.sh --consumer path/to/go.mod  # write it into that go.mod
 #
 # MODULE_DIR defaults to every module here that links k8s.io/kubernetes: hack/k8sbins,
-# envtest, test/e2e and examples/quickstart. Regenerating also writes the block into
+# envtest/kubeletpeer, test/e2e and examples/quickstart (any module with a require of
+# k8s.io/kubernetes is found and listed). Regenerating also writes the block into
 # envtest/cmd/replaces/block.txt, which that command embeds: a consumer runs
 # `go run github.com/hamireg/hamireg/envtest/cmd/replaces@VERSION -w`, and --consumer runs
 # the same command from this checkout (both drop the file's replace lines for those modules,
@@ -46,7 +48,12 @@ shift
 staging="v0.${BASH_REMATCH[1]}.${BASH_REMATCH[2]}${BASH_REMATCH[3]}"
 
 dirs=("$@")
-[[ ${#dirs[@]} -gt 0 ]] || dirs=("$here" "$root/envtest" "$root/test/e2e" "$root/examples/quickstart")
+if [[ ${#dirs[@]} -eq 0 ]]; then
+	# Every module of the checkout that requires k8s.io/kubernetes, directly or indirectly.
+	mapfile -t dirs < <(cd "$root" && git ls-files --cached --others --exclude-standard -- '*go.mod' | xargs grep -l '^[[:space:]]*k8s.io/kubernetes v' | xargs -n1 dirname | sort)
+	dirs=("${dirs[@]/#/$root/}")
+fi
+[[ ${#dirs[@]} -gt 0 ]] || { echo "regen.sh: no module requires k8s.io/kubernetes" >&2; exit 1; }
 
 # `go list -m` fetches only the .info and .mod files, not the module zip.
 gomod=$(cd "$here" && GOFLAGS=-mod=mod go list -m -json "k8s.io/kubernetes@$version" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",*$/\1/p')

@@ -1,6 +1,6 @@
 // Module e2e holds the tests against real peers (kube-apiserver, etcd, kube-scheduler, the
 // kubelet's device manager), which the library module envtest runs. It requires
-// k8s.io/kubernetes through envtest; the replace block below is written by
+// k8s.io/kubernetes through envtest/kubeletpeer; the replace block below is written by
 // hack/k8sbins/regen.sh.
 module github.com/hamireg/hamireg/test/e2e
 
@@ -11,6 +11,7 @@ go 1.26.0
 replace (
 	github.com/hamireg/hamireg => ../..
 	github.com/hamireg/hamireg/envtest => ../../envtest
+	github.com/hamireg/hamireg/envtest/kubeletpeer => ../../envtest/kubeletpeer
 )
 
 require (
@@ -20,6 +21,7 @@ require (
 	github.com/google/go-cmp v0.7.0
 	github.com/hamireg/hamireg v0.1.0
 	github.com/hamireg/hamireg/envtest v0.1.0
+	github.com/hamireg/hamireg/envtest/kubeletpeer v0.1.0
 	golang.org/x/sync v0.22.0
 	google.golang.org/grpc v1.82.1
 	k8s.io/api v0.37.2

@@ -14,7 +14,7 @@ import (
 	"golang.org/x/mod/module"
 )
 
-// block is the replace block of envtest's go.mod, comment line included.
+// block is the replace block of envtest/kubeletpeer's go.mod, comment line included.
 //
 //go:embed block.txt
 var block string
@@ -31,7 +31,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	write := fs.Bool("w", false, "write the block into the go.mod instead of printing it")
 	path := fs.String("modfile", "go.mod", "the go.mod to rewrite with -w")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: replaces [-w] [-modfile go.mod]\n\n"+
+			"Prints the k8s.io replace lines (%s) that a module requiring\n"+
+			"github.com/hamireg/hamireg/envtest/kubeletpeer needs in its go.mod, or with -w writes\n"+
+			"them into the go.mod. A module that uses only github.com/hamireg/hamireg/envtest needs none.\n\n", kubernetesVersion())
+		fs.PrintDefaults()
+	}
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		return 2
 	}
 	if fs.NArg() > 0 {

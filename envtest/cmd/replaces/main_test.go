@@ -27,23 +27,31 @@ func replaceLines(t *testing.T, data []byte) []string {
 	return got
 }
 
-// The embedded block is envtest's: regen.sh writes both, this keeps them together.
-func TestBlockIsEnvtestsReplaceBlock(t *testing.T) {
+// The embedded block is kubeletpeer's: regen.sh writes both, this keeps them together.
+// envtest's go.mod has none (envtest does not require k8s.io/kubernetes).
+func TestBlockIsKubeletpeersReplaceBlock(t *testing.T) {
 	t.Parallel()
+	kubeletpeer, err := os.ReadFile(filepath.Join("..", "..", "kubeletpeer", "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(kubeletpeer, []byte(block)) {
+		t.Errorf("envtest/kubeletpeer/go.mod does not contain block.txt verbatim; run hack/k8sbins/regen.sh")
+	}
+	want := replaceLines(t, kubeletpeer)
+	got := replaceLines(t, []byte("module block\n\n"+block))
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("block.txt vs envtest/kubeletpeer/go.mod k8s.io replaces (-kubeletpeer +block):\n%s", diff)
+	}
+	if len(got) < 20 {
+		t.Errorf("block has %d replace lines, want the whole staging list", len(got))
+	}
 	envtest, err := os.ReadFile(filepath.Join("..", "..", "go.mod"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Contains(envtest, []byte(block)) {
-		t.Errorf("envtest/go.mod does not contain block.txt verbatim; run hack/k8sbins/regen.sh")
-	}
-	want := replaceLines(t, envtest)
-	got := replaceLines(t, []byte("module block\n\n"+block))
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("block.txt vs envtest/go.mod k8s.io replaces (-envtest +block):\n%s", diff)
-	}
-	if len(got) < 20 {
-		t.Errorf("block has %d replace lines, want the whole staging list", len(got))
+	if r := replaceLines(t, envtest); len(r) != 0 {
+		t.Errorf("envtest/go.mod has k8s.io replaces %v; its users must need none", r)
 	}
 }
 
@@ -111,5 +119,9 @@ func TestRun(t *testing.T) {
 	}
 	if code := run([]string{"extra"}, &stdout, &stderr); code != 2 {
 		t.Errorf("run(extra) = %d, want 2", code)
+	}
+	stderr.Reset()
+	if code := run([]string{"-h"}, &stdout, &stderr); code != 0 || !strings.Contains(stderr.String(), "envtest/kubeletpeer") {
+		t.Errorf("run(-h) = %d, stderr %q; want 0 and a usage that names kubeletpeer", code, stderr.String())
 	}
 }
