@@ -17,8 +17,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-// Every Go snippet the reader sees, in README.md and docs/*.md (```go blocks) and in the doc.go files of every
-// module of the repository (tab-indented code blocks that are Go), is compiled code: its text
+// Every Go snippet the reader sees, in README.md and docs/*.md (```go blocks) and in the
+// doc.go files of every module of the repository (tab-indented code blocks that are Go), is compiled code: its text
 // is, line for line, a region of a _test.go file (or of a program under examples/, which
 // shows its own code), between the lines
 //
@@ -33,9 +33,9 @@ import (
 // of the region's file instead. To change a snippet, change the block and its region together;
 // this test names both when they differ.
 
-// skipDocsUnder holds doc.go files whose snippets are not checked yet: test/e2e's harness and
-// kubeletpeer, which move into a library module of their own (their snippets are checked
-// there). Its _test.go files are still searched for README regions.
+// skipDocsUnder holds doc.go files whose snippets are not checked: test/e2e's harness, which
+// is internal to the tests (envtest and envtest/kubeletpeer, the library, are checked). Its
+// _test.go files are still searched for README regions.
 const skipDocsUnder = "test/e2e/"
 
 const (
