@@ -7,7 +7,7 @@ LINT := $(GO) tool -modfile=$(CURDIR)/hack/tools/go.mod golangci-lint
 # it has no Go packages (only tool directives for the binaries hack/e2e.sh builds).
 # envtest's tests that need the peer binaries carry the build tag e2e: `make unit` leaves
 # them out, hack/e2e.sh (`make e2e`) runs them; lint and vet see them.
-MODULES := . envtest envtest/cmd/replaces $(wildcard test/e2e) examples/quickstart examples/schedplugin examples/doctor
+MODULES := . envtest envtest/cmd/replaces $(wildcard test/e2e) examples/quickstart examples/schedplugin cmd/kubectl-hami_doctor
 # Flags for the quickstart, e.g. QUICKSTART_FLAGS=--keep.
 QUICKSTART_FLAGS ?=
 E2E_FLAGS ?=
@@ -35,13 +35,13 @@ unit: cgo0
 	cd envtest/cmd/replaces && $(GO) test -race -count=1 ./...
 	cd examples/quickstart && $(GO) test -race -count=1 ./...
 	cd examples/schedplugin && $(GO) test -race -count=1 ./...
-	cd examples/doctor && $(GO) test -race -count=1 ./...
+	cd cmd/kubectl-hami_doctor && $(GO) test -race -count=1 ./...
 
 ## cgo0: everything but nvmlscan (the only cgo package) and the device plugin on it must build
 ## without cgo, and so must the doctor (its own module).
 cgo0:
 	CGO_ENABLED=0 $(GO) build $$($(GO) list ./... | grep -v -e /nvmlscan -e /examples/deviceplugin)
-	cd examples/doctor && CGO_ENABLED=0 $(GO) build -o /dev/null .
+	cd cmd/kubectl-hami_doctor && CGO_ENABLED=0 $(GO) build -o /dev/null .
 
 ## lint: gofmt, go vet and golangci-lint (config .golangci.yml) over every module, files
 ## with the build tag e2e included.

@@ -10,7 +10,7 @@ import (
 	"github.com/hamireg/hamireg/test/e2e/harness"
 )
 
-// buildDoctor builds examples/doctor once per test binary (harness.BuildDoctor).
+// buildDoctor builds cmd/kubectl-hami_doctor once per test binary (harness.BuildDoctor).
 func buildDoctor(t *testing.T) string {
 	t.Helper()
 	return harness.BuildDoctor(t, cp.Dir())
@@ -25,7 +25,7 @@ func (h *hami) doctor(t *testing.T, args ...string) (stdout, stderr string, code
 	return r.Stdout, r.Stderr, r.Code
 }
 
-// TestDiagnoseDoctorCLI runs the doctor command line (examples/doctor) against the API server:
+// TestDiagnoseDoctorCLI runs the doctor command line (cmd/kubectl-hami_doctor) against the API server:
 // text and JSON output, and its exit statuses (0 healthy, 1 a case applies, 2 errors).
 func TestDiagnoseDoctorCLI(t *testing.T) {
 	t.Parallel()

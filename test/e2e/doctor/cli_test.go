@@ -28,7 +28,7 @@ func doctorFlags(opts diagnose.Options) []string {
 	return flags
 }
 
-// doctorCLI runs the doctor's plugin binary (examples/doctor, built once into cp.Dir()) with
+// doctorCLI runs the doctor's plugin binary (cmd/kubectl-hami_doctor, built once into cp.Dir()) with
 // args and the flags of opts, as `kubectl hami-doctor` with kubeconfig ("" for the admin's).
 func doctorCLI(t *testing.T, kubeconfig string, opts diagnose.Options, args ...string) harness.DoctorRun {
 	t.Helper()

@@ -1,9 +1,10 @@
-// Command doctor explains why a GPU node does not register with HAMi's scheduler and why a
-// GPU pod does not run. It is a kubectl plugin: installed as kubectl-hami_doctor on $PATH,
-// it runs as "kubectl hami-doctor" (kubectl maps the dash to the underscore):
+// Command kubectl-hami_doctor explains why a GPU node does not register with HAMi's scheduler
+// and why a GPU pod does not run. It is a kubectl plugin: installed as kubectl-hami_doctor on
+// $PATH, it runs as "kubectl hami-doctor" (kubectl maps the dash to the underscore):
 //
-//	cd examples/doctor && go build -o ~/bin/kubectl-hami_doctor .
-//	# or: GOBIN=~/bin go install . && mv ~/bin/doctor ~/bin/kubectl-hami_doctor
+//	go install github.com/hamireg/hamireg/cmd/kubectl-hami_doctor@v0.1.0
+//	kubectl krew install --manifest=cmd/kubectl-hami_doctor/krew/hami-doctor.yaml
+//	cd cmd/kubectl-hami_doctor && go build -o ~/bin/ .   # from a checkout (go.work: the tree's SDK)
 //
 // Offline, from an annotation value alone:
 //
