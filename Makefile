@@ -3,8 +3,9 @@ SHELL := /bin/bash
 GO ?= go
 # golangci-lint v2 and staticcheck are pinned in hack/tools/go.mod (tool directives).
 LINT := $(GO) tool -modfile=$(CURDIR)/hack/tools/go.mod golangci-lint
-# Nested modules that are linted and unit-tested on their own. hack/k8sbins is left out:
-# it has no Go packages (only tool directives for the binaries hack/e2e.sh builds).
+# Nested modules that are linted and unit-tested on their own. hack/k8sbins and hack/krew are
+# left out: they have no Go packages (only tool directives for the binaries hack/e2e.sh builds
+# and for krew's manifest validator).
 # envtest's tests that need the peer binaries carry the build tag e2e: `make unit` leaves
 # them out, hack/e2e.sh (`make e2e`) runs them; lint and vet see them.
 MODULES := . envtest envtest/cmd/replaces $(wildcard test/e2e) examples/quickstart examples/schedplugin cmd/kubectl-hami_doctor
@@ -16,7 +17,7 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 BENCH ?= .
 FUZZTIME ?= 30s
 
-.PHONY: test unit lint bench e2e fuzz cgo0 quickstart
+.PHONY: test unit lint krew bench e2e fuzz cgo0 quickstart
 
 ## quickstart: a local HAMi-compatible GPU cluster (real peers, 8 simulated GPUs) and the
 ## whole loop, step by step; QUICKSTART_FLAGS=--keep leaves it running until Ctrl-C.
@@ -44,10 +45,15 @@ cgo0:
 	cd cmd/kubectl-hami_doctor && CGO_ENABLED=0 $(GO) build -o /dev/null .
 
 ## lint: gofmt, go vet and golangci-lint (config .golangci.yml) over every module, files
-## with the build tag e2e included.
-lint:
+## with the build tag e2e included, and the doctor's krew manifest through krew's own
+## validator (pinned in hack/krew/go.mod; -skip-install: it does not download the archives).
+lint: krew
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@for m in $(MODULES); do echo "== lint $$m"; (cd $$m && $(GO) vet -tags e2e ./... && $(LINT) run --allow-parallel-runners --config $(CURDIR)/.golangci.yml ./...) || exit 1; done
+
+## krew: krew's validate-krew-manifest on the doctor's plugin manifest.
+krew:
+	$(GO) tool -modfile=$(CURDIR)/hack/krew/go.mod validate-krew-manifest -manifest cmd/kubectl-hami_doctor/krew/hami-doctor.yaml -skip-install
 
 ## bench: benchmarks with their baselines in the same run (ratios readable from one output).
 bench:
