@@ -9,6 +9,10 @@ LINT := $(GO) tool -modfile=$(CURDIR)/hack/tools/go.mod golangci-lint
 # envtest's tests that need the peer binaries carry the build tag e2e: `make unit` leaves
 # them out, hack/e2e.sh (`make e2e`) runs them; lint and vet see them.
 MODULES := . envtest envtest/cmd/replaces $(wildcard test/e2e) examples/quickstart examples/schedplugin cmd/kubectl-hami_doctor
+# The doctor (cmd/kubectl-hami_doctor) requires the SDK's release and has no replace (so that
+# go install …@v0.1.0 works); its go.work puts the tree's SDK in its place, named explicitly so
+# that GOWORK=off in the environment does not turn it off.
+DOCTOR_WORK := $(CURDIR)/cmd/kubectl-hami_doctor/go.work
 # Flags for the quickstart, e.g. QUICKSTART_FLAGS=--keep.
 QUICKSTART_FLAGS ?=
 E2E_FLAGS ?=
@@ -36,20 +40,20 @@ unit: cgo0
 	cd envtest/cmd/replaces && $(GO) test -race -count=1 ./...
 	cd examples/quickstart && $(GO) test -race -count=1 ./...
 	cd examples/schedplugin && $(GO) test -race -count=1 ./...
-	cd cmd/kubectl-hami_doctor && $(GO) test -race -count=1 ./...
+	cd cmd/kubectl-hami_doctor && GOWORK=$(DOCTOR_WORK) $(GO) test -race -count=1 ./...
 
 ## cgo0: everything but nvmlscan (the only cgo package) and the device plugin on it must build
 ## without cgo, and so must the doctor (its own module).
 cgo0:
 	CGO_ENABLED=0 $(GO) build $$($(GO) list ./... | grep -v -e /nvmlscan -e /examples/deviceplugin)
-	cd cmd/kubectl-hami_doctor && CGO_ENABLED=0 $(GO) build -o /dev/null .
+	cd cmd/kubectl-hami_doctor && GOWORK=$(DOCTOR_WORK) CGO_ENABLED=0 $(GO) build -o /dev/null .
 
 ## lint: gofmt, go vet and golangci-lint (config .golangci.yml) over every module, files
 ## with the build tag e2e included, and the doctor's krew manifest through krew's own
 ## validator (pinned in hack/krew/go.mod; -skip-install: it does not download the archives).
 lint: krew
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	@for m in $(MODULES); do echo "== lint $$m"; (cd $$m && $(GO) vet -tags e2e ./... && $(LINT) run --allow-parallel-runners --config $(CURDIR)/.golangci.yml ./...) || exit 1; done
+	@for m in $(MODULES); do echo "== lint $$m"; (cd $$m && if [ -f go.work ]; then export GOWORK=$$PWD/go.work; fi && $(GO) vet -tags e2e ./... && $(LINT) run --allow-parallel-runners --config $(CURDIR)/.golangci.yml ./...) || exit 1; done
 
 ## krew: krew's validate-krew-manifest on the doctor's plugin manifest.
 krew:

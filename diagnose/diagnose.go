@@ -111,7 +111,8 @@ type analysis struct {
 	notRunning bool // a plugin Pod exists and none runs
 }
 
-func (a *analysis) add(f Finding) { a.r.Findings = append(a.r.Findings, f) }
+// add records f; a finding without a case is a note outside any case (Healthy).
+func (a *analysis) add(f Finding) { a.r.Findings = append(a.r.Findings, f.withCase()) }
 
 // finish orders the findings and sets the case and the reason.
 func (a *analysis) finish() {

@@ -152,7 +152,8 @@ type podAnalysis struct {
 	events []corev1.Event
 }
 
-func (a *podAnalysis) add(f Finding) { a.r.Findings = append(a.r.Findings, f) }
+// add records f; a finding without a case is a note outside any case (Healthy).
+func (a *podAnalysis) add(f Finding) { a.r.Findings = append(a.r.Findings, f.withCase()) }
 
 // analyzePod runs the checks of the stage the pod reached; opts has its defaults.
 func analyzePod(ev PodEvidence, opts Options) PodReport {

@@ -191,6 +191,14 @@ type Finding struct {
 	OnNode []string `json:"onNode,omitempty"`
 }
 
+// withCase returns f with Healthy for an empty Case.
+func (f Finding) withCase() Finding {
+	if f.Case == "" {
+		f.Case = Healthy
+	}
+	return f
+}
+
 // Stable node finding codes.
 const (
 	CodeNodeNotFound          = "NodeNotFound"

@@ -16,9 +16,6 @@ import (
 func TestDocumentSchema(t *testing.T) {
 	t.Parallel()
 	kc := kubeconfig(t)
-	h := newHarness(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-7", Labels: map[string]string{"gpu": "on"},
-		Annotations: map[string]string{"hami.io/node-nvidia-register": `[{"id":"GPU-a","count":10,"health":true}]`}}},
-		gpuPod("team-b", "train"))
 	tests := map[string]struct {
 		args []string
 		kind string
@@ -34,6 +31,9 @@ func TestDocumentSchema(t *testing.T) {
 		for _, format := range []string{"json", "yaml"} {
 			t.Run(name+"/"+format, func(t *testing.T) {
 				t.Parallel()
+				h := newHarness(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-7", Labels: map[string]string{"gpu": "on"},
+					Annotations: map[string]string{"hami.io/node-nvidia-register": `[{"id":"GPU-a","count":10,"health":true}]`}}},
+					gpuPod("team-b", "train"))
 				out, errOut, code := h.run(t, append(tc.args, "--kubeconfig", kc, "-o", format)...)
 				if code == exitError {
 					t.Fatalf("exit %d: %s", code, errOut)

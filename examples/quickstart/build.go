@@ -118,7 +118,11 @@ func (q *quickstart) buildPrograms(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("go build in %s: %w", q.opts.repo, err)
 	}
 	doctorDir := filepath.Join(q.opts.repo, "cmd", "kubectl-hami_doctor")
-	if err := q.withProgress(ctx, q.goCommand(ctx, doctorDir, "build", "-o", filepath.Join(dir, doctorBinary), "."), "building cmd/kubectl-hami_doctor as "+doctorBinary); err != nil {
+	build := q.goCommand(ctx, doctorDir, "build", "-o", filepath.Join(dir, doctorBinary), ".")
+	// Its go.work puts the tree's SDK in place of the release its go.mod requires, even where
+	// the environment turns workspaces off.
+	build.Env = append(build.Env, "GOWORK="+filepath.Join(doctorDir, "go.work"))
+	if err := q.withProgress(ctx, build, "building cmd/kubectl-hami_doctor as "+doctorBinary); err != nil {
 		return "", fmt.Errorf("go build in %s: %w", doctorDir, err)
 	}
 	q.out.item("programs", "examples/%s and cmd/kubectl-hami_doctor (%s) built in %v (%s)", strings.Join(programs, ", examples/"), doctorBinary, round(time.Since(start)), dir)

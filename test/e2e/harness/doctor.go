@@ -37,7 +37,9 @@ func BuildDoctor(tb testing.TB, dir string) string {
 		doctorBin.path = filepath.Join(dir, DoctorName)
 		cmd := exec.Command("go", "build", "-o", doctorBin.path, ".")
 		cmd.Dir = filepath.Join(root, "cmd", "kubectl-hami_doctor")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		// Its go.work puts the tree's SDK in place of the release its go.mod requires, even
+		// where the environment turns workspaces off.
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK="+filepath.Join(cmd.Dir, "go.work"))
 		if out, err := cmd.CombinedOutput(); err != nil {
 			doctorBin.err = errors.New("go build in cmd/kubectl-hami_doctor: " + err.Error() + "\n" + string(out))
 		}
