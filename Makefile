@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 GO ?= go
 # golangci-lint v2 and staticcheck are pinned in hack/tools/go.mod (tool directives).
-LINT := $(GO) tool -modfile=$(CURDIR)/hack/tools/go.mod golangci-lint
+LINT_PATH := $(GO) tool -modfile=$(CURDIR)/hack/tools/go.mod -n golangci-lint
 # Nested modules that are linted and unit-tested on their own. hack/k8sbins and hack/krew are
 # left out: they have no Go packages (only tool directives for the binaries hack/e2e.sh builds
 # and for krew's manifest validator).
@@ -53,7 +53,9 @@ cgo0:
 ## validator (pinned in hack/krew/go.mod; -skip-install: it does not download the archives).
 lint: krew
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	@for m in $(MODULES); do echo "== lint $$m"; (cd $$m && if [ -f go.work ]; then export GOWORK=$$PWD/go.work; fi && $(GO) vet -tags e2e ./... && $(LINT) run --allow-parallel-runners --config $(CURDIR)/.golangci.yml ./...) || exit 1; done
+	@# go tool -modfile refuses workspace mode (the doctor's go.work): -n builds golangci-lint
+	@# outside any workspace and prints its path, which then runs inside each module.
+	@lint=$$(GOWORK=off $(LINT_PATH)) && for m in $(MODULES); do echo "== lint $$m"; (cd $$m && if [ -f go.work ]; then export GOWORK=$$PWD/go.work; fi && $(GO) vet -tags e2e ./... && $$lint run --allow-parallel-runners --config $(CURDIR)/.golangci.yml ./...) || exit 1; done
 
 ## krew: krew's validate-krew-manifest on the doctor's plugin manifest.
 krew:
