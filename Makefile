@@ -2,12 +2,17 @@
 SHELL := /bin/bash
 GO ?= go
 # golangci-lint v2 and staticcheck are pinned in hack/tools/go.mod (tool directives).
-LINT := $(GO) tool -modfile=$(CURDIR)/hack/tools/go.mod golangci-lint
-# Nested modules that are linted and unit-tested on their own. hack/k8sbins is left out:
-# it has no Go packages (only tool directives for the binaries hack/e2e.sh builds).
+LINT_PATH := $(GO) tool -modfile=$(CURDIR)/hack/tools/go.mod -n golangci-lint
+# Nested modules that are linted and unit-tested on their own. hack/k8sbins and hack/krew are
+# left out: they have no Go packages (only tool directives for the binaries hack/e2e.sh builds
+# and for krew's manifest validator).
 # The tests of envtest and envtest/kubeletpeer that need the peer binaries carry the build
 # tag e2e: `make unit` leaves them out, hack/e2e.sh (`make e2e`) runs them; lint and vet see them.
-MODULES := . envtest envtest/kubeletpeer envtest/cmd/replaces $(wildcard test/e2e) examples/quickstart examples/schedplugin examples/doctor hack/release
+MODULES := . envtest envtest/kubeletpeer envtest/cmd/replaces $(wildcard test/e2e) examples/quickstart examples/schedplugin cmd/kubectl-hami_doctor hack/release
+# The doctor (cmd/kubectl-hami_doctor) requires the SDK's release and has no replace (so that
+# go install …@v0.1.0 works); its go.work puts the tree's SDK in its place, named explicitly so
+# that GOWORK=off in the environment does not turn it off.
+DOCTOR_WORK := $(CURDIR)/cmd/kubectl-hami_doctor/go.work
 # Flags for the quickstart, e.g. QUICKSTART_FLAGS=--keep.
 QUICKSTART_FLAGS ?=
 E2E_FLAGS ?=
@@ -16,7 +21,7 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 BENCH ?= .
 FUZZTIME ?= 30s
 
-.PHONY: test unit lint bench e2e fuzz cgo0 quickstart rehearsal
+.PHONY: test unit lint krew bench e2e fuzz cgo0 quickstart rehearsal
 
 ## quickstart: a local HAMi-compatible GPU cluster (real peers, 8 simulated GPUs) and the
 ## whole loop, step by step; QUICKSTART_FLAGS=--keep leaves it running until Ctrl-C.
@@ -43,20 +48,27 @@ unit: cgo0
 	cd envtest/cmd/replaces && $(GO) test -race -count=1 ./...
 	cd examples/quickstart && $(GO) test -race -count=1 ./...
 	cd examples/schedplugin && $(GO) test -race -count=1 ./...
-	cd examples/doctor && $(GO) test -race -count=1 ./...
+	cd cmd/kubectl-hami_doctor && GOWORK=$(DOCTOR_WORK) $(GO) test -race -count=1 ./...
 	cd hack/release && $(GO) test -race -short -count=1 ./...
 
 ## cgo0: everything but nvmlscan (the only cgo package) and the device plugin on it must build
 ## without cgo, and so must the doctor (its own module).
 cgo0:
 	CGO_ENABLED=0 $(GO) build $$($(GO) list ./... | grep -v -e /nvmlscan -e /examples/deviceplugin)
-	cd examples/doctor && CGO_ENABLED=0 $(GO) build -o /dev/null .
+	cd cmd/kubectl-hami_doctor && GOWORK=$(DOCTOR_WORK) CGO_ENABLED=0 $(GO) build -o /dev/null .
 
 ## lint: gofmt, go vet and golangci-lint (config .golangci.yml) over every module, files
-## with the build tag e2e included.
-lint:
+## with the build tag e2e included, and the doctor's krew manifest through krew's own
+## validator (pinned in hack/krew/go.mod; -skip-install: it does not download the archives).
+lint: krew
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	@for m in $(MODULES); do echo "== lint $$m"; (cd $$m && $(GO) vet -tags e2e ./... && $(LINT) run --allow-parallel-runners --config $(CURDIR)/.golangci.yml ./...) || exit 1; done
+	@# go tool -modfile refuses workspace mode (the doctor's go.work): -n builds golangci-lint
+	@# outside any workspace and prints its path, which then runs inside each module.
+	@lint=$$(GOWORK=off $(LINT_PATH)) && for m in $(MODULES); do echo "== lint $$m"; (cd $$m && if [ -f go.work ]; then export GOWORK=$$PWD/go.work; fi && $(GO) vet -tags e2e ./... && $$lint run --allow-parallel-runners --config $(CURDIR)/.golangci.yml ./...) || exit 1; done
+
+## krew: krew's validate-krew-manifest on the doctor's plugin manifest.
+krew:
+	$(GO) tool -modfile=$(CURDIR)/hack/krew/go.mod validate-krew-manifest -manifest cmd/kubectl-hami_doctor/krew/hami-doctor.yaml -skip-install
 
 ## bench: benchmarks with their baselines in the same run (ratios readable from one output).
 bench:

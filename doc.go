@@ -18,7 +18,7 @@
 //     schedcache, the scheduler's node cache.
 //
 // Package diagnose checks all three for one node and names the broken channel, the case of
-// HAMi's troubleshooting guide and the fix; examples/doctor is its command line.
+// HAMi's troubleshooting guide and the fix; cmd/kubectl-hami_doctor is its command line.
 //
 // Once a node registers, a pod runs through the allocation half of the protocol: the
 // scheduler's filter picks a node and GPUs and writes them into pod annotations, its bind takes

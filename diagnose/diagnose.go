@@ -111,7 +111,8 @@ type analysis struct {
 	notRunning bool // a plugin Pod exists and none runs
 }
 
-func (a *analysis) add(f Finding) { a.r.Findings = append(a.r.Findings, f) }
+// add records f; a finding without a case is a note outside any case (Healthy).
+func (a *analysis) add(f Finding) { a.r.Findings = append(a.r.Findings, f.withCase()) }
 
 // finish orders the findings and sets the case and the reason.
 func (a *analysis) finish() {
@@ -120,7 +121,7 @@ func (a *analysis) finish() {
 		if d := cmp.Compare(rank[x.Severity], rank[y.Severity]); d != 0 {
 			return d
 		}
-		return cmp.Compare(x.Case, y.Case)
+		return cmp.Compare(x.Case.rank(), y.Case.rank())
 	})
 	for _, f := range a.r.Findings {
 		if f.Severity == SeverityError {
@@ -142,5 +143,5 @@ func (a *analysis) errorIn(cs Case) bool {
 // earlierError reports whether an error of a case before cs was recorded: then cs's channel
 // is broken as a consequence, and its own findings would only repeat the cause.
 func (a *analysis) earlierError(cs Case) bool {
-	return slices.ContainsFunc(a.r.Findings, func(f Finding) bool { return f.Severity == SeverityError && f.Case < cs })
+	return slices.ContainsFunc(a.r.Findings, func(f Finding) bool { return f.Severity == SeverityError && f.Case.rank() < cs.rank() })
 }

@@ -24,6 +24,11 @@
 // error finding causes) and every [Finding] with its evidence and fix. [Nodes] does the same
 // for every node that looks like a GPU node, reading the shared objects once.
 //
+// One [Case] type and one [Finding] type serve nodes and pods. A case is its stable code, a
+// string: "N1-PluginNotScheduled" to "N5-SchedulerExcludes" for the guide's cases 1 to 5,
+// "P1-NotRoutedToHAMi" to "P8-RunningWithoutLimits" and "P0-NodeNotRegistered" for pods,
+// [Healthy] when none applies; JSON and YAML carry the code as is.
+//
 // The guide's warnings against wrong conclusions are findings too: an old Requesting_
 // timestamp is normal when allocatable is above zero (nobody refreshes it since HAMi 2.8), a
 // device without a "health" key is unhealthy, a follower's quiet log proves nothing (only the
@@ -36,7 +41,7 @@
 //
 // [Pod] tells why a GPU pod is Pending or failed: the stage it reached of HAMi's allocation
 // protocol (S0 admitted to HAMi's scheduler, S1 filtered, S2 bound, S3 allocated, S4 running;
-// [Stage]) and the case that stopped it ([PodCase]): P1 not routed to HAMi (another
+// [Stage]) and the case that stopped it ([Case]): P1 not routed to HAMi (another
 // schedulerName: the webhook missing or excluding the pod; the default scheduler's placement
 // then fails with "no binding pod found on node"), P2 the extender unreachable, P3 no node
 // fits (the fit recomputed with package allocation on the nodes and usage read, naming what
@@ -45,7 +50,7 @@
 // P5 the Allocate that never came, P6 the Allocate that failed (UnexpectedAdmissionError), P7
 // a stale assignment after a node restart, P8 a pod that runs without HAMi's limits. A pod
 // stopped before S1 without a FilteringFailed Event hands over to the node diagnosis of the
-// candidate nodes ([PodNodeNotRegistered]), in the same report. [Pods] does the same for
+// candidate nodes ([P0NodeNotRegistered]), in the same report. [Pods] does the same for
 // every GPU pod that is not running; [AnalyzePod] diagnoses recorded objects ([PodEvidence])
 // without a cluster. Diagnosing writes nothing; the one repair, of a stale node lock, is the
 // separate [RemoveStaleLock], after [LockOf] has shown the lock. [WriteBundle] collects the

@@ -28,9 +28,11 @@ func ExampleNode() {
 		return
 	}
 	fmt.Println(r.Case)
+	fmt.Println(r.Case.Describe())
 	f, _ := r.Finding(diagnose.CodeNodeSelectorMismatch)
 	fmt.Println(f.Fix[0])
 	// Output:
+	// N1-PluginNotScheduled
 	// case 1: device plugin not scheduled on the node
 	// kubectl label node gpu-7 gpu=on
 }

@@ -152,7 +152,8 @@ type podAnalysis struct {
 	events []corev1.Event
 }
 
-func (a *podAnalysis) add(f PodFinding) { a.r.Findings = append(a.r.Findings, f) }
+// add records f; a finding without a case is a note outside any case (Healthy).
+func (a *podAnalysis) add(f Finding) { a.r.Findings = append(a.r.Findings, f.withCase()) }
 
 // analyzePod runs the checks of the stage the pod reached; opts has its defaults.
 func analyzePod(ev PodEvidence, opts Options) PodReport {
@@ -173,7 +174,7 @@ func analyzePod(ev PodEvidence, opts Options) PodReport {
 		}
 	}
 	for what, err := range ev.ReadErrors {
-		a.add(PodFinding{Severity: SeverityInfo, Code: CodePodNotChecked, Summary: "could not read " + what, Evidence: []string{err.Error()}})
+		a.add(Finding{Severity: SeverityInfo, Code: CodePodNotChecked, Summary: "could not read " + what, Evidence: []string{err.Error()}})
 	}
 	r.Stage = a.stage()
 	a.dispatch()
@@ -211,7 +212,7 @@ func (a *podAnalysis) stage() Stage {
 func (a *podAnalysis) dispatch() {
 	p := a.pod
 	if !a.req.Any() && !hasHAMiAnnotations(p) {
-		a.add(PodFinding{Severity: SeverityInfo, Code: CodePodNoGPU,
+		a.add(Finding{Severity: SeverityInfo, Code: CodePodNoGPU,
 			Summary:  fmt.Sprintf("the pod asks for no %s: it is not a GPU pod, HAMi has nothing to do with it", a.opts.Allocation.ResourceCount),
 			Evidence: []string{fmt.Sprintf("pod %s/%s: no container has a %s limit", p.Namespace, p.Name, a.opts.Allocation.ResourceCount)}})
 		return
@@ -246,7 +247,7 @@ func (a *podAnalysis) dispatch() {
 // finish orders the findings and sets the case and the reason.
 func (a *podAnalysis) finish() {
 	rank := map[Severity]int{SeverityError: 0, SeverityWarning: 1, SeverityInfo: 2}
-	slices.SortStableFunc(a.r.Findings, func(x, y PodFinding) int {
+	slices.SortStableFunc(a.r.Findings, func(x, y Finding) int {
 		return cmp.Compare(rank[x.Severity], rank[y.Severity])
 	})
 	for _, f := range a.r.Findings {
@@ -255,7 +256,7 @@ func (a *podAnalysis) finish() {
 			return
 		}
 	}
-	a.r.Case = PodHealthy
+	a.r.Case = Healthy
 	if a.r.Reason == "" {
 		a.r.Reason = fmt.Sprintf("%s: %s", a.r.Stage.Describe(), a.progress())
 	}

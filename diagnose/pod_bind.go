@@ -143,7 +143,7 @@ func (a *podAnalysis) checkLock() {
 	n := a.node(node)
 	if n == nil {
 		if refusal != nil {
-			a.add(PodFinding{Case: P4NodeLocked, Severity: SeverityInfo, Code: CodePodNotChecked,
+			a.add(Finding{Case: P4NodeLocked, Severity: SeverityInfo, Code: CodePodNotChecked,
 				Summary:  fmt.Sprintf("the node lock refused the bind to node %s, but the node was not read: its lock is not checked", node),
 				Evidence: []string{refusedLine}})
 		}
@@ -152,7 +152,7 @@ func (a *podAnalysis) checkLock() {
 	v := a.lockOn(n)
 	if v == nil {
 		if refusal != nil {
-			a.add(PodFinding{Case: P4NodeLocked, Severity: SeverityInfo, Code: CodePodWaiting,
+			a.add(Finding{Case: P4NodeLocked, Severity: SeverityInfo, Code: CodePodWaiting,
 				Summary:  fmt.Sprintf("the node lock refused the bind to node %s earlier, and the node is unlocked now: kube-scheduler retries the bind", node),
 				Evidence: []string{refusedLine, fmt.Sprintf("node %s: no %s", node, nodelock.Key)}})
 		}
@@ -165,7 +165,7 @@ func (a *podAnalysis) checkLock() {
 		ev = append([]string{refusedLine}, ev...)
 	}
 	if s.Holder == a.pod.Namespace+"/"+a.pod.Name {
-		a.add(PodFinding{Case: P4NodeLocked, Severity: SeverityInfo, Code: CodePodWaiting,
+		a.add(Finding{Case: P4NodeLocked, Severity: SeverityInfo, Code: CodePodWaiting,
 			Summary:  fmt.Sprintf("node %s is locked for this pod itself (its bind is under way)", node),
 			Evidence: ev})
 		return
@@ -174,14 +174,14 @@ func (a *podAnalysis) checkLock() {
 		a.lockLive(v, ev)
 		return
 	}
-	a.add(PodFinding{Case: P4NodeLocked, Severity: SeverityError, Code: CodeNodeLocked,
+	a.add(Finding{Case: P4NodeLocked, Severity: SeverityError, Code: CodeNodeLocked,
 		Summary:  fmt.Sprintf("node %s is locked by %s: HAMi's scheduler refuses to bind this pod there (\"node %s has been locked within %s\")", node, lockHolder(s), node, a.opts.LockTimeout),
 		Evidence: ev, Fix: []string{unlockFix(node, unlockNote)}})
 	if v.neverReleased {
 		a.lockNeverReleased(v)
 		return
 	}
-	a.add(PodFinding{Case: P4NodeLocked, Severity: SeverityError, Code: CodeLockStale,
+	a.add(Finding{Case: P4NodeLocked, Severity: SeverityError, Code: CodeLockStale,
 		Summary:  fmt.Sprintf("the lock on node %s is stale: %s", node, s.Stale),
 		Evidence: []string{fmt.Sprintf("node %s: %s", node, s.Stale)},
 		Fix:      a.staleFix(s)})
@@ -201,7 +201,7 @@ func lockHolder(s *LockState) string {
 // lockLive explains a lock held by a live pod within the timeout: the pod waits for it.
 func (a *podAnalysis) lockLive(v *lockVerdict, ev []string) {
 	s := v.state
-	f := PodFinding{Case: P4NodeLocked, Severity: SeverityInfo, Code: CodePodWaiting,
+	f := Finding{Case: P4NodeLocked, Severity: SeverityInfo, Code: CodePodWaiting,
 		Summary: fmt.Sprintf("waiting for the node lock on %s, held by pod %s for %s: it is released after that pod's Allocate, or taken over once older than %s (at %s)",
 			s.Node, s.Holder, s.Age.Round(time.Second), a.opts.LockTimeout, s.Since.Add(a.opts.LockTimeout).Format(time.RFC3339)),
 		Evidence: ev}
@@ -233,7 +233,7 @@ func (a *podAnalysis) lockNeverReleased(v *lockVerdict) {
 	} else {
 		fix = append(fix, fmt.Sprintf("replace the device plugin of node %s (%s) by HAMi's or one that implements HAMi's allocation protocol", s.Node, cmp.Or(what, "not found")))
 	}
-	a.add(PodFinding{Case: P4NodeLocked, Severity: SeverityError, Code: CodeLockNeverReleased,
+	a.add(Finding{Case: P4NodeLocked, Severity: SeverityError, Code: CodeLockNeverReleased,
 		Summary: fmt.Sprintf("node %s's device plugin never releases the node lock: HAMi's scheduler then binds one GPU pod per node per %s (#1130)",
 			s.Node, a.opts.LockTimeout),
 		Evidence: ev, Fix: fix})
@@ -315,14 +315,14 @@ func (a *podAnalysis) checkAllocateWait() {
 		}
 	}
 	if !ok {
-		a.add(PodFinding{Case: P5AllocateNeverCame, Severity: SeverityInfo, Code: CodePodWaiting,
+		a.add(Finding{Case: P5AllocateNeverCame, Severity: SeverityInfo, Code: CodePodWaiting,
 			Summary:  fmt.Sprintf("bound to node %s and allocating; when it was bound is not known (no %s), so whether the Allocate is late cannot be told", node, allocation.KeyBindTime),
 			Evidence: []string{fmt.Sprintf("pod %s/%s: %s %q", p.Namespace, p.Name, allocation.KeyBindPhase, a.r.BindPhase)}})
 		return
 	}
 	age := a.now.Sub(bound)
 	if age <= a.opts.AllocateWait {
-		a.add(PodFinding{Case: P5AllocateNeverCame, Severity: SeverityInfo, Code: CodePodWaiting,
+		a.add(Finding{Case: P5AllocateNeverCame, Severity: SeverityInfo, Code: CodePodWaiting,
 			Summary: fmt.Sprintf("bound %s ago; waiting for the kubelet's Allocate", age.Round(time.Second))})
 		return
 	}
@@ -346,13 +346,13 @@ func (a *podAnalysis) checkAllocateWait() {
 	}
 	if rep := a.nodeReport(node); rep != nil {
 		a.r.Nodes = []Report{*rep}
-		ev = append(ev, fmt.Sprintf("node %s: node diagnosis %s: %s", node, rep.Case, rep.Reason))
+		ev = append(ev, fmt.Sprintf("node %s: node diagnosis %s: %s", node, rep.Case.Describe(), rep.Reason))
 		for _, f := range rep.Errors() {
 			fix = append(fix, f.Fix...)
 		}
 	}
 	fix = append(fix, "the kubelet retries the pod's admission once the plugin registers: nothing to do with the pod itself")
-	a.add(PodFinding{Case: P5AllocateNeverCame, Severity: SeverityError, Code: CodeAllocateLate,
+	a.add(Finding{Case: P5AllocateNeverCame, Severity: SeverityError, Code: CodeAllocateLate,
 		Summary: fmt.Sprintf("bound to node %s %s ago, but the device plugin's Allocate never came: the kubelet does not admit the pod's containers",
 			node, age.Round(time.Second)),
 		Evidence: ev, Fix: fix})
@@ -406,7 +406,7 @@ func (a *podAnalysis) checkAdmission() {
 	failedPhase := a.r.BindPhase == string(allocation.PhaseFailed)
 	if text == "" && !failedPhase {
 		if p.Status.Phase == corev1.PodFailed {
-			a.add(PodFinding{Case: P6AllocateFailed, Severity: SeverityInfo, Code: CodePodWaiting,
+			a.add(Finding{Case: P6AllocateFailed, Severity: SeverityInfo, Code: CodePodWaiting,
 				Summary:  fmt.Sprintf("the pod failed (%s), not at the admission of its devices: not a HAMi problem", cmp.Or(p.Status.Reason, "no reason given")),
 				Evidence: []string{fmt.Sprintf("pod %s/%s: phase Failed, reason %q: %s", p.Namespace, p.Name, p.Status.Reason, trim(p.Status.Message, 300))}})
 		}
@@ -419,7 +419,7 @@ func (a *podAnalysis) checkAdmission() {
 	if failedPhase {
 		ev = append(ev, fmt.Sprintf("pod %s/%s: %s failed (the device plugin's Allocate failed)", p.Namespace, p.Name, allocation.KeyBindPhase))
 	}
-	f := PodFinding{Case: P6AllocateFailed, Severity: SeverityError, Fix: []string{recreateFix(p, "")}}
+	f := Finding{Case: P6AllocateFailed, Severity: SeverityError, Fix: []string{recreateFix(p, "")}}
 	switch {
 	case strings.Contains(text, msgNoBindingPod):
 		f.Code = CodeNoBindingPod
@@ -440,7 +440,7 @@ func (a *podAnalysis) checkAdmission() {
 	f.Summary += "; a failed admission is never retried: create the pod again"
 	ev = append(ev, a.pluginWarnings()...)
 	f.Evidence = ev
-	if f.Code == CodeNoBindingPod && slices.ContainsFunc(a.r.Findings, func(x PodFinding) bool {
+	if f.Code == CodeNoBindingPod && slices.ContainsFunc(a.r.Findings, func(x Finding) bool {
 		return x.Severity == SeverityError && x.Case == P1NotRoutedToHAMi
 	}) {
 		f.Severity, f.Fix = SeverityInfo, nil // P1 says why and how to fix it
@@ -551,7 +551,7 @@ func (a *podAnalysis) checkStaleAssignment() {
 	if node == "" || p.Spec.NodeName != "" {
 		return
 	}
-	if slices.ContainsFunc(a.r.Findings, func(f PodFinding) bool { return f.Case == P4NodeLocked && f.Severity == SeverityError }) {
+	if slices.ContainsFunc(a.r.Findings, func(f Finding) bool { return f.Case == P4NodeLocked && f.Severity == SeverityError }) {
 		return
 	}
 	phase := allocation.BindPhase(a.r.BindPhase)
@@ -579,7 +579,7 @@ func (a *podAnalysis) checkStaleAssignment() {
 		if _, unread := a.ev.ReadErrors["nodes"]; unread {
 			return
 		}
-		a.add(PodFinding{Case: P7StaleAssignment, Severity: SeverityError, Code: CodeStaleAssignment,
+		a.add(Finding{Case: P7StaleAssignment, Severity: SeverityError, Code: CodeStaleAssignment,
 			Summary:  fmt.Sprintf("HAMi's annotations assign the pod to node %s, which no longer exists; it was never bound, and HAMi's extender still counts the assignment", node),
 			Evidence: append(ev, fmt.Sprintf("node %s: not found", node)), Fix: fix})
 		return
@@ -589,18 +589,18 @@ func (a *podAnalysis) checkStaleAssignment() {
 		ev = append(ev, fmt.Sprintf("node %s: no %s", node, nodelock.Key))
 	}
 	if c := readyCondition(n); c != nil && c.LastTransitionTime.After(filtered) {
-		a.add(PodFinding{Case: P7StaleAssignment, Severity: SeverityError, Code: CodeNodeRestarted,
+		a.add(Finding{Case: P7StaleAssignment, Severity: SeverityError, Code: CodeNodeRestarted,
 			Summary: fmt.Sprintf("node %s changed its Ready condition (restarted) %s after HAMi's filter assigned the pod to it; the pod was never bound and stays Pending while its annotations stand (#812, #1557)",
 				node, c.LastTransitionTime.Sub(filtered).Round(time.Second)),
 			Evidence: ev, Fix: fix})
 		return
 	}
 	if a.now.Sub(latest) <= a.opts.AllocateWait {
-		a.add(PodFinding{Case: P7StaleAssignment, Severity: SeverityInfo, Code: CodePodWaiting,
+		a.add(Finding{Case: P7StaleAssignment, Severity: SeverityInfo, Code: CodePodWaiting,
 			Summary: fmt.Sprintf("filtered to node %s %s ago; waiting for the bind", node, age.Round(time.Second))})
 		return
 	}
-	a.add(PodFinding{Case: P7StaleAssignment, Severity: SeverityError, Code: CodeStaleAssignment,
+	a.add(Finding{Case: P7StaleAssignment, Severity: SeverityError, Code: CodeStaleAssignment,
 		Summary: fmt.Sprintf("HAMi's filter assigned the pod to node %s %s ago, but it was never bound; HAMi's extender still counts the assignment",
 			node, age.Round(time.Second)),
 		Evidence: ev, Fix: fix})

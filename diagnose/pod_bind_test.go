@@ -121,7 +121,7 @@ func bindEvidence(pod *corev1.Pod, nodes []corev1.Node, pods []*corev1.Pod, even
 type bindCase struct {
 	ev       diagnose.PodEvidence
 	opts     func(*diagnose.Options)
-	wantCase diagnose.PodCase
+	wantCase diagnose.Case
 	// wantErrors are the codes of the error findings, in order; wantInfo a code that must be
 	// there as info.
 	wantErrors []string
@@ -160,7 +160,7 @@ func runBindCases(t *testing.T, tests map[string]bindCase) {
 			if !tc.anyCase && (r.Case != tc.wantCase || !slices.Equal(errs, tc.wantErrors)) {
 				t.Errorf("case %v, errors %v; want %v, %v\n%s", r.Case, errs, tc.wantCase, tc.wantErrors, all.String())
 			}
-			if tc.wantInfo != "" && !slices.ContainsFunc(r.Findings, func(f diagnose.PodFinding) bool {
+			if tc.wantInfo != "" && !slices.ContainsFunc(r.Findings, func(f diagnose.Finding) bool {
 				return f.Code == tc.wantInfo && f.Severity == diagnose.SeverityInfo
 			}) {
 				t.Errorf("no info finding %s:\n%s", tc.wantInfo, all.String())
@@ -222,7 +222,7 @@ func TestPodNodeLocked(t *testing.T) {
 				ev.ReadErrors["pods in every namespace (GPU usage, lock holders)"] = apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "", errors.New("no RBAC"))
 				return ev
 			}(),
-			wantCase: diagnose.PodHealthy, wantInfo: diagnose.CodePodWaiting,
+			wantCase: diagnose.Healthy, wantInfo: diagnose.CodePodWaiting,
 			wantLock: lockIs("default/gone", false, ""),
 			wantText: []string{"pod default/gone: not known whether it exists", "could not be read"},
 		},
@@ -259,7 +259,7 @@ func TestPodNodeLocked(t *testing.T) {
 		"an old refusal on another node": {
 			ev: bindEvidence(pod(), nodes(""), nil, podEvent("BindingFailed",
 				"Failed to bind node [gpu-2] to default/train-1: node gpu-2 has been locked within 5m0s", time.Minute)),
-			wantCase: diagnose.PodHealthy, wantInfo: diagnose.CodePodWaiting,
+			wantCase: diagnose.Healthy, wantInfo: diagnose.CodePodWaiting,
 			check: func(t *testing.T, r diagnose.PodReport) {
 				t.Helper()
 				if _, ok := r.Finding(diagnose.CodePodWaiting); !ok || strings.Contains(r.Reason, "lock") {
@@ -269,7 +269,7 @@ func TestPodNodeLocked(t *testing.T) {
 		},
 		"live lock: waiting": {
 			ev:       bindEvidence(pod(), nodes(lockAgo(10*time.Second, "default/holder")), []*corev1.Pod{holderLive}, lockedEvent()),
-			wantCase: diagnose.PodHealthy, wantInfo: diagnose.CodePodWaiting,
+			wantCase: diagnose.Healthy, wantInfo: diagnose.CodePodWaiting,
 			wantLock: lockIs("default/holder", true, ""),
 			wantText: []string{"waiting for the node lock on gpu-1, held by pod default/holder for 10s", "2026-11-30T12:04:50Z"},
 			check: func(t *testing.T, r diagnose.PodReport) {
@@ -281,7 +281,7 @@ func TestPodNodeLocked(t *testing.T) {
 		},
 		"live lock whose holder's Allocate is late": {
 			ev:       bindEvidence(pod(), nodes(lockAgo(3*time.Minute, "default/holder")), []*corev1.Pod{holderSlow}, lockedEvent()),
-			wantCase: diagnose.PodHealthy, wantInfo: diagnose.CodePodWaiting,
+			wantCase: diagnose.Healthy, wantInfo: diagnose.CodePodWaiting,
 			wantLock: lockIs("default/holder", true, ""),
 			wantText: []string{"its Allocate is late", "kubectl hami-doctor pod default/holder"},
 		},
@@ -329,12 +329,12 @@ func TestPodNodeLocked(t *testing.T) {
 		},
 		"refused earlier, unlocked now": {
 			ev:       bindEvidence(pod(), nodes(""), nil, lockedEvent()),
-			wantCase: diagnose.PodHealthy, wantInfo: diagnose.CodePodWaiting,
+			wantCase: diagnose.Healthy, wantInfo: diagnose.CodePodWaiting,
 			wantText: []string{"the node is unlocked now: kube-scheduler retries the bind"},
 		},
 		"the pod's own lock": {
 			ev:       bindEvidence(pod(), nodes(lockAgo(time.Second, "default/train-1")), nil),
-			wantCase: diagnose.PodHealthy, wantInfo: diagnose.CodePodWaiting,
+			wantCase: diagnose.Healthy, wantInfo: diagnose.CodePodWaiting,
 			wantLock: lockIs("default/train-1", true, ""),
 			wantText: []string{"locked for this pod itself"},
 		},
@@ -375,7 +375,7 @@ func TestPodAllocateNeverCame(t *testing.T) {
 		},
 		"young: waiting": {
 			ev:       bindEvidence(bound("train-1", 12*time.Second), []corev1.Node{noGPUs}, nil),
-			wantCase: diagnose.PodHealthy, wantInfo: diagnose.CodePodWaiting,
+			wantCase: diagnose.Healthy, wantInfo: diagnose.CodePodWaiting,
 			wantLock: lockIs("default/train-1", true, ""),
 			check: func(t *testing.T, r diagnose.PodReport) {
 				t.Helper()
@@ -387,7 +387,7 @@ func TestPodAllocateNeverCame(t *testing.T) {
 		"a longer wait": {
 			ev:       bindEvidence(bound("train-1", 2*time.Minute), []corev1.Node{noGPUs}, nil),
 			opts:     func(o *diagnose.Options) { o.AllocateWait = 3 * time.Minute },
-			wantCase: diagnose.PodHealthy, wantInfo: diagnose.CodePodWaiting,
+			wantCase: diagnose.Healthy, wantInfo: diagnose.CodePodWaiting,
 			wantLock: lockIs("default/train-1", true, ""),
 		},
 	})
@@ -475,7 +475,7 @@ func TestPodAllocateFailed(t *testing.T) {
 				p.Status.Reason = "Evicted"
 				return p
 			}(), node, nil),
-			wantCase: diagnose.PodHealthy, wantInfo: diagnose.CodePodWaiting,
+			wantCase: diagnose.Healthy, wantInfo: diagnose.CodePodWaiting,
 			wantText: []string{"not at the admission of its devices"},
 		},
 	})
@@ -505,11 +505,11 @@ func TestPodStaleAssignment(t *testing.T) {
 		"recent bind-time: waiting": {
 			ev: bindEvidence(filtered("train-1", 10*time.Minute, "hami.io/bind-phase", "allocating", "hami.io/bind-time", unixAgo(5*time.Second)),
 				[]corev1.Node{readyNode("gpu-1", time.Hour, "")}, nil),
-			wantCase: diagnose.PodHealthy, wantInfo: diagnose.CodePodWaiting,
+			wantCase: diagnose.Healthy, wantInfo: diagnose.CodePodWaiting,
 		},
 		"young: waiting for the bind": {
 			ev:       bindEvidence(filtered("train-1", 10*time.Second), []corev1.Node{readyNode("gpu-1", time.Hour, "")}, nil),
-			wantCase: diagnose.PodHealthy, wantInfo: diagnose.CodePodWaiting,
+			wantCase: diagnose.Healthy, wantInfo: diagnose.CodePodWaiting,
 			wantText: []string{"filtered to node gpu-1 10s ago; waiting for the bind"},
 		},
 		"node gone": {
@@ -557,7 +557,7 @@ func FuzzPodBind(f *testing.F) {
 				t.Fatalf("error finding without summary or fix: %+v", f)
 			}
 		}
-		if (r.Case == diagnose.PodHealthy) != (len(r.Errors()) == 0) {
+		if (r.Case == diagnose.Healthy) != (len(r.Errors()) == 0) {
 			t.Fatalf("case %v with %d errors", r.Case, len(r.Errors()))
 		}
 	})

@@ -458,8 +458,8 @@ func (fs *fitState) disagreement(fe *filterEvents) string {
 
 // noFitFinding is the P3 finding: the shortage, the Events (fe, nil when there are none),
 // the recomputed counts and the fix.
-func (a *podAnalysis) noFitFinding(fs *fitState, fe *filterEvents) PodFinding {
-	f := PodFinding{Case: P3NoNodeFits, Severity: SeverityError, Code: CodeFitShort}
+func (a *podAnalysis) noFitFinding(fs *fitState, fe *filterEvents) Finding {
+	f := Finding{Case: P3NoNodeFits, Severity: SeverityError, Code: CodeFitShort}
 	switch {
 	case fs.x.Shortage != "":
 		f.Summary = "no node fits the pod: " + fs.x.Shortage
@@ -559,8 +559,8 @@ func (a *podAnalysis) resourcePath(i int, resource string) string {
 }
 
 // fitChangedFinding is the warning of a pod whose last filter failed while a node fits now.
-func (a *podAnalysis) fitChangedFinding(fs *fitState, fe *filterEvents) PodFinding {
-	f := PodFinding{Case: P3NoNodeFits, Severity: SeverityWarning, Code: CodeFitChanged,
+func (a *podAnalysis) fitChangedFinding(fs *fitState, fe *filterEvents) Finding {
+	f := Finding{Case: P3NoNodeFits, Severity: SeverityWarning, Code: CodeFitChanged,
 		Summary: fmt.Sprintf("the extender found no node at %s, but node %s fits the pod now: the usage or the nodes changed since; kube-scheduler retries the pod (when a pod or node changes, else within 5 min)",
 			fe.at.UTC().Format(time.RFC3339), fs.x.Fits)}
 	for _, e := range fe.events {
@@ -577,7 +577,7 @@ func (a *podAnalysis) fitChangedFinding(fs *fitState, fe *filterEvents) PodFindi
 // addSpecificFit adds the findings of the reasons with a cause of their own: the quota, the
 // type or UUID selector, the NUMA binding.
 func (a *podAnalysis) addSpecificFit(fs *fitState, sev Severity) {
-	for _, f := range []func(*fitState) (PodFinding, bool){a.quotaFinding, a.typeFinding, a.uuidFinding, a.numaFinding} {
+	for _, f := range []func(*fitState) (Finding, bool){a.quotaFinding, a.typeFinding, a.uuidFinding, a.numaFinding} {
 		if pf, ok := f(fs); ok {
 			pf.Case, pf.Severity = P3NoNodeFits, sev
 			a.add(pf)
@@ -612,9 +612,9 @@ func (a *podAnalysis) quotaAsk(fs *fitState) allocation.QuotaAmount {
 }
 
 // quotaFinding names the ResourceQuota that refuses the pod's GPUs.
-func (a *podAnalysis) quotaFinding(fs *fitState) (PodFinding, bool) {
+func (a *podAnalysis) quotaFinding(fs *fitState) (Finding, bool) {
 	if fs.x.Reasons[allocation.ReasonResourceQuotaNotFit] == 0 {
-		return PodFinding{}, false
+		return Finding{}, false
 	}
 	cfg, q, ns := a.opts.Allocation, fs.quota, a.pod.Namespace
 	ask := a.quotaAsk(fs)
@@ -629,10 +629,10 @@ func (a *podAnalysis) quotaFinding(fs *fitState) (PodFinding, bool) {
 		}
 	}
 	if len(exceeded) == 0 {
-		return PodFinding{}, false
+		return Finding{}, false
 	}
 	factor := max(int64(cfg.MemoryFactor), 1)
-	f := PodFinding{Code: CodeQuotaExceeded}
+	f := Finding{Code: CodeQuotaExceeded}
 	var sums []string
 	for _, key := range exceeded {
 		limit, used, asked, unit := q.Limits.Cores, q.Used.Cores, ask.Cores, "%"
@@ -692,11 +692,11 @@ func (a *podAnalysis) annotateFix(key, value string) string {
 }
 
 // typeFinding names the type or mode selector that no candidate GPU matches.
-func (a *podAnalysis) typeFinding(fs *fitState) (PodFinding, bool) {
+func (a *podAnalysis) typeFinding(fs *fitState) (Finding, bool) {
 	if fs.x.Reasons[allocation.ReasonCardTypeMismatch] == 0 {
-		return PodFinding{}, false
+		return Finding{}, false
 	}
-	f := PodFinding{Code: CodeTypeSelector}
+	f := Finding{Code: CodeTypeSelector}
 	types, typePhrase := fs.candidateTypes(func(g allocation.DeviceUsage) string { return g.Type })
 	_, modePhrase := fs.candidateTypes(func(g allocation.DeviceUsage) string { return g.Mode })
 	var sums []string
@@ -717,7 +717,7 @@ func (a *podAnalysis) typeFinding(fs *fitState) (PodFinding, bool) {
 		}
 	}
 	if len(sums) == 0 {
-		return PodFinding{}, false
+		return Finding{}, false
 	}
 	f.Summary = strings.Join(sums, "; ")
 	f.Evidence = append(f.Evidence, fmt.Sprintf("candidate nodes: %d with CardTypeMismatch; GPU types %s", fs.x.Reasons[allocation.ReasonCardTypeMismatch], typePhrase))
@@ -725,9 +725,9 @@ func (a *podAnalysis) typeFinding(fs *fitState) (PodFinding, bool) {
 }
 
 // uuidFinding names the UUID selector that no candidate GPU satisfies.
-func (a *podAnalysis) uuidFinding(fs *fitState) (PodFinding, bool) {
+func (a *podAnalysis) uuidFinding(fs *fitState) (Finding, bool) {
 	if fs.x.Reasons[allocation.ReasonCardUUIDMismatch] == 0 {
-		return PodFinding{}, false
+		return Finding{}, false
 	}
 	where := map[string]string{}
 	for n, devs := range fs.devices {
@@ -735,7 +735,7 @@ func (a *podAnalysis) uuidFinding(fs *fitState) (PodFinding, bool) {
 			where[g.ID] = n
 		}
 	}
-	f := PodFinding{Code: CodeUUIDSelector}
+	f := Finding{Code: CodeUUIDSelector}
 	var sums []string
 	for _, key := range []string{allocation.KeyUseGPUUUID, allocation.KeyNoUseGPUUUID} {
 		v, ok := a.pod.Annotations[key]
@@ -770,17 +770,17 @@ func (a *podAnalysis) uuidFinding(fs *fitState) (PodFinding, bool) {
 		f.Fix = append(f.Fix, a.annotateFix(key, ""))
 	}
 	if len(sums) == 0 {
-		return PodFinding{}, false
+		return Finding{}, false
 	}
 	f.Summary = strings.Join(sums, "; ")
 	return f, true
 }
 
 // numaFinding names the NUMA binding that no candidate satisfies.
-func (a *podAnalysis) numaFinding(fs *fitState) (PodFinding, bool) {
+func (a *podAnalysis) numaFinding(fs *fitState) (Finding, bool) {
 	v := a.pod.Annotations[allocation.KeyNUMABind]
 	if bind, _ := strconv.ParseBool(v); !bind || fs.x.Reasons[allocation.ReasonNumaNotFit] == 0 {
-		return PodFinding{}, false
+		return Finding{}, false
 	}
 	bestNode, bestNUMA, bestN := "", 0, -1
 	for _, n := range slices.Sorted(maps.Keys(fs.devices)) {
@@ -796,7 +796,7 @@ func (a *podAnalysis) numaFinding(fs *fitState) (PodFinding, bool) {
 			}
 		}
 	}
-	f := PodFinding{Code: CodeNUMABind,
+	f := Finding{Code: CodeNUMABind,
 		Summary: fmt.Sprintf("the pod's %s=%s puts the %d GPUs of a container on one NUMA node", allocation.KeyNUMABind, v, fs.ask.Count),
 		Evidence: []string{fmt.Sprintf("pod %s/%s: %s = %q", a.pod.Namespace, a.pod.Name, allocation.KeyNUMABind, v),
 			fmt.Sprintf("candidate nodes: %d with NumaNotFit", fs.x.Reasons[allocation.ReasonNumaNotFit])},
@@ -811,9 +811,9 @@ func (a *podAnalysis) numaFinding(fs *fitState) (PodFinding, bool) {
 
 // noRequestFinding is the P3 error of a pod the extender reads no device request of, while
 // the SDK reads one: the scheduler's device configuration names other resources.
-func (a *podAnalysis) noRequestFinding(fe *filterEvents) PodFinding {
+func (a *podAnalysis) noRequestFinding(fe *filterEvents) Finding {
 	c := a.opts.Allocation
-	f := PodFinding{Case: P3NoNodeFits, Severity: SeverityError, Code: CodeFitShort,
+	f := Finding{Case: P3NoNodeFits, Severity: SeverityError, Code: CodeFitShort,
 		Summary: fmt.Sprintf("the extender says the pod %q, though it asks %s: the scheduler's device configuration names other resources than %s, %s, %s",
 			filterNoRequest, strings.Join(a.r.Asks, "; "), c.ResourceCount, c.ResourceMemory, c.ResourceCores)}
 	for _, e := range fe.events {

@@ -127,7 +127,7 @@ const (
 type fitWant struct {
 	// caseCode is the report's case; first the code and severity of the first finding of
 	// the case P3.
-	caseCode diagnose.PodCase
+	caseCode diagnose.Case
 	first    string
 	severity diagnose.Severity
 	// summary, evidence and fix are substrings of the first P3 finding's lines.
@@ -278,7 +278,7 @@ func TestAnalyzePodFit(t *testing.T) {
 			return ev
 		},
 		want: fitWant{
-			caseCode: diagnose.PodHealthy, first: diagnose.CodeFitChanged, severity: diagnose.SeverityWarning,
+			caseCode: diagnose.Healthy, first: diagnose.CodeFitChanged, severity: diagnose.SeverityWarning,
 			summary: "the extender found no node at 2026-11-30T11:59:30Z, but node gpu-2 fits the pod now",
 			evidence: []string{"the Events and the recomputed fit disagree (2 nodes do not meet in the Events, 1 now; " +
 				"AllocatedCardsInsufficientRequest: 1 in the Events, 0 now; CardInsufficientMemory: 2 in the Events, 1 now)"},
@@ -336,7 +336,7 @@ func TestAnalyzePodFit(t *testing.T) {
 		name: "no FilteringFailed yet",
 		ev:   func() diagnose.PodEvidence { return fitEvidence(fitPod(2, 30000, nil)) },
 		want: fitWant{
-			caseCode: diagnose.PodHealthy, first: diagnose.CodeFitShort, severity: diagnose.SeverityWarning,
+			caseCode: diagnose.Healthy, first: diagnose.CodeFitShort, severity: diagnose.SeverityWarning,
 			summary:  "the extender has not said so yet (no FilteringFailed Event)",
 			evidence: []string{"recomputed now: 2 of 2 candidate nodes do not fit"},
 			absent:   []string{"Event FilteringFailed"},
@@ -369,7 +369,7 @@ func checkFitReport(t *testing.T, r diagnose.PodReport, w fitWant) {
 	if r.Case != w.caseCode {
 		t.Errorf("case = %s, want %s (reason %q)", r.Case, w.caseCode, r.Reason)
 	}
-	var p3 []diagnose.PodFinding
+	var p3 []diagnose.Finding
 	for _, f := range r.Findings {
 		if f.Case == diagnose.P3NoNodeFits {
 			p3 = append(p3, f)
@@ -401,7 +401,7 @@ func checkFitReport(t *testing.T, r diagnose.PodReport, w fitWant) {
 		}
 	}
 	for _, c := range w.codes {
-		if !slices.ContainsFunc(p3, func(f diagnose.PodFinding) bool { return f.Code == c }) {
+		if !slices.ContainsFunc(p3, func(f diagnose.Finding) bool { return f.Code == c }) {
 			t.Errorf("no P3 finding %s", c)
 		}
 	}

@@ -54,7 +54,7 @@ const (
 func (a *podAnalysis) checkRouting() {
 	p := a.pod
 	name := cmp.Or(p.Spec.SchedulerName, defaultSchedulerName)
-	f := PodFinding{Case: P1NotRoutedToHAMi, Severity: SeverityError, Code: CodeOtherScheduler,
+	f := Finding{Case: P1NotRoutedToHAMi, Severity: SeverityError, Code: CodeOtherScheduler,
 		Evidence: []string{fmt.Sprintf("pod %s/%s: spec.schedulerName %q (HAMi's is %q)", p.Namespace, p.Name, name, a.opts.SchedulerName)},
 		Fix:      []string{recreateFix(p, fmt.Sprintf(".spec.schedulerName=%q", a.opts.SchedulerName))}}
 	f.Summary = fmt.Sprintf("pod %s/%s is not scheduled by HAMi's scheduler: spec.schedulerName is %q, not %q", p.Namespace, p.Name, name, a.opts.SchedulerName)
@@ -70,12 +70,12 @@ func (a *podAnalysis) checkRouting() {
 		f.Evidence = append(f.Evidence, fmt.Sprintf("pod %s/%s: %s", p.Namespace, p.Name, msg),
 			fmt.Sprintf("pod %s/%s: no %s or %s annotation", p.Namespace, p.Name, allocation.KeyNode, allocation.KeyBindPhase))
 	}
-	var causes []PodFinding
+	var causes []Finding
 	if name != defaultSchedulerName {
 		f.Summary += fmt.Sprintf("; the pod names scheduler %q itself, and HAMi's webhook leaves such a pod unchanged", name)
 	} else {
 		causes = a.webhookCauses()
-		if a.readError("mutatingwebhookconfigurations") == nil && !slices.ContainsFunc(causes, func(c PodFinding) bool { return c.Severity == SeverityError }) {
+		if a.readError("mutatingwebhookconfigurations") == nil && !slices.ContainsFunc(causes, func(c Finding) bool { return c.Severity == SeverityError }) {
 			f.Summary += "; HAMi's webhook would route it now: the pod was created before the webhook was installed, or while it was unreachable"
 		}
 	}
@@ -152,7 +152,7 @@ func (a *podAnalysis) webhookFix() []string {
 }
 
 // webhookCauses says why HAMi's webhook did not set the pod's schedulerName.
-func (a *podAnalysis) webhookCauses() []PodFinding {
+func (a *podAnalysis) webhookCauses() []Finding {
 	p := a.pod
 	recreate := recreateFix(p, fmt.Sprintf(".spec.schedulerName=%q", a.opts.SchedulerName))
 	hooks := a.hamiHooks()
@@ -164,13 +164,13 @@ func (a *podAnalysis) webhookCauses() []PodFinding {
 		for _, w := range a.ev.Webhooks {
 			names = append(names, w.Name)
 		}
-		return []PodFinding{{Case: P1NotRoutedToHAMi, Severity: SeverityError, Code: CodeWebhookMissing,
+		return []Finding{{Case: P1NotRoutedToHAMi, Severity: SeverityError, Code: CodeWebhookMissing,
 			Summary: fmt.Sprintf("HAMi's admission webhook is not installed: no MutatingWebhookConfiguration %s and no webhook %s, so nothing sets spec.schedulerName %q on GPU pods", a.opts.Webhook, webhookHookName, a.opts.SchedulerName),
 			Evidence: []string{fmt.Sprintf("mutatingwebhookconfigurations: %s (none is %s, none has webhook %s or calls Service %s/%s path %s)",
 				cmp.Or(strings.Join(names, ", "), "none"), a.opts.Webhook, webhookHookName, a.opts.Namespace, a.opts.Scheduler, webhookPath)},
 			Fix: []string{a.helmFix(), recreate}}}
 	}
-	var out []PodFinding
+	var out []Finding
 	for _, h := range hooks {
 		out = append(out, a.hookCauses(h, recreate)...)
 	}
@@ -178,12 +178,12 @@ func (a *podAnalysis) webhookCauses() []PodFinding {
 }
 
 // hookCauses checks one webhook against the pod: rules, selectors and endpoints.
-func (a *podAnalysis) hookCauses(h hamiHook, recreate string) []PodFinding {
+func (a *podAnalysis) hookCauses(h hamiHook, recreate string) []Finding {
 	p := a.pod
-	var out []PodFinding
+	var out []Finding
 	obj := fmt.Sprintf("mutatingwebhookconfiguration %s webhook %s", h.config, h.hook.Name)
 	if !hookCreatesPods(h.hook.Rules) {
-		out = append(out, PodFinding{Case: P1NotRoutedToHAMi, Severity: SeverityError, Code: CodeWebhookExcludes,
+		out = append(out, Finding{Case: P1NotRoutedToHAMi, Severity: SeverityError, Code: CodeWebhookExcludes,
 			Summary:  fmt.Sprintf("HAMi's webhook %s does not handle CREATE of pods: its rules leave pod %s/%s out", h.hook.Name, p.Namespace, p.Name),
 			Evidence: []string{fmt.Sprintf("%s: rules %s", obj, rulesString(h.hook.Rules))},
 			Fix:      []string{a.helmFix(), recreate}})
@@ -237,26 +237,26 @@ func (a *podAnalysis) namespaceLabels() map[string]string {
 
 // selectorCause evaluates one of the webhook's label selectors on the namespace's or the
 // pod's labels.
-func (a *podAnalysis) selectorCause(h hamiHook, obj, field string, sel *metav1.LabelSelector, set map[string]string, recreate string) (PodFinding, bool) {
+func (a *podAnalysis) selectorCause(h hamiHook, obj, field string, sel *metav1.LabelSelector, set map[string]string, recreate string) (Finding, bool) {
 	p := a.pod
 	if sel == nil {
-		return PodFinding{}, false
+		return Finding{}, false
 	}
 	target := fmt.Sprintf("pod %s/%s", p.Namespace, p.Name)
 	if field == "namespaceSelector" {
 		if a.ev.Namespace == nil {
-			return PodFinding{}, false // not read: a NotChecked finding says so
+			return Finding{}, false // not read: a NotChecked finding says so
 		}
 		target = "namespace " + p.Namespace
 	}
 	s, err := metav1.LabelSelectorAsSelector(sel)
 	if err != nil {
-		return PodFinding{Case: P1NotRoutedToHAMi, Severity: SeverityWarning, Code: CodePodNotChecked,
+		return Finding{Case: P1NotRoutedToHAMi, Severity: SeverityWarning, Code: CodePodNotChecked,
 			Summary:  fmt.Sprintf("the %s of HAMi's webhook %s cannot be evaluated", field, h.hook.Name),
 			Evidence: []string{fmt.Sprintf("%s: %s: %v", obj, field, err)}}, true
 	}
 	if s.Matches(labels.Set(set)) {
-		return PodFinding{}, false
+		return Finding{}, false
 	}
 	ev := []string{
 		fmt.Sprintf("%s: %s %s", obj, field, s.String()),
@@ -267,7 +267,7 @@ func (a *podAnalysis) selectorCause(h hamiHook, obj, field string, sel *metav1.L
 		if field == "namespaceSelector" {
 			fix = []string{fmt.Sprintf("kubectl label namespace %s %s-", p.Namespace, labelWebhookIgnore), recreate}
 		}
-		return PodFinding{Case: P1NotRoutedToHAMi, Severity: SeverityError, Code: CodeWebhookIgnoreLabel,
+		return Finding{Case: P1NotRoutedToHAMi, Severity: SeverityError, Code: CodeWebhookIgnoreLabel,
 			Summary:  fmt.Sprintf("%s has the label %s=ignore: HAMi's webhook skips it, so the pod keeps its own schedulerName", target, labelWebhookIgnore),
 			Evidence: ev, Fix: fix}, true
 	}
@@ -291,19 +291,19 @@ func (a *podAnalysis) selectorCause(h hamiHook, obj, field string, sel *metav1.L
 		}
 		fix = append(fix, recreateFix(p, edits)+fmt.Sprintf("    # the pod's labels must match %s %s", field, s.String()))
 	}
-	return PodFinding{Case: P1NotRoutedToHAMi, Severity: SeverityError, Code: CodeWebhookExcludes,
+	return Finding{Case: P1NotRoutedToHAMi, Severity: SeverityError, Code: CodeWebhookExcludes,
 		Summary:  fmt.Sprintf("the %s of HAMi's webhook %s does not match %s: the webhook never sees the pod", field, h.hook.Name, target),
 		Evidence: ev, Fix: fix}, true
 }
 
 // endpointCause says whether the webhook's Service has no ready endpoint.
-func (a *podAnalysis) endpointCause(h hamiHook, obj, recreate string) (PodFinding, bool) {
+func (a *podAnalysis) endpointCause(h hamiHook, obj, recreate string) (Finding, bool) {
 	svc := h.hook.ClientConfig.Service
 	if svc == nil {
-		return PodFinding{}, false // a URL webhook: its endpoints are not in the API
+		return Finding{}, false // a URL webhook: its endpoints are not in the API
 	}
 	if a.readError("endpointslices of Service "+svc.Namespace+"/"+svc.Name) != nil {
-		return PodFinding{}, false
+		return Finding{}, false
 	}
 	ready, total := 0, 0
 	for _, s := range a.ev.EndpointSlices {
@@ -318,7 +318,7 @@ func (a *podAnalysis) endpointCause(h hamiHook, obj, recreate string) (PodFindin
 		}
 	}
 	if ready > 0 {
-		return PodFinding{}, false
+		return Finding{}, false
 	}
 	policy := admissionregistrationv1.Fail
 	if h.hook.FailurePolicy != nil {
@@ -329,18 +329,18 @@ func (a *podAnalysis) endpointCause(h hamiHook, obj, recreate string) (PodFindin
 		fmt.Sprintf("endpointslices of Service %s/%s: %d endpoints, none ready", svc.Namespace, svc.Name, total),
 	}
 	if policy != admissionregistrationv1.Ignore {
-		return PodFinding{Case: P1NotRoutedToHAMi, Severity: SeverityWarning, Code: CodeWebhookNoEndpoints,
+		return Finding{Case: P1NotRoutedToHAMi, Severity: SeverityWarning, Code: CodeWebhookNoEndpoints,
 			Summary:  fmt.Sprintf("HAMi's webhook Service %s/%s has no ready endpoint: with failurePolicy %s the API server refuses every new pod the webhook handles", svc.Namespace, svc.Name, policy),
 			Evidence: ev, Fix: a.webhookFix()}, true
 	}
-	return PodFinding{Case: P1NotRoutedToHAMi, Severity: SeverityError, Code: CodeWebhookNoEndpoints,
+	return Finding{Case: P1NotRoutedToHAMi, Severity: SeverityError, Code: CodeWebhookNoEndpoints,
 		Summary:  fmt.Sprintf("HAMi's webhook Service %s/%s has no ready endpoint and failurePolicy is Ignore: the API server admits GPU pods unchanged, with schedulerName %q", svc.Namespace, svc.Name, defaultSchedulerName),
 		Evidence: ev, Fix: append(a.webhookFix(), recreate)}, true
 }
 
 // placementCauses explains a pod with spec.nodeName that HAMi did not bind: set at creation
 // or bound by another scheduler.
-func (a *podAnalysis) placementCauses() []PodFinding {
+func (a *podAnalysis) placementCauses() []Finding {
 	p := a.pod
 	if p.Spec.NodeName == "" {
 		return nil
@@ -348,7 +348,7 @@ func (a *podAnalysis) placementCauses() []PodFinding {
 	recreate := recreateFix(p, fmt.Sprintf(".spec.schedulerName=%q", a.opts.SchedulerName))
 	if e := a.lastEvent(eventScheduled); e != nil {
 		src := cmp.Or(eventSource(*e), "a scheduler")
-		return []PodFinding{{Case: P1NotRoutedToHAMi, Severity: SeverityError, Code: CodeDefaultScheduled,
+		return []Finding{{Case: P1NotRoutedToHAMi, Severity: SeverityError, Code: CodeDefaultScheduled,
 			Summary: fmt.Sprintf("pod %s/%s was placed on node %s by %s, not by HAMi's scheduler: it carries no HAMi annotations, so HAMi's device plugin cannot allocate its GPUs", p.Namespace, p.Name, p.Spec.NodeName, src),
 			Evidence: []string{fmt.Sprintf("pod %s/%s: Event Scheduled from %s: \"%s\"", p.Namespace, p.Name, src, e.Message),
 				fmt.Sprintf("pod %s/%s: spec.nodeName %s", p.Namespace, p.Name, p.Spec.NodeName)},
@@ -361,7 +361,7 @@ func (a *podAnalysis) placementCauses() []PodFinding {
 	if !p.CreationTimestamp.IsZero() && a.now.Sub(p.CreationTimestamp.Time) > eventTTL {
 		summary += fmt.Sprintf(" (or its Scheduled Event expired: the pod is %v old and Events live 1 h)", a.now.Sub(p.CreationTimestamp.Time).Round(time.Minute))
 	}
-	return []PodFinding{{Case: P1NotRoutedToHAMi, Severity: SeverityError, Code: CodeNodeNameAtCreation, Summary: summary,
+	return []Finding{{Case: P1NotRoutedToHAMi, Severity: SeverityError, Code: CodeNodeNameAtCreation, Summary: summary,
 		Evidence: []string{fmt.Sprintf("pod %s/%s: spec.nodeName %s, no Scheduled Event among its %d Events", p.Namespace, p.Name, p.Spec.NodeName, len(a.events))},
 		Fix:      []string{recreateFix(p, fmt.Sprintf(".spec.schedulerName=%q | del(.spec.nodeName)", a.opts.SchedulerName))}}}
 }
@@ -414,7 +414,7 @@ func (a *podAnalysis) checkScheduler() {
 		severity = SeverityError
 	}
 	if failing != nil {
-		a.add(PodFinding{Case: P2SchedulerUnreachable, Severity: SeverityError, Code: CodeExtenderUnreachable,
+		a.add(Finding{Case: P2SchedulerUnreachable, Severity: SeverityError, Code: CodeExtenderUnreachable,
 			Summary:  fmt.Sprintf("kube-scheduler cannot call HAMi's extender for pod %s/%s: \"%s\"", p.Namespace, p.Name, failing.Message),
 			Evidence: []string{fmt.Sprintf("pod %s/%s: Event FailedScheduling from %s: \"%s\"", p.Namespace, p.Name, cmp.Or(eventSource(*failing), "kube-scheduler"), failing.Message)},
 			Fix:      append(a.schedulerFix(), watch)})
@@ -427,7 +427,7 @@ func (a *podAnalysis) checkScheduler() {
 		a.add(c)
 	}
 	if noEvents && !unhealthy {
-		a.add(PodFinding{Case: PodHealthy, Severity: SeverityInfo, Code: CodeNoEvents,
+		a.add(Finding{Case: Healthy, Severity: SeverityInfo, Code: CodeNoEvents,
 			Summary:  fmt.Sprintf("pod %s/%s has no scheduling Event yet while HAMi's scheduler is ready: it was just created, or its Events expired (they live 1 h)", p.Namespace, p.Name),
 			Evidence: []string{fmt.Sprintf("pod %s/%s: %d Events, none of %s", p.Namespace, p.Name, len(a.events), strings.Join(schedulingEventReasons, ", "))},
 			Fix:      []string{fmt.Sprintf("kubectl -n %s describe pod %s", p.Namespace, p.Name), fmt.Sprintf("kubectl -n %s logs deployment/%s -c kube-scheduler --tail=100", o.Namespace, o.Scheduler)}})
@@ -498,14 +498,14 @@ func podState(p *corev1.Pod) string {
 
 // schedulerHealth checks HAMi's scheduler Pods and Lease; unhealthy says kube-scheduler in
 // them cannot schedule now.
-func (a *podAnalysis) schedulerHealth() (causes []PodFinding, unhealthy bool) {
+func (a *podAnalysis) schedulerHealth() (causes []Finding, unhealthy bool) {
 	o := a.opts
 	deploy := fmt.Sprintf("deployment %s/%s", o.Namespace, o.Scheduler)
 	switch {
 	case a.readError("scheduler pods") != nil:
 	case !slices.ContainsFunc(a.ev.SchedulerPods, func(p corev1.Pod) bool { return podReady(&p) }):
 		unhealthy = true
-		f := PodFinding{Case: P2SchedulerUnreachable, Code: CodeSchedulerNotReady, Fix: a.schedulerFix()}
+		f := Finding{Case: P2SchedulerUnreachable, Code: CodeSchedulerNotReady, Fix: a.schedulerFix()}
 		switch {
 		case a.ev.Scheduler != nil:
 			f.Evidence = append(f.Evidence, fmt.Sprintf("%s: %d/%d replicas ready", deploy, a.ev.Scheduler.Status.ReadyReplicas, a.ev.Scheduler.Status.Replicas))
@@ -531,17 +531,17 @@ func (a *podAnalysis) schedulerHealth() (causes []PodFinding, unhealthy bool) {
 
 // leaseCause checks the Lease HAMi's kube-scheduler holds: missing, expired, or held by a
 // Pod that is gone or not Ready.
-func (a *podAnalysis) leaseCause() (PodFinding, bool) {
+func (a *podAnalysis) leaseCause() (Finding, bool) {
 	o := a.opts
 	if cfg, ok := a.schedulerConfig(); ok && cfg.LeaderElection.LeaderElect != nil && !*cfg.LeaderElection.LeaderElect {
-		return PodFinding{}, false // leader election off: every kube-scheduler schedules
+		return Finding{}, false // leader election off: every kube-scheduler schedules
 	}
 	name := fmt.Sprintf("lease %s/%s", o.Namespace, o.Lease)
-	f := PodFinding{Case: P2SchedulerUnreachable, Code: CodeSchedulerLease, Fix: a.schedulerFix()}
+	f := Finding{Case: P2SchedulerUnreachable, Code: CodeSchedulerLease, Fix: a.schedulerFix()}
 	l := a.ev.Lease
 	if l == nil {
 		if a.readError("lease") != nil {
-			return PodFinding{}, false
+			return Finding{}, false
 		}
 		f.Summary = fmt.Sprintf("%s not found: HAMi's kube-scheduler has never led, so it schedules no pod", name)
 		f.Evidence = []string{name + ": not found"}
@@ -554,7 +554,7 @@ func (a *podAnalysis) leaseCause() (PodFinding, bool) {
 		return f, true
 	}
 	if a.readError("scheduler pods") != nil {
-		return PodFinding{}, false
+		return Finding{}, false
 	}
 	leader := a.leaderPod()
 	switch {
@@ -564,7 +564,7 @@ func (a *podAnalysis) leaseCause() (PodFinding, bool) {
 		f.Summary = fmt.Sprintf("%s is held by Pod %s, which is not Ready: the leader cannot call its extender", name, leader.Name)
 		f.Evidence = append(f.Evidence, podState(leader))
 	default:
-		return PodFinding{}, false
+		return Finding{}, false
 	}
 	return f, true
 }
@@ -631,7 +631,7 @@ func parseSchedulerConfig(cm *corev1.ConfigMap) (schedulerConfiguration, string,
 
 // extenderURLCauses compares the extender URL kube-scheduler calls with the port the
 // extender container listens on.
-func (a *podAnalysis) extenderURLCauses() []PodFinding {
+func (a *podAnalysis) extenderURLCauses() []Finding {
 	o := a.opts
 	cm := a.ev.SchedulerConfig
 	if cm == nil {
@@ -640,7 +640,7 @@ func (a *podAnalysis) extenderURLCauses() []PodFinding {
 	obj := fmt.Sprintf("configmap %s/%s", cm.Namespace, cm.Name)
 	cfg, key, err := parseSchedulerConfig(cm)
 	if err != nil {
-		return []PodFinding{{Case: P2SchedulerUnreachable, Severity: SeverityWarning, Code: CodePodNotChecked,
+		return []Finding{{Case: P2SchedulerUnreachable, Severity: SeverityWarning, Code: CodePodNotChecked,
 			Summary:  fmt.Sprintf("the KubeSchedulerConfiguration in %s key %s does not parse, so its extender URL was not checked", obj, key),
 			Evidence: []string{fmt.Sprintf("%s key %s: %v", obj, key, err)},
 			Fix:      []string{fmt.Sprintf("kubectl -n %s get configmap %s -o yaml", cm.Namespace, cm.Name)}}}
@@ -653,11 +653,11 @@ func (a *podAnalysis) extenderURLCauses() []PodFinding {
 	if len(ports) == 0 {
 		return nil
 	}
-	var out []PodFinding
+	var out []Finding
 	for _, e := range cfg.Extenders {
 		port, ok := urlPort(e.URLPrefix)
 		if !ok {
-			out = append(out, PodFinding{Case: P2SchedulerUnreachable, Code: CodeExtenderURL,
+			out = append(out, Finding{Case: P2SchedulerUnreachable, Code: CodeExtenderURL,
 				Summary:  fmt.Sprintf("kube-scheduler's extender urlPrefix %q is not a URL with a host and port: it cannot call the extender", e.URLPrefix),
 				Evidence: []string{fmt.Sprintf("%s key %s: extenders[].urlPrefix %q", obj, key, e.URLPrefix)},
 				Fix:      []string{fmt.Sprintf("kubectl -n %s edit configmap %s    # urlPrefix: https://127.0.0.1:%d", cm.Namespace, cm.Name, ports[0])}})
@@ -666,7 +666,7 @@ func (a *podAnalysis) extenderURLCauses() []PodFinding {
 		if slices.Contains(ports, port) {
 			continue
 		}
-		out = append(out, PodFinding{Case: P2SchedulerUnreachable, Code: CodeExtenderURL,
+		out = append(out, Finding{Case: P2SchedulerUnreachable, Code: CodeExtenderURL,
 			Summary: fmt.Sprintf("kube-scheduler calls the extender at %s (port %d) but container %s listens on port %s: every filter and bind fails",
 				e.URLPrefix, port, c.Name, joinInts(ports)),
 			Evidence: []string{
@@ -770,7 +770,7 @@ func (a *podAnalysis) checkLimits() {
 		return
 	}
 	if _, ok := p.Annotations[a.opts.Vendor.AllocatedKey]; !ok {
-		f := PodFinding{Case: P8RunningWithoutLimits, Severity: SeverityError, Code: CodeLimitsNotEnforced,
+		f := Finding{Case: P8RunningWithoutLimits, Severity: SeverityError, Code: CodeLimitsNotEnforced,
 			Summary: fmt.Sprintf("pod %s/%s runs with %s but never went through HAMi's scheduler (no %s): its GPU memory and core limits are not enforced, and HAMi does not count its GPUs",
 				p.Namespace, p.Name, a.opts.Allocation.ResourceCount, a.opts.Vendor.AllocatedKey),
 			Evidence: []string{fmt.Sprintf("pod %s/%s: spec.schedulerName %q, no annotation %s", p.Namespace, p.Name, cmp.Or(p.Spec.SchedulerName, defaultSchedulerName), a.opts.Vendor.AllocatedKey)},
@@ -783,11 +783,11 @@ func (a *podAnalysis) checkLimits() {
 }
 
 // controlDisabled checks the i-th container's env for CUDA_DISABLE_CONTROL.
-func (a *podAnalysis) controlDisabled(i int) (PodFinding, bool) {
+func (a *podAnalysis) controlDisabled(i int) (Finding, bool) {
 	p := a.pod
 	c, ok := allocation.ContainerAt(p, i)
 	if !ok {
-		return PodFinding{}, false
+		return Finding{}, false
 	}
 	for _, e := range c.Env {
 		if e.Name != envDisableControl {
@@ -795,21 +795,21 @@ func (a *podAnalysis) controlDisabled(i int) (PodFinding, bool) {
 		}
 		obj := fmt.Sprintf("pod %s/%s container %s", p.Namespace, p.Name, c.Name)
 		if e.ValueFrom != nil {
-			return PodFinding{Case: P8RunningWithoutLimits, Severity: SeverityWarning, Code: CodeControlDisabled,
+			return Finding{Case: P8RunningWithoutLimits, Severity: SeverityWarning, Code: CodeControlDisabled,
 				Summary:  fmt.Sprintf("%s sets %s from a reference: when it is true, HAMi-core enforces no limit in it", obj, envDisableControl),
 				Evidence: []string{fmt.Sprintf("%s: env %s valueFrom (not readable from the pod spec)", obj, envDisableControl)},
 				Fix:      []string{fmt.Sprintf("kubectl -n %s exec %s -c %s -- printenv %s", p.Namespace, p.Name, c.Name, envDisableControl)}}, true
 		}
 		if !truthy(e.Value) {
-			return PodFinding{}, false
+			return Finding{}, false
 		}
-		return PodFinding{Case: P8RunningWithoutLimits, Severity: SeverityError, Code: CodeControlDisabled,
+		return Finding{Case: P8RunningWithoutLimits, Severity: SeverityError, Code: CodeControlDisabled,
 			Summary:  fmt.Sprintf("%s sets %s=%s: HAMi-core enforces no GPU memory or core limit in it", obj, envDisableControl, e.Value),
 			Evidence: []string{fmt.Sprintf("%s: env %s=%q", obj, envDisableControl, e.Value)},
 			Fix: []string{recreateFix(p, fmt.Sprintf(`del(.spec.containers[].env[]? | select(.name == %q))`, envDisableControl)) +
 				"    # the environment cannot be read from the API beyond the pod spec"}}, true
 	}
-	return PodFinding{}, false
+	return Finding{}, false
 }
 
 // truthy reports whether an environment value means true.
@@ -826,15 +826,15 @@ func truthy(v string) bool {
 
 // foreignPlugin reports a pod whose node runs no Pod of HAMi's device plugin: the node's GPUs
 // come from another plugin, which enforces no HAMi limit.
-func (a *podAnalysis) foreignPlugin() (PodFinding, bool) {
+func (a *podAnalysis) foreignPlugin() (Finding, bool) {
 	p, o := a.pod, a.opts
 	node := p.Spec.NodeName
 	if node == "" || a.readError("device plugin pods") != nil {
-		return PodFinding{}, false
+		return Finding{}, false
 	}
 	for _, pp := range a.ev.PluginPods {
 		if pp.Spec.NodeName == node && pp.Status.Phase == corev1.PodRunning {
-			return PodFinding{}, false
+			return Finding{}, false
 		}
 	}
 	ds := fmt.Sprintf("daemonset %s/%s", o.Namespace, o.DaemonSet)
@@ -847,7 +847,7 @@ func (a *podAnalysis) foreignPlugin() (PodFinding, bool) {
 			ev = append(ev, fmt.Sprintf("node %s: allocatable %s = %s, advertised by another device plugin", node, o.ResourceName, q.String()))
 		}
 	}
-	return PodFinding{Case: P8RunningWithoutLimits, Severity: SeverityError, Code: CodeForeignPlugin,
+	return Finding{Case: P8RunningWithoutLimits, Severity: SeverityError, Code: CodeForeignPlugin,
 		Summary: fmt.Sprintf("node %s runs no Pod of HAMi's device plugin: its %s comes from another plugin, which does not apply HAMi's limits to pod %s/%s (the container env cannot be read from the API beyond the pod spec)",
 			node, o.ResourceName, p.Namespace, p.Name),
 		Evidence: ev,
@@ -875,14 +875,14 @@ func (a *podAnalysis) checkHandOver() {
 	var parts, ev, fix []string
 	for _, r := range bad {
 		parts = append(parts, fmt.Sprintf("%s %s: %s", r.Node, r.Case.Short(), r.Reason))
-		ev = append(ev, fmt.Sprintf("node %s: %s (%s)", r.Node, r.Case.Short(), r.Case))
+		ev = append(ev, fmt.Sprintf("node %s: %s (%s)", r.Node, r.Case.Short(), r.Case.Describe()))
 		if errs := r.Errors(); len(errs) > 0 && len(errs[0].Fix) > 0 {
 			fix = append(fix, errs[0].Fix[0])
 		}
 	}
 	fix = append(fix, fmt.Sprintf("kubectl -n %s describe pod %s    # HAMi's scheduler retries the pod once a node registers", p.Namespace, p.Name))
 	a.r.Nodes = bad
-	a.add(PodFinding{Case: PodNodeNotRegistered, Severity: SeverityError, Code: CodeHandOver,
+	a.add(Finding{Case: P0NodeNotRegistered, Severity: SeverityError, Code: CodeHandOver,
 		Summary:  "no GPU node registers with HAMi's scheduler: " + strings.Join(parts, "; "),
 		Evidence: ev, Fix: fix})
 }

@@ -159,7 +159,7 @@ func TestPodRouting(t *testing.T) {
 		ev func() diagnose.PodEvidence
 		// want: case, stage and a finding with the code and severity; its evidence has a line
 		// containing evidence, and, unless noFix, a fix line with the pod's namespace and name.
-		wantCase     diagnose.PodCase
+		wantCase     diagnose.Case
 		wantStage    diagnose.Stage
 		code         string
 		severity     diagnose.Severity
@@ -364,7 +364,7 @@ func TestPodRouting(t *testing.T) {
 		},
 		"P2 no event with a healthy scheduler is a note": {
 			ev:       func() diagnose.PodEvidence { return rtEvidence(rtGPUPod("hami-scheduler")) },
-			wantCase: diagnose.PodHealthy, wantStage: diagnose.StageAdmitted, code: diagnose.CodeNoEvents,
+			wantCase: diagnose.Healthy, wantStage: diagnose.StageAdmitted, code: diagnose.CodeNoEvents,
 			severity: diagnose.SeverityInfo, evidence: "pod team-a/cuda-job: 0 Events",
 		},
 		"P2 garbled KubeSchedulerConfiguration never panics": {
@@ -396,7 +396,7 @@ func TestPodRouting(t *testing.T) {
 				}
 				return ev
 			},
-			wantCase: diagnose.PodNodeNotRegistered, wantStage: diagnose.StageAdmitted, code: diagnose.CodeHandOver,
+			wantCase: diagnose.P0NodeNotRegistered, wantStage: diagnose.StageAdmitted, code: diagnose.CodeHandOver,
 			severity: diagnose.SeverityError, evidence: "node gpu-1: case 3",
 			reason: "no GPU node registers with HAMi's scheduler: gpu-1 case 3: the kubelet reports no nvidia.com/gpu; gpu-2 case 1", wantNodes: 2,
 		},
@@ -409,7 +409,7 @@ func TestPodRouting(t *testing.T) {
 				}
 				return ev
 			},
-			wantCase: diagnose.PodHealthy, wantStage: diagnose.StageAdmitted, code: diagnose.CodeNoEvents,
+			wantCase: diagnose.Healthy, wantStage: diagnose.StageAdmitted, code: diagnose.CodeNoEvents,
 			severity: diagnose.SeverityInfo, evidence: "pod team-a/cuda-job", absent: []string{diagnose.CodeHandOver},
 		},
 		"P8 CUDA_DISABLE_CONTROL": {
@@ -441,7 +441,7 @@ func TestPodRouting(t *testing.T) {
 				p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "CUDA_DISABLE_CONTROL", Value: "false"}}
 				return rtEvidence(p)
 			},
-			wantCase: diagnose.PodHealthy, wantStage: diagnose.StageRunning, reason: "S4 running",
+			wantCase: diagnose.Healthy, wantStage: diagnose.StageRunning, reason: "S4 running",
 		},
 		"no GPU": {
 			ev: func() diagnose.PodEvidence {
@@ -449,7 +449,7 @@ func TestPodRouting(t *testing.T) {
 				p.Spec.Containers[0].Resources = corev1.ResourceRequirements{}
 				return rtEvidence(p)
 			},
-			wantCase: diagnose.PodHealthy, wantStage: diagnose.StageNotAdmitted, code: diagnose.CodePodNoGPU,
+			wantCase: diagnose.Healthy, wantStage: diagnose.StageNotAdmitted, code: diagnose.CodePodNoGPU,
 			severity: diagnose.SeverityInfo, evidence: "pod team-a/cuda-job: no container has a nvidia.com/gpu limit", noFix: true,
 			absent: []string{diagnose.CodeOtherScheduler},
 		},
@@ -465,7 +465,7 @@ func TestPodRouting(t *testing.T) {
 			dump := func() string {
 				var b strings.Builder
 				for _, f := range r.Findings {
-					b.WriteString("\n  " + string(f.Severity) + " " + f.Code + " (" + f.Case.Code() + "): " + f.Summary)
+					b.WriteString("\n  " + string(f.Severity) + " " + f.Code + " (" + string(f.Case) + "): " + f.Summary)
 					for _, e := range f.Evidence {
 						b.WriteString("\n    evidence: " + e)
 					}

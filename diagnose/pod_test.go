@@ -36,24 +36,51 @@ func TestStageAndCaseText(t *testing.T) {
 			t.Errorf("stage %q: err %v, want ErrInvalidOptions", bad, err)
 		}
 	}
-	seen := map[string]bool{}
-	for c := diagnose.PodHealthy; c <= diagnose.PodNodeNotRegistered; c++ {
-		code := c.Code()
-		if seen[code] {
-			t.Errorf("code %q twice", code)
+	cases := []diagnose.Case{
+		diagnose.Healthy,
+		diagnose.CasePluginNotScheduled, diagnose.CasePluginNotRunning, diagnose.CaseNoAllocatable,
+		diagnose.CaseNoAnnotation, diagnose.CaseSchedulerExcludes,
+		diagnose.P0NodeNotRegistered, diagnose.P1NotRoutedToHAMi, diagnose.P2SchedulerUnreachable,
+		diagnose.P3NoNodeFits, diagnose.P4NodeLocked, diagnose.P5AllocateNeverCame,
+		diagnose.P6AllocateFailed, diagnose.P7StaleAssignment, diagnose.P8RunningWithoutLimits,
+	}
+	seen := map[diagnose.Case]bool{}
+	for _, c := range cases {
+		if seen[c] {
+			t.Errorf("code %q twice", c)
 		}
-		seen[code] = true
-		var back diagnose.PodCase
-		if err := back.UnmarshalText([]byte(code)); err != nil || back != c {
-			t.Errorf("case %d: %q read back as %d (%v)", c, code, back, err)
+		seen[c] = true
+		if c != diagnose.Healthy && c.Number()+"-"+c.Name() != string(c) {
+			t.Errorf("case %q: number %q, name %q", c, c.Number(), c.Name())
+		}
+		b, err := json.Marshal(diagnose.Finding{Case: c})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var raw struct {
+			Case any `json:"case"`
+		}
+		var back diagnose.Finding
+		if err := json.Unmarshal(b, &raw); err != nil || raw.Case != string(c) {
+			t.Errorf("case %q: JSON %s, want the code as a string", c, b)
+		}
+		if err := json.Unmarshal(b, &back); err != nil || back.Case != c {
+			t.Errorf("case %q: read back as %q (%v)", c, back.Case, err)
 		}
 	}
-	if got := diagnose.P3NoNodeFits.Code(); got != "P3-NoNodeFits" {
-		t.Errorf("P3 code %q", got)
+	for c, want := range map[diagnose.Case][2]string{
+		diagnose.Healthy:                {"healthy", "healthy"},
+		diagnose.CasePluginNotScheduled: {"case 1", "case 1: device plugin not scheduled on the node"},
+		diagnose.CaseSchedulerExcludes:  {"case 5", "case 5: scheduler does not take the node"},
+		diagnose.P3NoNodeFits:           {"P3", "P3-NoNodeFits"},
+		diagnose.P0NodeNotRegistered:    {"node", "P0-NodeNotRegistered"},
+	} {
+		if c.Short() != want[0] || c.Describe() != want[1] {
+			t.Errorf("case %q: Short %q, Describe %q; want %q", c, c.Short(), c.Describe(), want)
+		}
 	}
-	var c diagnose.PodCase
-	if err := c.UnmarshalText([]byte("P9")); !errors.Is(err, diagnose.ErrInvalidOptions) {
-		t.Errorf("P9: %v", err)
+	if !diagnose.CaseNoAnnotation.Node() || diagnose.P3NoNodeFits.Node() || diagnose.Healthy.Node() {
+		t.Error("Node() wrong")
 	}
 	b, err := json.Marshal(diagnose.PodReport{Stage: diagnose.StageBound, Case: diagnose.P4NodeLocked})
 	if err != nil {
@@ -91,7 +118,7 @@ func TestAnalyzePodBasics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Case != diagnose.PodHealthy {
+	if r.Case != diagnose.Healthy {
 		t.Errorf("a pod without GPUs: case %v", r.Case)
 	}
 	if _, ok := r.Finding(diagnose.CodePodNoGPU); !ok {
@@ -120,7 +147,7 @@ func TestPodErrorsAndReadFailures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.ContainsFunc(r.Findings, func(f diagnose.PodFinding) bool {
+	if !slices.ContainsFunc(r.Findings, func(f diagnose.Finding) bool {
 		return f.Code == diagnose.CodePodNotChecked && f.Summary == "could not read events of the pod" &&
 			slices.Contains(f.Evidence, "events are forbidden here")
 	}) {
@@ -182,7 +209,7 @@ func FuzzAnalyzePod(f *testing.F) {
 				t.Fatalf("error finding without summary or fix: %+v", f)
 			}
 		}
-		if (r.Case == diagnose.PodHealthy) != (len(r.Errors()) == 0) {
+		if (r.Case == diagnose.Healthy) != (len(r.Errors()) == 0) {
 			t.Fatalf("case %v with %d errors", r.Case, len(r.Errors()))
 		}
 	})

@@ -74,128 +74,6 @@ func (s *Stage) UnmarshalText(b []byte) error {
 	return nil
 }
 
-// PodCase is one of the cases P1–P8 that stop a GPU pod; the zero value means none applies
-// (the pod runs with its limits, or is on its way and not late).
-type PodCase int
-
-const (
-	// PodHealthy means no case applies.
-	PodHealthy PodCase = iota
-	// P1NotRoutedToHAMi (S0): the pod is not scheduled by HAMi's scheduler: its
-	// schedulerName is another's (the webhook is missing, excludes the pod or was skipped
-	// with failurePolicy Ignore, or hami.io/webhook: ignore), or spec.nodeName was set at
-	// creation; the default scheduler then places it and Allocate fails with "no binding pod
-	// found on node".
-	P1NotRoutedToHAMi
-	// P2SchedulerUnreachable (S0→S1): kube-scheduler cannot call the extender (no Ready
-	// scheduler Pod, an expired Lease, an extender URL that does not match its port).
-	P2SchedulerUnreachable
-	// P3NoNodeFits (S1): the extender's filter found no node: FilteringFailed; the fit is
-	// recomputed to name what is short and who holds it.
-	P3NoNodeFits
-	// P4NodeLocked (S2): the bind fails with "node <n> has been locked within 5m0s": another
-	// pod holds hami.io/mutex.lock on the node (stale when its holder is gone or done, or the
-	// node's plugin never releases it).
-	P4NodeLocked
-	// P5AllocateNeverCame (S2, long): bound and allocating, but the device plugin's Allocate
-	// never came: the node does not offer the device count, its plugin is not running, or
-	// the node is NotReady.
-	P5AllocateNeverCame
-	// P6AllocateFailed (S3): the kubelet failed the pod with UnexpectedAdmissionError: the
-	// plugin's Allocate returned an error ("no binding pod found on node", "device request
-	// not found", "device number not matched").
-	P6AllocateFailed
-	// P7StaleAssignment (S1→S2): the filter's annotations name a node but the pod was never
-	// bound, typically since the node restarted after the filter.
-	P7StaleAssignment
-	// P8RunningWithoutLimits (S4): the pod runs, but its GPU memory limit is not enforced
-	// (the node's plugin is not HAMi's or this SDK's, CUDA_DISABLE_CONTROL is set, the pod
-	// never went through HAMi).
-	P8RunningWithoutLimits
-	// PodNodeNotRegistered means the pod is stopped before S1 without a FilteringFailed Event and
-	// the node diagnosis of the candidate nodes finds them not registered with HAMi's
-	// scheduler (cases 1–5 of the registration guide); the report carries those diagnoses.
-	PodNodeNotRegistered
-)
-
-var podCaseNames = [...]string{
-	PodHealthy:             "Healthy",
-	P1NotRoutedToHAMi:      "NotRoutedToHAMi",
-	P2SchedulerUnreachable: "SchedulerUnreachable",
-	P3NoNodeFits:           "NoNodeFits",
-	P4NodeLocked:           "NodeLocked",
-	P5AllocateNeverCame:    "AllocateNeverCame",
-	P6AllocateFailed:       "AllocateFailed",
-	P7StaleAssignment:      "StaleAssignment",
-	P8RunningWithoutLimits: "RunningWithoutLimits",
-	PodNodeNotRegistered:   "NodeNotRegistered",
-}
-
-// Short is "P3", "healthy", or "node" for PodNodeNotRegistered.
-func (c PodCase) Short() string {
-	switch c {
-	case PodHealthy:
-		return "healthy"
-	case PodNodeNotRegistered:
-		return "node"
-	default:
-		return fmt.Sprintf("P%d", int(c))
-	}
-}
-
-// Name is the case's stable name, "NoNodeFits".
-func (c PodCase) Name() string {
-	if c < 0 || int(c) >= len(podCaseNames) {
-		return "Unknown"
-	}
-	return podCaseNames[c]
-}
-
-// Code is the stable code to branch on: the number and the name, "P3-NoNodeFits" (or
-// "Healthy").
-func (c PodCase) Code() string {
-	if c == PodHealthy {
-		return podCaseNames[PodHealthy]
-	}
-	return c.Short() + "-" + c.Name()
-}
-
-// String is Code.
-func (c PodCase) String() string { return c.Code() }
-
-// MarshalText writes Code.
-func (c PodCase) MarshalText() ([]byte, error) { return []byte(c.Code()), nil }
-
-// UnmarshalText reads Code, or the short form "P3".
-func (c *PodCase) UnmarshalText(b []byte) error {
-	v := string(b)
-	for i := range podCaseNames {
-		pc := PodCase(i)
-		if v == pc.Code() || v == pc.Short() || v == pc.Name() {
-			*c = pc
-			return nil
-		}
-	}
-	return fmt.Errorf("%w: pod case %q", ErrInvalidOptions, v)
-}
-
-// PodFinding is one thing found about a pod, with what shows it and how to fix it.
-type PodFinding struct {
-	// Case is the case this finding belongs to (PodHealthy for notes outside any case).
-	Case PodCase `json:"case"`
-	// Severity says whether the finding causes its case (SeverityError) or explains.
-	Severity Severity `json:"severity"`
-	// Code is a stable identifier of the finding, e.g. "WebhookMissing"; see the CodePod…
-	// constants.
-	Code string `json:"code"`
-	// Summary is one sentence.
-	Summary string `json:"summary"`
-	// Evidence lists the observed facts, each naming its object.
-	Evidence []string `json:"evidence,omitempty"`
-	// Fix lists commands to paste (kubectl with the real names), in order.
-	Fix []string `json:"fix,omitempty"`
-}
-
 // Stable pod finding codes.
 const (
 	CodePodNotFound         = "PodNotFound"
@@ -253,8 +131,8 @@ type PodReport struct {
 	Asks []string `json:"asks,omitempty"`
 	// Stage is the last stage the pod reached.
 	Stage Stage `json:"stage"`
-	// Case is the case that stops the pod (the first error finding's), or PodHealthy.
-	Case PodCase `json:"case"`
+	// Case is the pod case that stops the pod (the first error finding's), or Healthy.
+	Case Case `json:"case"`
 	// Reason is one line: the summary of the finding that set Case, or where the pod is.
 	Reason string `json:"reason"`
 	// Lock is the node lock on the pod's node (assigned or bound), when there is one.
@@ -263,7 +141,7 @@ type PodReport struct {
 	// and whenever the pod is before S1).
 	Fit *FitExplanation `json:"fit,omitempty"`
 	// Findings lists everything found, errors first.
-	Findings []PodFinding `json:"findings"`
+	Findings []Finding `json:"findings"`
 	// Nodes are the node diagnoses the report hands over to: the candidate nodes of a pod
 	// stopped before S1 without FilteringFailed, the node of a pod whose Allocate never came.
 	Nodes []Report `json:"nodes,omitempty"`
@@ -272,18 +150,18 @@ type PodReport struct {
 }
 
 // Finding returns the first finding with the code, if any.
-func (r *PodReport) Finding(code string) (PodFinding, bool) {
+func (r *PodReport) Finding(code string) (Finding, bool) {
 	for _, f := range r.Findings {
 		if f.Code == code {
 			return f, true
 		}
 	}
-	return PodFinding{}, false
+	return Finding{}, false
 }
 
 // Errors returns the findings with SeverityError.
-func (r *PodReport) Errors() []PodFinding {
-	var out []PodFinding
+func (r *PodReport) Errors() []Finding {
+	var out []Finding
 	for _, f := range r.Findings {
 		if f.Severity == SeverityError {
 			out = append(out, f)

@@ -2,63 +2,157 @@ package diagnose
 
 import (
 	"errors"
-	"fmt"
+	"math"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/handshake"
 )
 
-// Case is one of the five cases of HAMi's "GPU node not registering" troubleshooting guide, in
-// the order the guide walks them; the zero value means no case applies.
-type Case int
+// Case is the case a [Report] or a [PodReport] is in, and the case a [Finding] belongs to, as
+// a stable code: the case's number and its name. Node cases are "N1-…" to "N5-…", the five
+// cases of HAMi's "GPU node not registering" troubleshooting guide in the order the guide
+// walks them; pod cases are "P1-…" to "P8-…", the cases that stop a GPU pod (the pod guide),
+// and "P0-NodeNotRegistered", the hand-over of a pod to the node diagnosis. [Healthy] means
+// no case applies. The value is the code, so JSON and YAML carry it as a string
+// ("P3-NoNodeFits"); a code this version does not know decodes as is.
+type Case string
 
+// Healthy means no case applies: for a node, all three channels are set and nothing excludes
+// it; for a pod, it runs with its limits or is on its way and not late.
+const Healthy Case = "Healthy"
+
+// The node cases, N1 to N5.
 const (
-	// Healthy means all three channels are set and nothing excludes the node.
-	Healthy Case = 0
 	// CasePluginNotScheduled (case 1): no device plugin Pod on the node; the DaemonSet's
 	// nodeSelector does not match the node's labels or the node has a taint it does not tolerate.
-	CasePluginNotScheduled Case = 1
+	CasePluginNotScheduled Case = "N1-PluginNotScheduled"
 	// CasePluginNotRunning (case 2): the Pod is there but not Running: a crash loop (NVML cannot
 	// load: the container runtime is not nvidia), an init container waiting for toolkit-ready,
 	// the node-name environment variable missing.
-	CasePluginNotRunning Case = 2
+	CasePluginNotRunning Case = "N2-PluginNotRunning"
 	// CaseNoAllocatable (case 3): the Pod runs but the kubelet reports no devices of the resource:
 	// the plugin's socket folder is not the kubelet's, or the registration was lost.
-	CaseNoAllocatable Case = 3
+	CaseNoAllocatable Case = "N3-NoAllocatable"
 	// CaseNoAnnotation (case 4): the device count is there but the register annotation is
 	// missing, malformed, empty or lists no healthy device; or the plugin may not patch nodes.
-	CaseNoAnnotation Case = 4
+	CaseNoAnnotation Case = "N4-NoAnnotation"
 	// CaseSchedulerExcludes (case 5): both are there but HAMi's scheduler does not take the node:
 	// its --node-label-selector excludes it, no scheduler leads, or the handshake says so.
-	CaseSchedulerExcludes Case = 5
+	CaseSchedulerExcludes Case = "N5-SchedulerExcludes"
 )
 
-// String names the case the way the guide does.
-func (c Case) String() string {
-	switch c {
-	case Healthy:
-		return "healthy"
-	case CasePluginNotScheduled:
-		return "case 1: device plugin not scheduled on the node"
-	case CasePluginNotRunning:
-		return "case 2: device plugin not running"
-	case CaseNoAllocatable:
-		return "case 3: no allocatable devices"
-	case CaseNoAnnotation:
-		return "case 4: register annotation missing or unusable"
-	case CaseSchedulerExcludes:
-		return "case 5: scheduler does not take the node"
-	}
-	return fmt.Sprintf("case %d", int(c))
+// The pod cases, P1 to P8, and P0, the hand-over to the node diagnosis.
+const (
+	// P1NotRoutedToHAMi (S0): the pod is not scheduled by HAMi's scheduler: its
+	// schedulerName is another's (the webhook is missing, excludes the pod or was skipped
+	// with failurePolicy Ignore, or hami.io/webhook: ignore), or spec.nodeName was set at
+	// creation; the default scheduler then places it and Allocate fails with "no binding pod
+	// found on node".
+	P1NotRoutedToHAMi Case = "P1-NotRoutedToHAMi"
+	// P2SchedulerUnreachable (S0→S1): kube-scheduler cannot call the extender (no Ready
+	// scheduler Pod, an expired Lease, an extender URL that does not match its port).
+	P2SchedulerUnreachable Case = "P2-SchedulerUnreachable"
+	// P3NoNodeFits (S1): the extender's filter found no node: FilteringFailed; the fit is
+	// recomputed to name what is short and who holds it.
+	P3NoNodeFits Case = "P3-NoNodeFits"
+	// P4NodeLocked (S2): the bind fails with "node <n> has been locked within 5m0s": another
+	// pod holds hami.io/mutex.lock on the node (stale when its holder is gone or done, or the
+	// node's plugin never releases it).
+	P4NodeLocked Case = "P4-NodeLocked"
+	// P5AllocateNeverCame (S2, long): bound and allocating, but the device plugin's Allocate
+	// never came: the node does not offer the device count, its plugin is not running, or
+	// the node is NotReady.
+	P5AllocateNeverCame Case = "P5-AllocateNeverCame"
+	// P6AllocateFailed (S3): the kubelet failed the pod with UnexpectedAdmissionError: the
+	// plugin's Allocate returned an error ("no binding pod found on node", "device request
+	// not found", "device number not matched").
+	P6AllocateFailed Case = "P6-AllocateFailed"
+	// P7StaleAssignment (S1→S2): the filter's annotations name a node but the pod was never
+	// bound, typically since the node restarted after the filter.
+	P7StaleAssignment Case = "P7-StaleAssignment"
+	// P8RunningWithoutLimits (S4): the pod runs, but its GPU memory limit is not enforced
+	// (the node's plugin is not HAMi's or this SDK's, CUDA_DISABLE_CONTROL is set, the pod
+	// never went through HAMi).
+	P8RunningWithoutLimits Case = "P8-RunningWithoutLimits"
+	// P0NodeNotRegistered means the pod is stopped before S1 without a FilteringFailed Event
+	// and the node diagnosis of the candidate nodes finds them not registered with HAMi's
+	// scheduler (node cases N1–N5); the report carries those diagnoses.
+	P0NodeNotRegistered Case = "P0-NodeNotRegistered"
+)
+
+// caseWords names the node cases the way the guide does.
+var caseWords = map[Case]string{
+	CasePluginNotScheduled: "device plugin not scheduled on the node",
+	CasePluginNotRunning:   "device plugin not running",
+	CaseNoAllocatable:      "no allocatable devices",
+	CaseNoAnnotation:       "register annotation missing or unusable",
+	CaseSchedulerExcludes:  "scheduler does not take the node",
 }
 
-// Short is "healthy" or "case N".
+// Number is the case's letter and number, "N1" or "P3" ("" for Healthy and unknown codes).
+func (c Case) Number() string {
+	n, _, ok := strings.Cut(string(c), "-")
+	if !ok {
+		return ""
+	}
+	return n
+}
+
+// Name is the case's name without its number, "NoNodeFits" (the code itself when it has no
+// number: "Healthy").
+func (c Case) Name() string {
+	if _, name, ok := strings.Cut(string(c), "-"); ok {
+		return name
+	}
+	return string(c)
+}
+
+// Node reports whether c is a node case (N1–N5).
+func (c Case) Node() bool { return strings.HasPrefix(string(c), "N") && c.Number() != "" }
+
+// Short is how the doctor's tables show the case: "healthy", "case 1" for a node case as the
+// guide calls it, "P3" for a pod case, "node" for P0NodeNotRegistered.
 func (c Case) Short() string {
+	switch {
+	case c == Healthy:
+		return "healthy"
+	case c == P0NodeNotRegistered:
+		return "node"
+	case c.Node():
+		return "case " + strings.TrimPrefix(c.Number(), "N")
+	case c.Number() != "":
+		return c.Number()
+	}
+	return string(c)
+}
+
+// Describe names the case in words: for a node case as the guide does ("case 1: device
+// plugin not scheduled on the node"), "healthy", else the code.
+func (c Case) Describe() string {
 	if c == Healthy {
 		return "healthy"
 	}
-	return fmt.Sprintf("case %d", int(c))
+	if w, ok := caseWords[c]; ok {
+		return c.Short() + ": " + w
+	}
+	return string(c)
+}
+
+// String is the code.
+func (c Case) String() string { return string(c) }
+
+// rank orders the node cases as the guide walks them (Healthy first, unknown codes last).
+func (c Case) rank() int {
+	if c == Healthy {
+		return 0
+	}
+	if n, err := strconv.Atoi(strings.TrimLeft(c.Number(), "NP")); err == nil && c.Number() != "" {
+		return n
+	}
+	return math.MaxInt
 }
 
 // Severity grades a finding.
@@ -74,27 +168,38 @@ const (
 	SeverityInfo Severity = "info"
 )
 
-// Finding is one thing found on the way, with what shows it and how to fix it.
+// Finding is one thing found about a node or a pod on the way, with what shows it and how
+// to fix it. [Report] and [PodReport] list the same type.
 type Finding struct {
-	// Case is the case this finding belongs to (Healthy for notes outside any case).
+	// Case is the case this finding belongs to (Healthy for notes outside any case): a node
+	// case in a Report, a pod case in a PodReport.
 	Case Case `json:"case"`
 	// Severity says whether the finding causes its case.
 	Severity Severity `json:"severity"`
-	// Code is a stable identifier to branch on, e.g. "NodeSelectorMismatch"; see the Code…
-	// constants.
+	// Code is a stable identifier of the finding to branch on, e.g. "NodeSelectorMismatch"
+	// or "WebhookMissing"; see the Code… constants.
 	Code string `json:"code"`
 	// Summary is one sentence.
 	Summary string `json:"summary"`
 	// Evidence lists the observed facts behind the finding, each naming its object.
 	Evidence []string `json:"evidence,omitempty"`
-	// Fix lists commands (kubectl, helm) to run from a workstation, in order.
+	// Fix lists commands (kubectl, helm) to run from a workstation, with the real names, in
+	// order.
 	Fix []string `json:"fix,omitempty"`
 	// OnNode lists commands to run on the node itself for what the API server cannot show
 	// (kubelet flags, containerd configuration, files under /var/lib/kubelet).
 	OnNode []string `json:"onNode,omitempty"`
 }
 
-// Stable finding codes.
+// withCase returns f with Healthy for an empty Case.
+func (f Finding) withCase() Finding {
+	if f.Case == "" {
+		f.Case = Healthy
+	}
+	return f
+}
+
+// Stable node finding codes.
 const (
 	CodeNodeNotFound          = "NodeNotFound"
 	CodeDaemonSetNotFound     = "DaemonSetNotFound"

@@ -9,7 +9,7 @@ import (
 
 // BuildProgram builds the program pkg (e.g. "./examples/extender") of the module in folder
 // moduleDir into out and returns out, for a test to run it as a process. A pkg whose folder
-// is a nested module (it has its own go.mod, as examples/doctor) is built from that folder,
+// is a nested module (it has its own go.mod, as cmd/kubectl-hami_doctor) is built from that folder,
 // with its own requirements. race builds it with
 // the race detector, which a test binary run with -race passes so that a race in the program
 // fails the test (exit 66). cgo programs get go-nvml's CGO_CFLAGS unless the environment sets

@@ -22,7 +22,7 @@ const modulePath = "github.com/hamireg/hamireg"
 // from the checkout.
 var programs = []string{"extender", "deviceplugin"}
 
-// doctorBinary is examples/doctor (a module of its own, built from its folder) under the
+// doctorBinary is cmd/kubectl-hami_doctor (a module of its own, built from its folder) under the
 // name it has as a kubectl plugin ("kubectl hami-doctor").
 const doctorBinary = "kubectl-hami_doctor"
 
@@ -117,11 +117,15 @@ func (q *quickstart) buildPrograms(ctx context.Context) (string, error) {
 	if err := q.withProgress(ctx, q.goCommand(ctx, q.opts.repo, args...), "building examples/"+strings.Join(programs, ", examples/")); err != nil {
 		return "", fmt.Errorf("go build in %s: %w", q.opts.repo, err)
 	}
-	doctorDir := filepath.Join(q.opts.repo, "examples", "doctor")
-	if err := q.withProgress(ctx, q.goCommand(ctx, doctorDir, "build", "-o", filepath.Join(dir, doctorBinary), "."), "building examples/doctor as "+doctorBinary); err != nil {
+	doctorDir := filepath.Join(q.opts.repo, "cmd", "kubectl-hami_doctor")
+	build := q.goCommand(ctx, doctorDir, "build", "-o", filepath.Join(dir, doctorBinary), ".")
+	// Its go.work puts the tree's SDK in place of the release its go.mod requires, even where
+	// the environment turns workspaces off.
+	build.Env = append(build.Env, "GOWORK="+filepath.Join(doctorDir, "go.work"))
+	if err := q.withProgress(ctx, build, "building cmd/kubectl-hami_doctor as "+doctorBinary); err != nil {
 		return "", fmt.Errorf("go build in %s: %w", doctorDir, err)
 	}
-	q.out.item("programs", "examples/%s and examples/doctor (%s) built in %v (%s)", strings.Join(programs, ", examples/"), doctorBinary, round(time.Since(start)), dir)
+	q.out.item("programs", "examples/%s and cmd/kubectl-hami_doctor (%s) built in %v (%s)", strings.Join(programs, ", examples/"), doctorBinary, round(time.Since(start)), dir)
 	return dir, nil
 }
 

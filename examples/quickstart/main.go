@@ -23,7 +23,7 @@
 //     stays Pending with the extender's FilteringFailed and ResourceQuotaNotFit Events;
 //  4. scrapes examples/extender's /metrics and shows HAMi's gauges for the demo pod's GPUs
 //     and the namespace's quota;
-//  5. runs examples/doctor as kubectl hami-doctor on the node (healthy) and on the pod over
+//  5. runs cmd/kubectl-hami_doctor as kubectl hami-doctor on the node (healthy) and on the pod over
 //     the quota (case P3), breaks one channel on purpose (the
 //     register annotation deleted by hand) and runs it again (the case and the fix), then
 //     shows the node agent healing it;

@@ -69,7 +69,7 @@ func TestFindRepo(t *testing.T) {
 func TestExplain(t *testing.T) {
 	err := fmt.Errorf("start the kubelet's device manager: %w: clone(CLONE_NEWNS) refused", kubeletpeer.ErrNamespace)
 	got := explain(err)
-	for _, want := range []string{err.Error(), "sudo -E", "unprivileged_userns_clone", "--privileged", "cd examples/doctor && go run . explain"} {
+	for _, want := range []string{err.Error(), "sudo -E", "unprivileged_userns_clone", "--privileged", "cd cmd/kubectl-hami_doctor && go run . explain"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("explain(namespace) has no %q:\n%s", want, got)
 		}

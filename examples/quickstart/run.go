@@ -118,4 +118,4 @@ namespace as this user nor an unprivileged user namespace. Instead, run one of:
 
 In a container, run it with --privileged (or with CAP_SYS_ADMIN and an unconfined seccomp
 profile). Without any of these, the offline part still works:
-  cd examples/doctor && go run . explain '[{"id":"GPU-a","count":10,"devmem":23028,"health":true}]'`
+  cd cmd/kubectl-hami_doctor && go run . explain '[{"id":"GPU-a","count":10,"devmem":23028,"health":true}]'`

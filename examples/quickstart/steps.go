@@ -257,7 +257,7 @@ func (q *quickstart) podEvents(ctx context.Context, pod *corev1.Pod) string {
 	return b.String()
 }
 
-// doctor is step 5: examples/doctor (kubectl hami-doctor) on the healthy node and on the pod
+// doctor is step 5: cmd/kubectl-hami_doctor (kubectl hami-doctor) on the healthy node and on the pod
 // step 3 left Pending over the quota (case P3); then, with the device plugin paused
 // (SIGSTOP) so that the doctor sees the broken node before the agent repairs it, the register
 // annotation deleted by hand and the doctor again; then the plugin resumed and the time it
@@ -368,7 +368,7 @@ func (q *quickstart) runDoctor(ctx context.Context) (string, int, error) {
 	return q.runDoctorArgs(ctx, "node", q.opts.node)
 }
 
-// runDoctorArgs runs examples/doctor, built as the kubectl plugin kubectl-hami_doctor, with
+// runDoctorArgs runs cmd/kubectl-hami_doctor, built as the kubectl plugin kubectl-hami_doctor, with
 // args and the admin kubeconfig; it returns the output and the exit status.
 func (q *quickstart) runDoctorArgs(ctx context.Context, args ...string) (string, int, error) {
 	args = append(args, "--kubeconfig", q.cp.Kubeconfig())
@@ -384,7 +384,7 @@ func (q *quickstart) runDoctorArgs(ctx context.Context, args ...string) (string,
 	case errors.As(err, &ee) && ee.ExitCode() > 0:
 		return out.String(), ee.ExitCode(), nil
 	}
-	return "", 0, fmt.Errorf("run examples/doctor: %w\n%s", err, out.String())
+	return "", 0, fmt.Errorf("run cmd/kubectl-hami_doctor: %w\n%s", err, out.String())
 }
 
 // keep is step 8 (7 with --mig=false), --keep: everything stays up until Ctrl-C; the kubelet announces each pod it admits.
@@ -413,7 +413,7 @@ func (q *quickstart) keep(ctx context.Context) error {
 	q.out.item("", "kubectl get node %s -o yaml            # the three channels", q.opts.node)
 	q.out.item("", "kubectl get pods -A -o wide")
 	q.out.item("", "kubectl -n %s describe pod %s               # Pending: over ResourceQuota %s", quotaNamespace, overPod, quotaName)
-	q.out.item("", "%s node %s     # cd examples/doctor && go build -o ~/bin/%s .", filepath.Join(q.bin, doctorBinary), q.opts.node, doctorBinary)
+	q.out.item("", "%s node %s     # cd cmd/kubectl-hami_doctor && go build -o ~/bin/%s .", filepath.Join(q.bin, doctorBinary), q.opts.node, doctorBinary)
 	q.out.item("", "%s pod %s/%s", filepath.Join(q.bin, doctorBinary), quotaNamespace, overPod)
 	if q.metricsURL != "" {
 		q.out.item("", "curl -s %s | grep ^hami_", q.metricsURL)

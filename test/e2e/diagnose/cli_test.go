@@ -10,7 +10,7 @@ import (
 	"github.com/hamireg/hamireg/test/e2e/harness"
 )
 
-// buildDoctor builds examples/doctor once per test binary (harness.BuildDoctor).
+// buildDoctor builds cmd/kubectl-hami_doctor once per test binary (harness.BuildDoctor).
 func buildDoctor(t *testing.T) string {
 	t.Helper()
 	return harness.BuildDoctor(t, cp.Dir())
@@ -25,7 +25,7 @@ func (h *hami) doctor(t *testing.T, args ...string) (stdout, stderr string, code
 	return r.Stdout, r.Stderr, r.Code
 }
 
-// TestDiagnoseDoctorCLI runs the doctor command line (examples/doctor) against the API server:
+// TestDiagnoseDoctorCLI runs the doctor command line (cmd/kubectl-hami_doctor) against the API server:
 // text and JSON output, and its exit statuses (0 healthy, 1 a case applies, 2 errors).
 func TestDiagnoseDoctorCLI(t *testing.T) {
 	t.Parallel()
@@ -75,12 +75,19 @@ func TestDiagnoseDoctorCLI(t *testing.T) {
 	})
 	t.Run("node JSON", func(t *testing.T) {
 		out, _, code := h.doctor(t, "node", unlabelled.Name, "-o", "json")
-		var r diagnose.Report
+		var r struct {
+			APIVersion string `json:"apiVersion"`
+			Kind       string `json:"kind"`
+			diagnose.Report
+		}
 		if err := json.Unmarshal([]byte(out), &r); err != nil {
 			t.Fatalf("output is not a report: %v", err)
 		}
+		if r.APIVersion != "doctor.hamireg.io/v1alpha1" || r.Kind != "NodeReport" {
+			t.Errorf("apiVersion %q kind %q, want doctor.hamireg.io/v1alpha1 NodeReport", r.APIVersion, r.Kind)
+		}
 		if code != 1 || r.Case != diagnose.CasePluginNotScheduled || r.Node != unlabelled.Name {
-			t.Errorf("exit %d, node %s, case %d", code, r.Node, r.Case)
+			t.Errorf("exit %d, node %s, case %q", code, r.Node, r.Case)
 		}
 		if f, ok := r.Finding(diagnose.CodeNodeSelectorMismatch); !ok || len(f.Fix) == 0 || f.Fix[0] != "kubectl label node "+unlabelled.Name+" gpu=on" {
 			t.Errorf("finding %+v", f)
@@ -106,12 +113,15 @@ func TestDiagnoseDoctorCLI(t *testing.T) {
 	})
 	t.Run("nodes JSON", func(t *testing.T) {
 		out, _, _ := h.doctor(t, "nodes", "-o", "json")
-		var reports []diagnose.Report
-		if err := json.Unmarshal([]byte(out), &reports); err != nil {
-			t.Fatalf("output is not a list of reports: %v", err)
+		var list struct {
+			Kind  string            `json:"kind"`
+			Items []diagnose.Report `json:"items"`
+		}
+		if err := json.Unmarshal([]byte(out), &list); err != nil || list.Kind != "NodeReportList" {
+			t.Fatalf("output is not a NodeReportList (kind %q): %v", list.Kind, err)
 		}
 		got := map[string]diagnose.Case{}
-		for _, r := range reports {
+		for _, r := range list.Items {
 			if strings.HasPrefix(r.Node, prefix) {
 				got[r.Node] = r.Case
 			}

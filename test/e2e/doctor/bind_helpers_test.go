@@ -86,7 +86,7 @@ func (h *bindHAMi) waitBound(t *testing.T, name string) *corev1.Pod {
 // waitCase diagnoses the pod until its case is want and returns that report (logged, as
 // doctor does); on a timeout it fails with the last report. Each diagnosis reads the whole
 // cluster, so it polls every 250 ms, not every 5 ms as harness.Eventually.
-func waitCase(t *testing.T, ns, name string, opts diagnose.Options, want diagnose.PodCase) *diagnose.PodReport {
+func waitCase(t *testing.T, ns, name string, opts diagnose.Options, want diagnose.Case) *diagnose.PodReport {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {

@@ -28,7 +28,7 @@ func doctorFlags(opts diagnose.Options) []string {
 	return flags
 }
 
-// doctorCLI runs the doctor's plugin binary (examples/doctor, built once into cp.Dir()) with
+// doctorCLI runs the doctor's plugin binary (cmd/kubectl-hami_doctor, built once into cp.Dir()) with
 // args and the flags of opts, as `kubectl hami-doctor` with kubeconfig ("" for the admin's).
 func doctorCLI(t *testing.T, kubeconfig string, opts diagnose.Options, args ...string) harness.DoctorRun {
 	t.Helper()
@@ -55,8 +55,8 @@ func wantCLIQuota(t *testing.T, opts diagnose.Options, ns, name string) {
 	if err := json.Unmarshal([]byte(js.Stdout), &r); err != nil {
 		t.Fatalf("pod %s/%s -o json: not a pod report: %v", ns, name, err)
 	}
-	if js.Code != 1 || raw.Case != diagnose.P3NoNodeFits.Code() || r.Namespace != ns || r.Name != name {
-		t.Errorf("pod %s/%s -o json: exit %d, case %q, pod %s/%s; want exit 1 and %q", ns, name, js.Code, raw.Case, r.Namespace, r.Name, diagnose.P3NoNodeFits.Code())
+	if js.Code != 1 || raw.Case != string(diagnose.P3NoNodeFits) || r.Namespace != ns || r.Name != name {
+		t.Errorf("pod %s/%s -o json: exit %d, case %q, pod %s/%s; want exit 1 and %q", ns, name, js.Code, raw.Case, r.Namespace, r.Name, string(diagnose.P3NoNodeFits))
 	}
 	if _, ok := r.Finding(diagnose.CodeQuotaExceeded); !ok {
 		t.Errorf("pod %s/%s -o json: no finding %s: %+v", ns, name, diagnose.CodeQuotaExceeded, r.Findings)
@@ -69,9 +69,9 @@ func wantCLIQuota(t *testing.T, opts diagnose.Options, ns, name string) {
 			caseLine = line
 		}
 	}
-	if text.Code != 1 || !strings.HasPrefix(text.Stdout, "Pod "+ns+"/"+name+": "+diagnose.P3NoNodeFits.Code()) ||
-		!strings.Contains(caseLine, diagnose.P3NoNodeFits.Code()+": ") {
-		t.Errorf("pod %s -n %s: exit %d, case line %q; want exit 1 and the case %s", name, ns, text.Code, caseLine, diagnose.P3NoNodeFits.Code())
+	if text.Code != 1 || !strings.HasPrefix(text.Stdout, "Pod "+ns+"/"+name+": "+string(diagnose.P3NoNodeFits)) ||
+		!strings.Contains(caseLine, string(diagnose.P3NoNodeFits)+": ") {
+		t.Errorf("pod %s -n %s: exit %d, case line %q; want exit 1 and the case %s", name, ns, text.Code, caseLine, string(diagnose.P3NoNodeFits))
 	}
 
 	list := doctorCLI(t, "", opts, "pods", "-n", ns)
@@ -81,7 +81,7 @@ func wantCLIQuota(t *testing.T, opts diagnose.Options, ns, name string) {
 			podLine = line
 		}
 	}
-	if list.Code != 1 || !strings.Contains(podLine, diagnose.P3NoNodeFits.Code()) {
-		t.Errorf("pods -n %s: exit %d, line of %s %q; want exit 1 and %s", ns, list.Code, name, podLine, diagnose.P3NoNodeFits.Code())
+	if list.Code != 1 || !strings.Contains(podLine, string(diagnose.P3NoNodeFits)) {
+		t.Errorf("pods -n %s: exit %d, line of %s %q; want exit 1 and %s", ns, list.Code, name, podLine, string(diagnose.P3NoNodeFits))
 	}
 }

@@ -59,7 +59,7 @@ func TestP3TypeMismatch(t *testing.T) {
 	waitEvent(t, g.Namespace, pod.Name, "FilteringFailed", "")
 	r := doctor(t, g.Namespace, pod.Name, opts)
 	if r.Case != diagnose.P3NoNodeFits {
-		t.Errorf("case %s, want P3", r.Case.Code())
+		t.Errorf("case %s, want P3", r.Case)
 	}
 	f := wantCase(t, r, diagnose.P3NoNodeFits, diagnose.CodeTypeSelector, allocation.KeyUseGPUType+` = "H100"`, "")
 	fixLine(t, f, "kubectl -n "+g.Namespace+" annotate pod "+pod.Name+" "+allocation.KeyUseGPUType+"-")
@@ -91,7 +91,7 @@ func TestP3Quota(t *testing.T) {
 	waitEvent(t, g.Namespace, pod.Name, "FilteringFailed", "")
 	r := doctor(t, g.Namespace, pod.Name, opts)
 	if r.Case != diagnose.P3NoNodeFits {
-		t.Errorf("case %s, want P3", r.Case.Code())
+		t.Errorf("case %s, want P3", r.Case)
 	}
 	f := wantCase(t, r, diagnose.P3NoNodeFits, diagnose.CodeQuotaExceeded, `resourcequota `+g.Namespace+`/gpu-quota: spec.hard["`+memKey+`"] = 10000`, "")
 	fixLine(t, f, `kubectl -n `+g.Namespace+` patch resourcequota gpu-quota --type merge -p '{"spec":{"hard":{"`+memKey+`":"20000"}}}'`)

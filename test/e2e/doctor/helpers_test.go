@@ -116,16 +116,16 @@ func doctor(t *testing.T, ns, name string, opts diagnose.Options) *diagnose.PodR
 		t.Fatalf("diagnose.Pod %s/%s: %v", ns, name, err)
 	}
 	b, _ := json.MarshalIndent(r, "", "  ")
-	t.Logf("doctor pod %s/%s: stage %s, case %s: %s\n%s", ns, name, r.Stage, r.Case.Code(), r.Reason, b)
+	t.Logf("doctor pod %s/%s: stage %s, case %s: %s\n%s", ns, name, r.Stage, r.Case, r.Reason, b)
 	return r
 }
 
 // wantCase checks the report's case and returns its finding with the code, which must have
 // an evidence line containing evidence and a fix line containing fix ("" to skip either).
-func wantCase(t *testing.T, r *diagnose.PodReport, c diagnose.PodCase, code, evidence, fix string) diagnose.PodFinding {
+func wantCase(t *testing.T, r *diagnose.PodReport, c diagnose.Case, code, evidence, fix string) diagnose.Finding {
 	t.Helper()
 	if r.Case != c {
-		t.Errorf("case %s (%s), want %s", r.Case.Code(), r.Reason, c.Code())
+		t.Errorf("case %s (%s), want %s", r.Case, r.Reason, c)
 	}
 	f, ok := r.Finding(code)
 	if !ok {
@@ -153,7 +153,7 @@ func containsLine(lines []string, s string) bool {
 }
 
 // fixLine returns the first fix line of f containing s.
-func fixLine(t *testing.T, f diagnose.PodFinding, s string) string {
+func fixLine(t *testing.T, f diagnose.Finding, s string) string {
 	t.Helper()
 	for _, l := range f.Fix {
 		if strings.Contains(l, s) {
@@ -249,8 +249,8 @@ func allocated(t *testing.T, g *harness.GPUNode, name string, opts diagnose.Opti
 	}
 	g.WantProtocolEnd(t, name, allocation.PhaseSuccess)
 	r := doctor(t, g.Namespace, name, opts)
-	if r.Stage != diagnose.StageAllocated || r.Case != diagnose.PodHealthy {
-		t.Errorf("after the fix: stage %s, case %s (%s), want S3 and Healthy", r.Stage, r.Case.Code(), r.Reason)
+	if r.Stage != diagnose.StageAllocated || r.Case != diagnose.Healthy {
+		t.Errorf("after the fix: stage %s, case %s (%s), want S3 and Healthy", r.Stage, r.Case, r.Reason)
 	}
 }
 

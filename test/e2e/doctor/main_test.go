@@ -10,7 +10,7 @@
 // success): P1 (placed by the default scheduler, no webhook), P2 (extender down), P3
 // (memory short with the holder named, a GPU type selector, a ResourceQuota); and the
 // support bundle (diagnose.WriteBundle) with read-only RBAC. Three tests also run the
-// doctor's plugin binary (examples/doctor built as kubectl-hami_doctor, harness.BuildDoctor)
+// doctor's plugin binary (cmd/kubectl-hami_doctor built as kubectl-hami_doctor, harness.BuildDoctor)
 // with --kubeconfig, as a user does: unlock (dry run, then --yes as the fix) in P4, pod and
 // pods in P3's quota case, and bundle as the read-only ServiceAccount.
 package doctor_test

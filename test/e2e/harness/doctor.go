@@ -21,7 +21,7 @@ var doctorBin struct {
 	err  error
 }
 
-// BuildDoctor builds examples/doctor (a module of its own) once per test binary as
+// BuildDoctor builds cmd/kubectl-hami_doctor (a module of its own) once per test binary as
 // DoctorName into dir (the control plane's folder, removed with it) and returns its path. It
 // builds without cgo (the doctor needs none), so the packages come from the build cache of
 // `make unit`'s CGO_ENABLED=0 build. It must be called from a package folder of the test
@@ -36,10 +36,12 @@ func BuildDoctor(tb testing.TB, dir string) string {
 		}
 		doctorBin.path = filepath.Join(dir, DoctorName)
 		cmd := exec.Command("go", "build", "-o", doctorBin.path, ".")
-		cmd.Dir = filepath.Join(root, "examples", "doctor")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		cmd.Dir = filepath.Join(root, "cmd", "kubectl-hami_doctor")
+		// Its go.work puts the tree's SDK in place of the release its go.mod requires, even
+		// where the environment turns workspaces off.
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK="+filepath.Join(cmd.Dir, "go.work"))
 		if out, err := cmd.CombinedOutput(); err != nil {
-			doctorBin.err = errors.New("go build in examples/doctor: " + err.Error() + "\n" + string(out))
+			doctorBin.err = errors.New("go build in cmd/kubectl-hami_doctor: " + err.Error() + "\n" + string(out))
 		}
 	})
 	if doctorBin.err != nil {

@@ -365,7 +365,7 @@ func TestQuickstartNoNamespace(t *testing.T) {
 		"quickstart: FAILED: start the kubelet's device manager: private mount namespace for the kubelet device manager not available",
 		"sudo -E env \"PATH=$PATH\" make quickstart",
 		"sudo sysctl -w user.max_user_namespaces=15000",
-		"cd examples/doctor && go run . explain",
+		"cd cmd/kubectl-hami_doctor && go run . explain",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output has no %q:\n%s", want, out)

@@ -97,7 +97,7 @@ func (c *cli) explain(args []string) int {
 		res.Handshake = decideHandshake(vendor, *hs, *alloc, version, c.clock.Now())
 		registers = registers && res.Handshake.Healthy
 	}
-	err = write(c.stdout, *output, res, func() {
+	err = write(c.stdout, *output, document{kindExplanation, res}, func() {
 		printVerdict(c.stdout, vendor, verdict)
 		if res.Handshake != nil {
 			printHandshake(c.stdout, vendor, res.Handshake, *alloc < 0)

@@ -39,8 +39,9 @@ func (c *cli) newFlags(verb, usageText string) (*pflag.FlagSet, *string) {
 	fs.SetOutput(c.stderr)
 	fs.SortFlags = false
 	output := fs.StringP("output", "o", "text", "output format: text, json or yaml")
+	// pflag calls Usage only for -h/--help (ContinueOnError): help goes to stdout.
 	fs.Usage = func() {
-		fmt.Fprint(c.stderr, c.text(usageText), "\nFlags:\n", fs.FlagUsages())
+		fmt.Fprint(c.stdout, c.text(usageText), "\nFlags:\n", fs.FlagUsages())
 	}
 	return fs, output
 }

@@ -105,7 +105,7 @@ func (c *cli) bundleCmd(args []string) int {
 	if res.Files == nil {
 		res.Files = []string{}
 	}
-	return c.show("bundle", f.output, res, func() { printBundle(c.stdout, res) }, false)
+	return c.show("bundle", f.output, document{kindBundleResult, res}, func() { printBundle(c.stdout, res) }, false)
 }
 
 // bundleFileName is the archive's default name, diagnose's Root + ".tar.gz":

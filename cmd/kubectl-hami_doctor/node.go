@@ -50,7 +50,7 @@ func (c *cli) nodeCmd(args []string) int {
 	if err != nil {
 		return c.fail("node", nil, err)
 	}
-	return c.show("node", f.output, r, func() { printReport(c.stdout, r) }, r.Case != diagnose.Healthy)
+	return c.show("node", f.output, document{kindNodeReport, r}, func() { printReport(c.stdout, r) }, r.Case != diagnose.Healthy)
 }
 
 func (c *cli) nodesCmd(args []string) int {
@@ -76,7 +76,7 @@ func (c *cli) nodesCmd(args []string) int {
 	}
 	// No GPU node at all is a case too: nothing registers.
 	caseApplies := len(reports) == 0 || slices.ContainsFunc(reports, func(r diagnose.Report) bool { return r.Case != diagnose.Healthy })
-	return c.show("nodes", f.output, reports, func() { printNodes(c.stdout, c.name, reports, f.opts) }, caseApplies)
+	return c.show("nodes", f.output, list(kindNodeReportList, reports), func() { printNodes(c.stdout, c.name, reports, f.opts) }, caseApplies)
 }
 
 func printNodes(w io.Writer, name string, reports []diagnose.Report, opts diagnose.Options) {
@@ -99,7 +99,7 @@ func countCell(r *diagnose.Report) string {
 }
 
 func printReport(w io.Writer, r *diagnose.Report) {
-	fmt.Fprintf(w, "Node %s: %s\n", r.Node, r.Case)
+	fmt.Fprintf(w, "Node %s: %s\n", r.Node, r.Case.Describe())
 	fmt.Fprintf(w, "  %s\n\n", r.Reason)
 
 	fmt.Fprintln(w, "Channels")

@@ -72,7 +72,7 @@ func (c *cli) unlockCmd(args []string) int {
 
 // unlockDone prints the result and returns the exit status.
 func (c *cli) unlockDone(output string, res unlockResult, node string) int {
-	return c.show("unlock", output, res, func() { c.printUnlock(c.stdout, res, node) }, res.Refused != "")
+	return c.show("unlock", output, document{kindUnlockResult, res}, func() { c.printUnlock(c.stdout, res, node) }, res.Refused != "")
 }
 
 func (c *cli) printUnlock(w io.Writer, res unlockResult, node string) {

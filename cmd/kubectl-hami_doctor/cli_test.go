@@ -114,10 +114,13 @@ func TestUsageAsKubectlPlugin(t *testing.T) {
 	if code != exitError || !strings.Contains(errOut, "kubectl hami-doctor pod: no pod name given") {
 		t.Errorf("exit %d, stderr %q", code, errOut)
 	}
-	_, errOut, _ = h.run(t, "pod", "-h")
+	out, errOut, code = h.run(t, "pod", "-h")
+	if code != exitHealthy || errOut != "" {
+		t.Errorf("pod -h: exit %d, stderr %q; want help on stdout and exit 0", code, errOut)
+	}
 	for _, want := range []string{"kubectl hami-doctor pod NAMESPACE/NAME", "--kubeconfig", "--context", "-n, --namespace", "--as ", "--as-group", "--request-timeout", "--hami-namespace", "-o, --output"} {
-		if !strings.Contains(errOut, want) {
-			t.Errorf("pod -h lacks %q:\n%s", want, errOut)
+		if !strings.Contains(out, want) {
+			t.Errorf("pod -h lacks %q:\n%s", want, out)
 		}
 	}
 }
@@ -203,8 +206,11 @@ func TestPods(t *testing.T) {
 		t.Errorf("pods -A: exit %d\n%s%s", code, out, errOut)
 	}
 	out, _, _ = h.run(t, "pods", "--kubeconfig", kc, "-o", "json")
-	var reports []diagnose.PodReport
-	if err := json.Unmarshal([]byte(out), &reports); err != nil || len(reports) != 1 || reports[0].Name != "eval" {
+	var reports struct {
+		typeMeta
+		Items []diagnose.PodReport `json:"items"`
+	}
+	if err := json.Unmarshal([]byte(out), &reports); err != nil || reports.Kind != kindPodReportList || len(reports.Items) != 1 || reports.Items[0].Name != "eval" {
 		t.Errorf("pods in the context's namespace team-a: %v %+v", err, reports)
 	}
 	out, _, code = h.run(t, "pods", "-n", "empty", "--kubeconfig", kc)
@@ -212,7 +218,7 @@ func TestPods(t *testing.T) {
 		t.Errorf("empty namespace: exit %d\n%s", code, out)
 	}
 	out, _, _ = h.run(t, "pods", "-n", "empty", "--kubeconfig", kc, "-o", "yaml")
-	if strings.TrimSpace(out) != "[]" {
+	if strings.TrimSpace(out) != "apiVersion: "+apiVersion+"\nitems: []\nkind: PodReportList" {
 		t.Errorf("empty yaml %q", out)
 	}
 }
@@ -406,9 +412,11 @@ func TestNodeOutputs(t *testing.T) {
 			t.Errorf("node -o %s: exit %d %v %+v %s", format, code, err, r.Case, errOut)
 		}
 		out, _, _ = h.run(t, "nodes", "--kubeconfig", kc, "-o", format)
-		var rs []diagnose.Report
-		if err := yaml.Unmarshal([]byte(out), &rs); err != nil || len(rs) != 1 {
-			t.Errorf("nodes -o %s: %v %d", format, err, len(rs))
+		var rs struct {
+			Items []diagnose.Report `json:"items"`
+		}
+		if err := yaml.Unmarshal([]byte(out), &rs); err != nil || len(rs.Items) != 1 {
+			t.Errorf("nodes -o %s: %v %d", format, err, len(rs.Items))
 		}
 	}
 	out, _, code := h.run(t, "nodes", "--kubeconfig", kc)

@@ -1,9 +1,10 @@
-// Command doctor explains why a GPU node does not register with HAMi's scheduler and why a
-// GPU pod does not run. It is a kubectl plugin: installed as kubectl-hami_doctor on $PATH,
-// it runs as "kubectl hami-doctor" (kubectl maps the dash to the underscore):
+// Command kubectl-hami_doctor explains why a GPU node does not register with HAMi's scheduler
+// and why a GPU pod does not run. It is a kubectl plugin: installed as kubectl-hami_doctor on
+// $PATH, it runs as "kubectl hami-doctor" (kubectl maps the dash to the underscore):
 //
-//	cd examples/doctor && go build -o ~/bin/kubectl-hami_doctor .
-//	# or: GOBIN=~/bin go install . && mv ~/bin/doctor ~/bin/kubectl-hami_doctor
+//	go install github.com/hamireg/hamireg/cmd/kubectl-hami_doctor@v0.1.0
+//	kubectl krew install --manifest=cmd/kubectl-hami_doctor/krew/hami-doctor.yaml
+//	cd cmd/kubectl-hami_doctor && go build -o ~/bin/ .   # from a checkout (go.work: the tree's SDK)
 //
 // Offline, from an annotation value alone:
 //
@@ -38,6 +39,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"syscall"
 
@@ -73,11 +75,13 @@ type cli struct {
 	connect func(*genericclioptions.ConfigFlags) (kubernetes.Interface, error)
 	// api is the part of package diagnose the repair and bundle verbs call.
 	api diagnoseAPI
+	// buildInfo reads the binary's build information (debug.ReadBuildInfo) for version.
+	buildInfo func() (*debug.BuildInfo, bool)
 }
 
 // newCLI returns the command line for argv0 (os.Args[0]) and the streams, on the real clock.
 func newCLI(ctx context.Context, argv0 string, stdin io.Reader, stdout, stderr io.Writer) *cli {
-	return &cli{ctx: ctx, clock: clock.RealClock{}, name: commandName(argv0), stdin: stdin, stdout: stdout, stderr: stderr, connect: connectREST, api: defaultAPI()}
+	return &cli{ctx: ctx, clock: clock.RealClock{}, name: commandName(argv0), stdin: stdin, stdout: stdout, stderr: stderr, connect: connectREST, api: defaultAPI(), buildInfo: debug.ReadBuildInfo}
 }
 
 // commandName is how usage texts call the program: "kubectl hami-doctor" when the binary is
@@ -98,8 +102,11 @@ const usage = `Usage:
   {cmd} unlock NODE [--yes]             remove a stale node lock (hami.io/mutex.lock)
   {cmd} bundle NODE|NAMESPACE/POD [-f FILE]   write a support bundle (.tar.gz)
   {cmd} explain [flags] VALUE|-f FILE|-       explain a register annotation value, offline
+  {cmd} version [-o json|yaml]          the doctor's version, its Go and its SDK
+  {cmd} help                            this text
 
-Every verb prints -o text (default), json or yaml. The cluster verbs take kubectl's flags
+Every verb prints -o text (default), json or yaml (documents with apiVersion
+doctor.hamireg.io/v1alpha1 and a kind). The cluster verbs take kubectl's flags
 (--kubeconfig, --context, -n/--namespace for the pod's namespace, --as, ...) and
 --hami-namespace (where HAMi is installed, default kube-system).
 Exit status: 0 healthy or done, 1 a case applies (explain: the node would not register),
@@ -129,6 +136,8 @@ func (c *cli) run(args []string) int {
 		return c.unlockCmd(args[1:])
 	case "bundle":
 		return c.bundleCmd(args[1:])
+	case "version":
+		return c.versionCmd(args[1:])
 	case "help", "-h", "--help":
 		fmt.Fprint(c.stdout, c.text(usage))
 		return exitHealthy

@@ -63,7 +63,7 @@ func (c *cli) podCmd(args []string) int {
 	if err != nil {
 		return c.fail("pod", nil, err)
 	}
-	return c.show("pod", f.output, r, func() { printPodReport(c.stdout, r) }, r.Case != diagnose.PodHealthy)
+	return c.show("pod", f.output, document{kindPodReport, r}, func() { printPodReport(c.stdout, r) }, r.Case != diagnose.Healthy)
 }
 
 func (c *cli) podsCmd(args []string) int {
@@ -97,8 +97,8 @@ func (c *cli) podsCmd(args []string) int {
 	if reports == nil {
 		reports = []diagnose.PodReport{}
 	}
-	caseApplies := slices.ContainsFunc(reports, func(r diagnose.PodReport) bool { return r.Case != diagnose.PodHealthy })
-	return c.show("pods", f.output, reports, func() { printPods(c.stdout, c.name, ns, reports) }, caseApplies)
+	caseApplies := slices.ContainsFunc(reports, func(r diagnose.PodReport) bool { return r.Case != diagnose.Healthy })
+	return c.show("pods", f.output, list(kindPodReportList, reports), func() { printPods(c.stdout, c.name, ns, reports) }, caseApplies)
 }
 
 // printPods prints one line per pod: NAMESPACE NAME PHASE STAGE CASE REASON.
@@ -114,7 +114,7 @@ func printPods(w io.Writer, name, namespace string, reports []diagnose.PodReport
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAMESPACE\tNAME\tPHASE\tSTAGE\tCASE\tREASON")
 	for _, r := range reports {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Namespace, r.Name, orDash(r.Phase), r.Stage, r.Case.Code(), r.Reason)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Namespace, r.Name, orDash(r.Phase), r.Stage, r.Case, r.Reason)
 	}
 	_ = tw.Flush()
 	fmt.Fprintf(w, "\nDetails and fixes: %s pod NAMESPACE/NAME\n", name)
@@ -123,14 +123,14 @@ func printPods(w io.Writer, name, namespace string, reports []diagnose.PodReport
 // printPodReport prints a pod's diagnosis, then the node diagnoses it hands over to in the
 // format of the node verb.
 func printPodReport(w io.Writer, r *diagnose.PodReport) {
-	fmt.Fprintf(w, "Pod %s/%s: %s\n", r.Namespace, r.Name, r.Case.Code())
+	fmt.Fprintf(w, "Pod %s/%s: %s\n", r.Namespace, r.Name, r.Case)
 	fmt.Fprintf(w, "  %s\n\n", r.Reason)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "  phase\t%s\n", orDash(r.Phase))
 	fmt.Fprintf(tw, "  scheduler\t%s\n", orDash(r.SchedulerName))
 	fmt.Fprintf(tw, "  node\t%s (assigned %s, bind-phase %s)\n", orDash(r.Node), orDash(r.AssignedNode), orDash(r.BindPhase))
 	fmt.Fprintf(tw, "  stage\t%s\n", r.Stage.Describe())
-	fmt.Fprintf(tw, "  case\t%s: %s\n", r.Case.Code(), r.Reason)
+	fmt.Fprintf(tw, "  case\t%s: %s\n", r.Case, r.Reason)
 	_ = tw.Flush()
 
 	if len(r.Asks) > 0 {
@@ -150,7 +150,7 @@ func printPodReport(w io.Writer, r *diagnose.PodReport) {
 		fmt.Fprintln(w, "\nFindings")
 		for _, f := range r.Findings {
 			where := ""
-			if f.Case != diagnose.PodHealthy {
+			if f.Case != diagnose.Healthy {
 				where = f.Case.Short()
 			}
 			printFinding(w, f.Severity, where, f.Code, f.Summary, f.Evidence, f.Fix)

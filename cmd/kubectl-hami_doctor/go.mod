@@ -1,14 +1,15 @@
-// Module doctor is examples/doctor: the doctor as a kubectl plugin (kubectl hami-doctor).
+// Module kubectl-hami_doctor is the doctor as a kubectl plugin (kubectl hami-doctor),
+// installable with
+//
+//	go install github.com/hamireg/hamireg/cmd/kubectl-hami_doctor@v0.1.0
+//
 // It has a module of its own because k8s.io/cli-runtime, which gives it kubectl's flags
 // (--kubeconfig, --context, -n, --as, ...), pulls in kustomize, which the SDK's root module
-// must never require.
-module github.com/hamireg/hamireg/examples/doctor
+// must never require. It has no replace directive (go install MODULE@VERSION refuses one):
+// inside this checkout the go.work beside it puts the SDK of the tree in its place.
+module github.com/hamireg/hamireg/cmd/kubectl-hami_doctor
 
 go 1.26.0
-
-// The SDK at its release (see hack/release); the replace is for work inside this checkout
-// and does not travel to consumers, who get the required version.
-replace github.com/hamireg/hamireg => ../..
 
 require (
 	github.com/hamireg/hamireg v0.1.0
