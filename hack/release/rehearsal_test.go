@@ -136,6 +136,7 @@ func rehearsalVersion(t *testing.T) (base, version string) {
 // forgetVersion removes the rehearsal version's modules from the module cache, so that
 // rehearsals do not pile up there.
 func forgetVersion(t *testing.T, version string) {
+	t.Helper()
 	out, err := exec.Command("go", "env", "GOMODCACHE").Output()
 	if err != nil {
 		t.Logf("go env GOMODCACHE: %v", err)
