@@ -51,9 +51,10 @@
 // [github.com/hamireg/hamireg/dra] maps the same scanned GPUs to DRA devices with consumable
 // capacity (memory, cores), in the SDK's own profile or HAMi-DRA's, and package draplugin is
 // the DRA kubelet plugin that publishes them as a ResourceSlice and prepares claims with
-// HAMi-core's limits as CDI specs. With nodeagent's Options.DRA one agent serves both worlds
-// on one node, one owner per GPU: GPUs the DRA world owns are cordoned for HAMi's extender,
-// the others are tainted in the slice.
+// HAMi-core's limits as CDI specs. With nodeagent's Options.DRA, a world that package
+// [github.com/hamireg/hamireg/nodeagent/nodedra] builds, one agent serves both worlds on one
+// node, one owner per GPU: GPUs the DRA world owns are cordoned for HAMi's extender, the
+// others are tainted in the slice. Only programs that import nodedra link the DRA libraries.
 //
 // Data flows one way: NVML → nvmlscan → nodeagent → register (channel 2) and kubeletplugin
 // (channel 1); kubelet Allocate → nodeagent → allocation, hamicore and nodelock; Node informer
