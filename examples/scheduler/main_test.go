@@ -165,6 +165,9 @@ func TestManifests(t *testing.T) {
 	if m := covers(role.Rules, pluginRules()); len(m) > 0 {
 		t.Errorf("ClusterRole misses %v", m)
 	}
+	if lease := find[*rbacv1.Role](objs, "hami-scheduler-lease"); lease == nil || len(covers(lease.Rules, schedcache.LeaseRoleRules())) > 0 {
+		t.Errorf("lease Role missing or short: %v", lease)
+	}
 	var bound []string
 	for _, o := range objs {
 		if b, ok := o.(*rbacv1.ClusterRoleBinding); ok && len(b.Subjects) == 1 && b.Subjects[0].Name == "hami-scheduler" {
