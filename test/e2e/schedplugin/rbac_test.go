@@ -61,7 +61,9 @@ func TestRBACManifest(t *testing.T) {
 			o.Name = rename(o.Name)
 			clusterRules = append(clusterRules, o.Rules...)
 			_, err = c.RbacV1().ClusterRoles().Create(ctx, o, metav1.CreateOptions{})
-			cleanup(func(ctx context.Context) error { return c.RbacV1().ClusterRoles().Delete(ctx, o.Name, metav1.DeleteOptions{}) })
+			cleanup(func(ctx context.Context) error {
+				return c.RbacV1().ClusterRoles().Delete(ctx, o.Name, metav1.DeleteOptions{})
+			})
 		case *rbacv1.ClusterRoleBinding:
 			o.Name, o.RoleRef.Name = rename(o.Name), rename(o.RoleRef.Name)
 			for i := range o.Subjects {
@@ -76,7 +78,9 @@ func TestRBACManifest(t *testing.T) {
 			o.Name = rename(o.Name)
 			leaseRules = append(leaseRules, o.Rules...)
 			_, err = c.RbacV1().Roles(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
-			cleanup(func(ctx context.Context) error { return c.RbacV1().Roles(o.Namespace).Delete(ctx, o.Name, metav1.DeleteOptions{}) })
+			cleanup(func(ctx context.Context) error {
+				return c.RbacV1().Roles(o.Namespace).Delete(ctx, o.Name, metav1.DeleteOptions{})
+			})
 		case *rbacv1.RoleBinding:
 			o.Name, o.RoleRef.Name = rename(o.Name), rename(o.RoleRef.Name)
 			for i := range o.Subjects {
