@@ -11,6 +11,7 @@ go 1.26.0
 replace github.com/hamireg/hamireg => ..
 
 require (
+	github.com/google/go-cmp v0.7.0
 	github.com/hamireg/hamireg v0.1.0
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
@@ -47,7 +48,6 @@ require (
 	github.com/go-openapi/swag/yamlutils v0.27.1 // indirect
 	github.com/google/cel-go v0.29.2 // indirect
 	github.com/google/gnostic-models v0.7.0 // indirect
-	github.com/google/go-cmp v0.7.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
