@@ -1,22 +1,25 @@
-// Module schedplugin is examples/schedplugin: the skeleton of a kube-scheduler framework
-// plugin on the SDK's usage tracker. It has a module of its own because
+// Module schedplugin is the SDK's kube-scheduler framework plugin (HAMiGPU), a library that
+// scheduler binaries link with app.WithPlugin. It has a module of its own because
 // k8s.io/kube-scheduler/framework needs k8s.io/dynamic-resource-allocation and k8s.io/apiserver,
 // which the SDK's root module does not require.
-module github.com/hamireg/hamireg/examples/schedplugin
+module github.com/hamireg/hamireg/schedplugin
 
 go 1.26.0
 
 // The SDK at its release (see hack/release); the replace is for work inside this checkout
 // and does not travel to consumers, who get the required version.
-replace github.com/hamireg/hamireg => ../..
+replace github.com/hamireg/hamireg => ..
 
 require (
+	github.com/google/go-cmp v0.7.0
 	github.com/hamireg/hamireg v0.1.0
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
 	k8s.io/client-go v0.37.2
+	k8s.io/klog/v2 v2.140.0
 	k8s.io/kube-scheduler v0.37.2
 	k8s.io/utils v0.0.0-20261023123148-ca04ba58ecab
+	sigs.k8s.io/yaml v1.6.0
 )
 
 require (
@@ -45,7 +48,6 @@ require (
 	github.com/go-openapi/swag/yamlutils v0.27.1 // indirect
 	github.com/google/cel-go v0.29.2 // indirect
 	github.com/google/gnostic-models v0.7.0 // indirect
-	github.com/google/go-cmp v0.7.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
@@ -81,10 +83,8 @@ require (
 	k8s.io/component-base v0.37.2 // indirect
 	k8s.io/component-helpers v0.37.2 // indirect
 	k8s.io/dynamic-resource-allocation v0.37.2 // indirect
-	k8s.io/klog/v2 v2.140.0 // indirect
 	k8s.io/kube-openapi v0.0.0-20260721132016-d427ff9ee9ad // indirect
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730 // indirect
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
-	sigs.k8s.io/yaml v1.6.0 // indirect
 )
