@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -18,7 +17,6 @@ import (
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/hamireg/hamireg/allocation"
-	"github.com/hamireg/hamireg/nodelock"
 )
 
 // decodeBindArgs reads an ExtenderBindingArgs and checks that it names a pod and a node.
@@ -118,7 +116,9 @@ func (e *Extender) bind(ctx context.Context, pod *corev1.Pod, node string) error
 	}
 	if locked {
 		waitStart := e.opts.Clock.Now()
-		done, err := e.acquire(ctx, node, name)
+		// The binds of one node take turns (nodelock.Queue): the lock admits one pod per node
+		// until that pod's Allocate anyway.
+		done, err := e.lockQueue.Acquire(ctx, node, name, e.opts.NodeLockWait)
 		e.metrics.nodeLockWaited(waitStart)
 		if err != nil {
 			return fmt.Errorf("bind %s to %s: %w", name, node, err)
@@ -145,71 +145,6 @@ func (e *Extender) bind(ctx context.Context, pod *corev1.Pod, node string) error
 		e.rollback(ctx, pod, node, bindTime)
 	}
 	return err
-}
-
-// acquire takes the node lock for pod, waiting up to Options.NodeLockWait while another pod
-// holds it: the device plugin releases it once that pod's containers are allocated, usually
-// within a second. The binds of one node queue for its gate, and the one that has it keeps it
-// until done is called at the end of its bind: the lock admits one pod per node until that
-// pod's Allocate anyway, and the next bind then finds the lock in the informer's copy of the
-// Node and waits without a request. It waits for a change, not on a timer: the Node informer's
-// handler wakes it when the node's lock annotation changes (or the Node goes), the pod
-// informer's when a pod on the node is deleted (a lock whose owner is gone may be taken over);
-// then it tries again. [Extender.Run] registers those handlers.
-func (e *Extender) acquire(ctx context.Context, node string, pod types.NamespacedName) (done func(), err error) {
-	clk := e.opts.Clock
-	deadline := clk.Now().Add(e.opts.NodeLockWait)
-	done = func() {}
-	if e.opts.NodeLockWait > 0 { // queue behind the other binds of this node
-		gate := e.gate(node)
-		t := clk.NewTimer(e.opts.NodeLockWait)
-		select {
-		case gate <- struct{}{}:
-			t.Stop()
-			var once sync.Once
-			done = func() { once.Do(func() { <-gate }) }
-		case <-t.C():
-		case <-ctx.Done():
-			t.Stop()
-		}
-	}
-	for {
-		changed := e.locks.changed(node) // before the try: a change during it wakes the wait
-		err := e.locker.Acquire(ctx, node, pod)
-		if err == nil {
-			return done, nil
-		}
-		if !errors.Is(err, nodelock.ErrLocked) || !clk.Now().Before(deadline) {
-			done()
-			return nil, err
-		}
-		klog.FromContext(ctx).V(4).Info("Node locked by another pod, waiting", "node", node, "err", err.Error())
-		t := clk.NewTimer(deadline.Sub(clk.Now()))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			done()
-			return nil, err
-		case <-changed:
-			t.Stop()
-		case <-t.C(): // one last try at the deadline
-		}
-	}
-}
-
-// gate returns the bind token of node.
-func (e *Extender) gate(node string) chan struct{} {
-	e.gatesMu.Lock()
-	defer e.gatesMu.Unlock()
-	if e.gates == nil {
-		e.gates = map[string]chan struct{}{}
-	}
-	g, ok := e.gates[node]
-	if !ok {
-		g = make(chan struct{}, 1)
-		e.gates[node] = g
-	}
-	return g
 }
 
 // rollback releases the pod's lock and marks the bind failed (bind-phase "failed" with the

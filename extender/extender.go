@@ -30,7 +30,10 @@ type Extender struct {
 	cache  *schedcache.Cache
 	opts   Options
 	locker *nodelock.Locker
-	usage  *usageIndex
+	// lockQueue orders the binds of each node and wakes those waiting for its lock, from the
+	// Node and pod informers.
+	lockQueue *nodelock.Queue
+	usage     *usageIndex
 	// metrics are the Prometheus collectors (Options.Registerer); nil records nothing.
 	metrics *metrics
 
@@ -50,15 +53,7 @@ type Extender struct {
 	// filterMu makes a filter's decision and its assumed usage one step, so that two filters
 	// never choose the same free capacity.
 	filterMu sync.Mutex
-	// gates holds one token per node (a channel of capacity 1): the bind that has it is the
-	// only one of that node taking or waiting for the node lock, so a released lock is taken
-	// with one request instead of a request from every waiting bind.
-	gatesMu sync.Mutex
-	gates   map[string]chan struct{}
-	stats   struct{ filters, binds, bindErrors, admissions atomic.Uint64 }
-
-	// locks wakes the binds waiting for a node lock, from the Node and pod informers.
-	locks lockSignals
+	stats    struct{ filters, binds, bindErrors, admissions atomic.Uint64 }
 	// probeMismatches counts the filters in which Fit disagreed with an allocation.Probe (a
 	// bug: the filter then decided with Fit alone).
 	probeMismatches atomic.Uint64
@@ -114,6 +109,7 @@ func New(client kubernetes.Interface, c *schedcache.Cache, opts Options) (*Exten
 	if err != nil {
 		return nil, fmt.Errorf("new extender: %w: %w", ErrInvalidOptions, err)
 	}
+	e.lockQueue = nodelock.NewQueue(e.locker, nodelock.QueueOptions{Clock: opts.Clock})
 	return e, nil
 }
 
@@ -167,14 +163,14 @@ func (e *Extender) Run(ctx context.Context) error {
 			if key := obj.GetKey(); key != "" {
 				e.usage.Delete(key)
 			}
-			e.podGone(obj.OptionalObj)
+			e.lockQueue.PodGone(obj.OptionalObj)
 		},
 	}, cache.HandlerOptions{Logger: &logger})
 	if err != nil {
 		return fmt.Errorf("run extender: add pod event handler: %w", err)
 	}
 	defer func() { _ = e.pods.RemoveEventHandler(reg) }()
-	nodeReg, err := e.watchNodeLocks(logger)
+	nodeReg, err := e.cache.Informer().AddEventHandlerWithOptions(e.lockQueue.NodeHandler(), cache.HandlerOptions{Logger: &logger})
 	if err != nil {
 		return fmt.Errorf("run extender: add node event handler: %w", err)
 	}

@@ -32,6 +32,14 @@
 // value names a pod by namespace and name only, so a pod deleted and created again under
 // the same name (a StatefulSet's) counts as the lock's owner, as in HAMi.
 //
+// # Waiting for a lock
+//
+// A scheduler that binds many pods waits for a node's lock with a [Queue]: the binds of one
+// node take turns, and the one whose turn it is waits for a change of the node (its informer
+// handler, [Queue.NodeHandler], and a pod informer's deletes, [Queue.PodGone]) instead of
+// polling, up to a bound of its own. The extender's bind and the scheduler plugin's PreBind
+// share it.
+//
 // # Concurrency
 //
 // A [Locker] holds no state and no in-process mutex; any number of calls, in any number of
