@@ -125,9 +125,20 @@ type env struct {
 
 func newEnv(t testing.TB, args runtime.Object, objs ...runtime.Object) *env {
 	t.Helper()
+	e := newEnvWith(t, args, fake.NewClientset(objs...))
+	for _, o := range objs {
+		if n, ok := o.(*corev1.Node); ok {
+			e.nodes[n.Name] = n
+		}
+	}
+	return e
+}
+
+// newEnvWith is newEnv on client.
+func newEnvWith(t testing.TB, args runtime.Object, client *fake.Clientset) *env {
+	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
-	client := fake.NewClientset(objs...)
 	factory := informers.NewSharedInformerFactory(client, 0)
 	h := &fakeHandle{client: client, factory: factory, nominated: map[string][]fwk.PodInfo{}}
 	pl, err := NewFactory()(ctx, args, h)
@@ -146,13 +157,7 @@ func newEnv(t testing.TB, args runtime.Object, objs ...runtime.Object) *env {
 		t.Fatal(err)
 	}
 	<-p.sh.cache.Synced()
-	e := &env{t: t, ctx: ctx, client: client, factory: factory, h: h, p: p, nodes: map[string]*corev1.Node{}}
-	for _, o := range objs {
-		if n, ok := o.(*corev1.Node); ok {
-			e.nodes[n.Name] = n
-		}
-	}
-	return e
+	return &env{t: t, ctx: ctx, client: client, factory: factory, h: h, p: p, nodes: map[string]*corev1.Node{}}
 }
 
 // gpus are n GPUs of devmem MiB, split 10 ways, 100 cores.

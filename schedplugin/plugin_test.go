@@ -38,7 +38,8 @@ func TestArgs(t *testing.T) {
 		"unknown field":   {raw: "nodeLockWaits: 3s\n", want: `unknown field "nodeLockWaits"`},
 		"bad version":     {raw: "hamiVersion: v1\n", want: `hamiVersion "v1"`},
 		"negative wait":   {raw: "nodeLockWait: -1s\n", want: "negative"},
-		"vendor no fit":   {raw: "vendors: [{name: ACME, resourceName: acme.example/npu}]\n", want: `"ACME"`},
+		"generic vendor":  {raw: "vendors: [{name: NVIDIA}, {name: ACME, resourceName: acme.example/npu, resourceMemoryName: acme.example/npumem}]\n"},
+		"vendor rules":    {raw: "vendors: [{name: Ascend910B3, resourceName: huawei.com/Ascend910B3}]\n", want: "Ascend910B3"},
 		"vendor twice":    {raw: "vendors: [{name: NVIDIA}, {name: NVIDIA}]\n", want: "listed twice"},
 		"vendor resource": {raw: "vendors: [{name: ACME}]\n", want: "resourceName"},
 	} {
@@ -53,6 +54,8 @@ func TestArgs(t *testing.T) {
 				t.Fatalf("error %v", err)
 			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, ErrInvalidArgs)):
 				t.Fatalf("error %v, want ErrInvalidArgs with %q", err, tc.want)
+			case name == "vendor rules" && !errors.Is(err, allocation.ErrVendorRules):
+				t.Fatalf("error %v, want allocation.ErrVendorRules", err)
 			}
 		})
 	}

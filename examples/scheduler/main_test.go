@@ -54,9 +54,9 @@ func covers(rules, want []rbacv1.PolicyRule) []string {
 }
 
 // pluginRules are what the HAMiGPU plugin and the webhook do beyond system:kube-scheduler:
-// the node lock (nodes get and patch), the handshake and the node cache (nodes list, watch,
-// patch; Events), HAMi's pod annotations (pods patch; get, list and watch for the usage),
-// the quota (resourcequotas list and watch).
+// the node lock (nodes get and patch), the node cache (nodes list and watch; Events), HAMi's
+// pod annotations (pods patch; get, list and watch for the usage), the quota (resourcequotas
+// list and watch).
 func pluginRules() []rbacv1.PolicyRule {
 	return append(append(nodelock.ClusterRoleRules(), schedcache.ClusterRoleRules()...),
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "patch"}},
@@ -165,7 +165,8 @@ func TestManifests(t *testing.T) {
 	if m := covers(role.Rules, pluginRules()); len(m) > 0 {
 		t.Errorf("ClusterRole misses %v", m)
 	}
-	if lease := find[*rbacv1.Role](objs, "hami-scheduler-lease"); lease == nil || len(covers(lease.Rules, schedcache.LeaseRoleRules())) > 0 {
+	electorRules := []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}}}
+	if lease := find[*rbacv1.Role](objs, "hami-scheduler-lease"); lease == nil || len(covers(lease.Rules, electorRules)) > 0 {
 		t.Errorf("lease Role missing or short: %v", lease)
 	}
 	var bound []string

@@ -4,8 +4,10 @@
 // ClusterRole), and checks that its placements are allocated by HAMi's node side: by
 // examples/deviceplugin on the kubelet's device manager, by allocationtest's stand-in of
 // HAMi's own device plugin, and, for a vendor other than NVIDIA, by examples/acmeplugin.
-// With many pods under ResourceQuotas, no GPU is over-committed and no quota exceeded. Every
-// test runs a scheduler of its own whose HAMiGPU profile has a name of its own, and pods
+// With many pods under ResourceQuotas, no GPU is over-committed and no quota exceeded. The
+// binary's webhook mode answers admission reviews from the API server's caches, and the
+// example's rbac.yaml grants, by SubjectAccessReview, what the program uses and nothing more.
+// Every test runs a scheduler of its own whose HAMiGPU profile has a name of its own, and pods
 // restricted to the test's nodes, so that tests run in parallel on the shared control plane.
 package schedplugin_test
 
