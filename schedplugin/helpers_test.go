@@ -6,6 +6,7 @@ import (
 	"maps"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -71,22 +72,30 @@ type fakePodInfo struct {
 
 func (p *fakePodInfo) GetPod() *corev1.Pod { return p.pod }
 
+// generation numbers the fake NodeInfos' states, as kube-scheduler's global counter does.
+var generation atomic.Int64
+
 // fakeNodeInfo is a fwk.NodeInfo of a node and its pods.
 type fakeNodeInfo struct {
 	fwk.NodeInfo
 	node *corev1.Node
 	pods []fwk.PodInfo
+	gen  int64
 }
 
 func (n *fakeNodeInfo) Node() *corev1.Node     { return n.node }
 func (n *fakeNodeInfo) GetPods() []fwk.PodInfo { return n.pods }
+func (n *fakeNodeInfo) GetGeneration() int64   { return n.gen }
 func (n *fakeNodeInfo) Snapshot() fwk.NodeInfo {
-	return &fakeNodeInfo{node: n.node, pods: append([]fwk.PodInfo(nil), n.pods...)}
+	return &fakeNodeInfo{node: n.node, pods: append([]fwk.PodInfo(nil), n.pods...), gen: n.gen}
 }
-func (n *fakeNodeInfo) AddPodInfo(pi fwk.PodInfo) { n.pods = append(n.pods, pi) }
+func (n *fakeNodeInfo) AddPodInfo(pi fwk.PodInfo) {
+	n.pods = append(n.pods, pi)
+	n.gen = generation.Add(1)
+}
 
 func nodeInfo(node *corev1.Node, pods ...*corev1.Pod) *fakeNodeInfo {
-	ni := &fakeNodeInfo{node: node}
+	ni := &fakeNodeInfo{node: node, gen: generation.Add(1)}
 	for _, p := range pods {
 		ni.pods = append(ni.pods, &fakePodInfo{pod: p})
 	}
@@ -151,7 +160,12 @@ func newEnv(t testing.TB, args runtime.Object, objs ...runtime.Object) *env {
 // newEnvWith is newEnv on client.
 func newEnvWith(t testing.TB, args runtime.Object, client *fake.Clientset) *env {
 	t.Helper()
-	_, ctx := ktesting.NewTestContext(t)
+	var ctx context.Context
+	if tt, ok := t.(*testing.T); ok {
+		_, ctx = ktesting.NewTestContext(tt)
+	} else { // benchmarks: no logging cost
+		ctx = klog.NewContext(t.Context(), klog.Background().V(10))
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	factory := informers.NewSharedInformerFactory(client, 0)
 	h := &fakeHandle{client: client, factory: factory, nominated: map[string][]fwk.PodInfo{}}
