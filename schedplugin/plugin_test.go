@@ -488,3 +488,28 @@ func TestTwoVendorsUnresolvable(t *testing.T) {
 		t.Fatalf("PreFilter %v", st)
 	}
 }
+
+// TestGenericVendor places a pod of a vendor HAMi does not know with the generic fit: the
+// vendor's register annotation, its resources and its pod annotation keys.
+func TestGenericVendor(t *testing.T) {
+	t.Parallel()
+	acme := annotation.NewVendor("ACME", "acme.example/npu")
+	devs := []annotation.Device{{ID: "NPU-0", Count: 4, Devmem: 16000, Devcore: 100, Type: "ACME", Health: true}}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "npu", Annotations: map[string]string{acme.RegisterKey: annotation.Encode(devs)}},
+		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{"acme.example/npu": resource.MustParse("4")}}}
+	pod := gpuPod("p", map[string]string{"acme.example/npu": "1", "acme.example/npumem": "1000"})
+	args := &Args{Vendors: []VendorArgs{{Name: "NVIDIA"}, {Name: "ACME", ResourceName: "acme.example/npu", ResourceMemoryName: "acme.example/npumem"}}}
+	e := newEnv(t, args, node, pod)
+	cs := e.reserve(pod, node)
+	if st := e.p.PreBind(e.ctx, cs, pod, "npu"); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	got, _ := e.client.CoreV1().Pods("default").Get(e.ctx, "p", metav1.GetOptions{})
+	if v := got.Annotations[acme.AllocatedKey]; v != "NPU-0,ACME,1000,0:;" || got.Annotations[acme.ToAllocateKey] != v {
+		t.Errorf("annotations %v", got.Annotations)
+	}
+	nv := gpuPod("nv", oneGPU)
+	if st := e.p.Filter(e.ctx, e.preFilter(nv), nv, nodeInfo(node)); st.Code() != fwk.UnschedulableAndUnresolvable {
+		t.Errorf("NVIDIA pod on an ACME node: %v", st)
+	}
+}
