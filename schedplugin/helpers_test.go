@@ -146,9 +146,9 @@ type env struct {
 	nodes   map[string]*corev1.Node
 }
 
-func newEnv(t testing.TB, args runtime.Object, objs ...runtime.Object) *env {
-	t.Helper()
-	e := newEnvWith(t, args, fake.NewClientset(objs...))
+func newEnv(tb testing.TB, args runtime.Object, objs ...runtime.Object) *env {
+	tb.Helper()
+	e := newEnvWith(tb, args, fake.NewClientset(objs...))
 	for _, o := range objs {
 		if n, ok := o.(*corev1.Node); ok {
 			e.nodes[n.Name] = n
@@ -158,13 +158,13 @@ func newEnv(t testing.TB, args runtime.Object, objs ...runtime.Object) *env {
 }
 
 // newEnvWith is newEnv on client.
-func newEnvWith(t testing.TB, args runtime.Object, client *fake.Clientset) *env {
-	t.Helper()
+func newEnvWith(tb testing.TB, args runtime.Object, client *fake.Clientset) *env {
+	tb.Helper()
 	var ctx context.Context
-	if tt, ok := t.(*testing.T); ok {
+	if tt, ok := tb.(*testing.T); ok {
 		_, ctx = ktesting.NewTestContext(tt)
 	} else { // benchmarks: no logging cost
-		ctx = klog.NewContext(t.Context(), klog.Background().V(10))
+		ctx = klog.NewContext(tb.Context(), klog.Background().V(10))
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	factory := informers.NewSharedInformerFactory(client, 0)
@@ -172,20 +172,20 @@ func newEnvWith(t testing.TB, args runtime.Object, client *fake.Clientset) *env 
 	pl, err := NewFactory()(ctx, args, h)
 	if err != nil {
 		cancel()
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	p := pl.(*Plugin)
 	factory.Start(ctx.Done())
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		_ = p.Close()
 		cancel()
 		factory.Shutdown()
 	})
 	if err := p.sh.waitSynced(ctx); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	<-p.sh.cache.Synced()
-	return &env{t: t, ctx: ctx, client: client, factory: factory, h: h, p: p, nodes: map[string]*corev1.Node{}}
+	return &env{t: tb, ctx: ctx, client: client, factory: factory, h: h, p: p, nodes: map[string]*corev1.Node{}}
 }
 
 // gpus are n GPUs of devmem MiB, split 10 ways, 100 cores.

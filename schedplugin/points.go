@@ -148,11 +148,11 @@ func (p *Plugin) NormalizeScore(_ context.Context, cs fwk.CycleState, _ *corev1.
 	for i := range scores {
 		switch {
 		case hi == lo:
-			scores[i].Score = fwk.MaxNodeScore
+			scores[i].Score = fwk.MaxScore
 		case s.binpack:
-			scores[i].Score = (scores[i].Score - lo) * fwk.MaxNodeScore / (hi - lo)
+			scores[i].Score = (scores[i].Score - lo) * fwk.MaxScore / (hi - lo)
 		default:
-			scores[i].Score = (hi - scores[i].Score) * fwk.MaxNodeScore / (hi - lo)
+			scores[i].Score = (hi - scores[i].Score) * fwk.MaxScore / (hi - lo)
 		}
 	}
 	return nil

@@ -1,7 +1,6 @@
 package schedplugin
 
 import (
-	"maps"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -100,7 +99,6 @@ type reservation struct {
 	devices allocation.PodDevices
 	used    map[string]allocation.Usage
 	mig     map[string][]mig.Placement
-	quota   allocation.QuotaAmount
 	undo    func()
 }
 
@@ -207,11 +205,6 @@ func (u *nodeUsage) add(used map[string]allocation.Usage, placements map[string]
 	for gpu, ps := range placements {
 		u.mig[gpu] = append(u.mig[gpu][:len(u.mig[gpu]):len(u.mig[gpu])], ps...)
 	}
-}
-
-func (u *nodeUsage) clone() nodeUsage {
-	out := nodeUsage{used: maps.Clone(u.used), mig: maps.Clone(u.mig)}
-	return out
 }
 
 // podKeyOf is the tracker's key of pod.
