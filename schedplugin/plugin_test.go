@@ -631,3 +631,31 @@ func TestProfilesShareState(t *testing.T) {
 		t.Errorf("binpack profile chose %s", got)
 	}
 }
+
+// TestForeignPods: a pod another scheduler placed on the node and not yet bound counts there
+// although the NodeInfo lacks it; once its bind failed it holds nothing.
+func TestForeignPods(t *testing.T) {
+	t.Parallel()
+	n := gpuNode("n", gpus("n", 1, 1000), nil)
+	foreign := placedPod("foreign", "n", "GPU-n-0,NVIDIA,1000,0:;")
+	foreign.Spec.NodeName, foreign.Status.Phase = "", corev1.PodPending
+	e := newEnv(t, nil, n, foreign)
+	pod := gpuPod("p", oneGPU)
+	if st := e.p.Filter(e.ctx, e.preFilter(pod), pod, nodeInfo(n)); st.Code() != fwk.Unschedulable {
+		t.Fatalf("with a foreign pod: %v", st)
+	}
+	foreign.Annotations[allocation.KeyBindPhase] = string(allocation.PhaseFailed)
+	if _, err := e.client.CoreV1().Pods("default").Update(e.ctx, foreign, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if e.p.Filter(e.ctx, e.preFilter(pod), pod, nodeInfo(n)).IsSuccess() {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a failed bind's pod still counts")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
