@@ -354,6 +354,8 @@ func TestHints(t *testing.T) {
 		"selection changed": {ev: fwk.ClusterEvent{Resource: fwk.TargetPod, ActionType: fwk.Update}, old: pod, new: policy, want: fwk.Queue},
 		"request changed":   {ev: fwk.ClusterEvent{Resource: fwk.TargetPod, ActionType: fwk.Update}, old: pod, new: more, want: fwk.Queue},
 		"label changed":     {ev: fwk.ClusterEvent{Resource: fwk.TargetPod, ActionType: fwk.Update}, old: pod, new: labelled, want: fwk.QueueSkip},
+		"foreign deleted":   {ev: fwk.ClusterEvent{Resource: fwk.UnscheduledPod, ActionType: fwk.Delete}, old: placedPod("f", "n", "x"), want: fwk.Queue},
+		"pending deleted":   {ev: fwk.ClusterEvent{Resource: fwk.UnscheduledPod, ActionType: fwk.Delete}, old: gpuPod("f", oneGPU), want: fwk.QueueSkip},
 	} {
 		t.Run(name, func(t *testing.T) {
 			fn, ok := hint[tc.ev]
