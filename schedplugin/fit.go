@@ -73,7 +73,7 @@ func (p *Plugin) fit(s *cycleState, pod *corev1.Pod, nodeInfo fwk.NodeInfo, q *a
 	if reg == nil || reg.State != schedcache.StateRegistered {
 		return fitOutcome{reason: unregisteredReason(info, known, vendor)}
 	}
-	key := memoKey{gen: nodeInfo.GetGeneration(), info: info, res: p.sh.res.nodeVersion(node.Name), req: s.reqKey}
+	key := memoKey{gen: nodeInfo.GetGeneration(), info: info, res: p.sh.res.nodeVersion(node.Name), foreign: p.sh.foreign.version(node.Name), req: s.reqKey}
 	memoable := q == nil
 	if memoable {
 		if m, ok := p.sh.memo.Load(node.Name); ok {
@@ -106,12 +106,13 @@ func (p *Plugin) fit(s *cycleState, pod *corev1.Pod, nodeInfo fwk.NodeInfo, q *a
 }
 
 // memoKey is what a node's fit depends on: the NodeInfo's generation (its pods and Node), the
-// node cache's registration, the node's reservations and the request.
+// node cache's registration, the node's reservations and foreign pods, and the request.
 type memoKey struct {
-	gen  int64
-	info *schedcache.NodeInfo
-	res  uint64
-	req  string
+	gen     int64
+	info    *schedcache.NodeInfo
+	res     uint64
+	foreign uint64
+	req     string
 }
 
 // fitMemo is a node's last fit without quota, nominated pods, the pod itself or newer
@@ -132,11 +133,12 @@ func holds(nodeInfo fwk.NodeInfo, uid types.UID) bool {
 	return false
 }
 
-// requestKey identifies what a fit depends on besides the node: the vendor, the request and
-// the pod's annotations other than those the scheduler and device plugin write.
-func requestKey(vendor int, req allocation.PodRequest, annotations map[string]string) string {
-	b := make([]byte, 0, 64+32*len(annotations))
-	b = fmt.Appendf(b, "%d|%d", vendor, req.Init)
+// requestKey identifies what a fit depends on besides the node: the vendor, the profile's
+// configuration, the request and the pod's annotations other than those the scheduler and
+// the device plugin write.
+func requestKey(vendor int, cfg allocation.Config, req allocation.PodRequest, annotations map[string]string) string {
+	b := make([]byte, 0, 256+32*len(annotations))
+	b = fmt.Appendf(b, "%d|%+v|%d", vendor, cfg, req.Init) // profiles may differ in policies and defaults
 	for _, r := range req.Containers {
 		b = fmt.Appendf(b, "|%d,%s,%d,%d,%d", r.Count, r.Type, r.Memory, r.MemoryPercentage, r.Cores)
 	}
@@ -156,7 +158,8 @@ var writtenKeys = []string{allocation.KeyNode, allocation.KeyTime, allocation.Ke
 
 // usageOn sums what nodeInfo's pods hold of vendor's GPUs on node, without the pod self: an
 // assumed pod's devices come from its reservation, a bound pod's from its annotations
-// (memoised), and reservations newer than seq count when their pods are absent from nodeInfo.
+// (memoised), and reservations newer than seq count when their pods are absent from nodeInfo,
+// as do the pods placed on the node but not bound (foreignPods) that nodeInfo lacks.
 // Pods without spec.nodeName (nominated pods added by the framework) are returned apart,
 // highest priority first.
 func (p *Plugin) usageOn(nodeInfo fwk.NodeInfo, node string, self types.UID, vendor int, seq uint64) (u nodeUsage, nominated []*corev1.Pod, selfIn, newer bool) {
@@ -179,6 +182,18 @@ func (p *Plugin) usageOn(nodeInfo fwk.NodeInfo, node string, self types.UID, ven
 		if res, ok := p.sh.res.get(pod.UID); ok && res.node == node && res.vendor == vendor {
 			u.add(res.used, res.mig)
 			continue
+		}
+		if pl, ok := p.sh.placement(pod, vendor); ok && pl.Node == node {
+			u.add(pl.GPUs, pl.MIG)
+		}
+	}
+	foreign, _ := p.sh.foreign.on(node)
+	for _, pod := range foreign {
+		if present[pod.UID] || pod.UID == self {
+			continue
+		}
+		if _, ours := p.sh.res.get(pod.UID); ours {
+			continue // placed by this scheduler: its reservation or its NodeInfo counts it
 		}
 		if pl, ok := p.sh.placement(pod, vendor); ok && pl.Node == node {
 			u.add(pl.GPUs, pl.MIG)

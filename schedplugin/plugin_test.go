@@ -354,6 +354,8 @@ func TestHints(t *testing.T) {
 		"selection changed": {ev: fwk.ClusterEvent{Resource: fwk.TargetPod, ActionType: fwk.Update}, old: pod, new: policy, want: fwk.Queue},
 		"request changed":   {ev: fwk.ClusterEvent{Resource: fwk.TargetPod, ActionType: fwk.Update}, old: pod, new: more, want: fwk.Queue},
 		"label changed":     {ev: fwk.ClusterEvent{Resource: fwk.TargetPod, ActionType: fwk.Update}, old: pod, new: labelled, want: fwk.QueueSkip},
+		"foreign deleted":   {ev: fwk.ClusterEvent{Resource: fwk.UnscheduledPod, ActionType: fwk.Delete}, old: placedPod("f", "n", "x"), want: fwk.Queue},
+		"pending deleted":   {ev: fwk.ClusterEvent{Resource: fwk.UnscheduledPod, ActionType: fwk.Delete}, old: gpuPod("f", oneGPU), want: fwk.QueueSkip},
 	} {
 		t.Run(name, func(t *testing.T) {
 			fn, ok := hint[tc.ev]
@@ -580,6 +582,81 @@ func TestDeletedPodDropsReservation(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("reservation kept after the pod's deletion")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestProfilesShareState: one factory's profiles share the cluster-wide state, must agree on
+// the version, and each fits with its own policies (the per-node memo does not cross them).
+func TestProfilesShareState(t *testing.T) {
+	t.Parallel()
+	n := gpuNode("n", gpus("n", 2, 1000), nil)
+	held := placedPod("held", "n", "GPU-n-0,NVIDIA,300,0:;")
+	e := newEnv(t, &Args{GPUSchedulerPolicy: "binpack"}, n, held)
+	spreadPl, err := e.newPlugin(e.ctx, &Args{GPUSchedulerPolicy: "spread"}, e.h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spread := spreadPl.(*Plugin)
+	t.Cleanup(func() { _ = spread.Close() })
+	if spread.sh != e.p.sh {
+		t.Fatal("profiles of one factory do not share their state")
+	}
+	if _, err := e.newPlugin(e.ctx, &Args{HAMiVersion: "v2.9.0"}, e.h); !errors.Is(err, ErrInvalidArgs) {
+		t.Fatalf("a profile with another version: %v", err)
+	}
+	pod := gpuPod("p", map[string]string{"nvidia.com/gpu": "1", "nvidia.com/gpumem": "100"})
+	ni := nodeInfo(n, held) // one NodeInfo generation for both profiles
+	filter := func(p *Plugin) *fakeCycleState {
+		cs := newCycleState()
+		if _, st := p.PreFilter(e.ctx, cs, pod, nil); !st.IsSuccess() {
+			t.Fatal(st)
+		}
+		if st := p.Filter(e.ctx, cs, pod, ni); !st.IsSuccess() {
+			t.Fatal(st)
+		}
+		return cs
+	}
+	gpuOf := func(p *Plugin, cs *fakeCycleState) string {
+		if st := p.Reserve(e.ctx, cs, pod, "n"); !st.IsSuccess() {
+			t.Fatal(st)
+		}
+		defer p.Unreserve(e.ctx, cs, pod, "n")
+		return readState(cs).reserved.devices[0][0].UUID
+	}
+	binpackCS, spreadCS := filter(e.p), filter(spread)
+	if got := gpuOf(spread, spreadCS); got != "GPU-n-1" {
+		t.Errorf("spread profile chose %s", got)
+	}
+	if got := gpuOf(e.p, binpackCS); got != "GPU-n-0" {
+		t.Errorf("binpack profile chose %s", got)
+	}
+}
+
+// TestForeignPods: a pod another scheduler placed on the node and not yet bound counts there
+// although the NodeInfo lacks it; once its bind failed it holds nothing.
+func TestForeignPods(t *testing.T) {
+	t.Parallel()
+	n := gpuNode("n", gpus("n", 1, 1000), nil)
+	foreign := placedPod("foreign", "n", "GPU-n-0,NVIDIA,1000,0:;")
+	foreign.Spec.NodeName, foreign.Status.Phase = "", corev1.PodPending
+	e := newEnv(t, nil, n, foreign)
+	pod := gpuPod("p", oneGPU)
+	if st := e.p.Filter(e.ctx, e.preFilter(pod), pod, nodeInfo(n)); st.Code() != fwk.Unschedulable {
+		t.Fatalf("with a foreign pod: %v", st)
+	}
+	foreign.Annotations[allocation.KeyBindPhase] = string(allocation.PhaseFailed)
+	if _, err := e.client.CoreV1().Pods("default").Update(e.ctx, foreign, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if e.p.Filter(e.ctx, e.preFilter(pod), pod, nodeInfo(n)).IsSuccess() {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a failed bind's pod still counts")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
