@@ -10,7 +10,10 @@
 // with one constant fragment so batching stays on). Filter fits the pod on the NodeInfo it is
 // handed: what the node's pods hold comes from their hami.io/vgpu-devices-allocated
 // annotations (decoded once per resourceVersion), from the plugin's reservations for assumed
-// pods, and from fitting the nominated pods the framework added; the registration, pair scores
+// pods, from fitting the nominated pods the framework added, and from pods placed on the node
+// but not bound that the NodeInfo lacks (another HAMi scheduler's); a node's fit is memoised
+// while its NodeInfo generation, registration, reservations and the request are the same. The
+// registration, pair scores
 // and MIG geometry come from a schedcache.Cache. A failure is Unschedulable when removing pods
 // could help and UnschedulableAndUnresolvable otherwise (allocation.Unresolvable), so that
 // preemption tries exactly the nodes where it can succeed. AddPod and RemovePod move the
@@ -27,8 +30,9 @@
 // that compare strings only: an assigned pod holding or asking devices deleted, a node with a
 // register annotation added, a register, score or cordon annotation changed (never the node
 // lock or the handshake), allocatable devices rising, the pod's own requests or selection
-// annotations changed. ResourceQuota changes reach the plugin's own informer handler, which
-// calls Handle.Activate for the pods rejected for quota in that namespace.
+// annotations changed, an unbound pod placed by another scheduler deleted. ResourceQuota
+// changes reach the plugin's own informer handler, which calls Handle.Activate for the pods
+// rejected for quota in that namespace (no dynamic informer is needed).
 //
 // # Lifecycle and concurrency
 //
@@ -44,7 +48,13 @@
 //
 // # Usage
 //
-//	command := app.NewSchedulerCommand(app.WithPlugin(schedplugin.Name, schedplugin.NewFactory()))
+// A scheduler binary registers the factory with
+// app.NewSchedulerCommand(app.WithPlugin(schedplugin.Name, schedplugin.NewFactory())), and
+// kube-scheduler calls it once per profile that enables the plugin, as Example does:
+//
+//	newPlugin := schedplugin.NewFactory() // one factory: every profile shares its state
+//	args := &runtime.Unknown{Raw: []byte("nodeSchedulerPolicy: spread\nhamiVersion: master\nnodeLockWait: 10s\n")}
+//	p, err := newPlugin(ctx, args, handle{client: client, factory: factory})
 //
 // with a profile that enables HAMiGPU at every point (multiPoint) and its args, for example
 //
@@ -56,5 +66,5 @@
 //	    nodeLockWait: 10s
 //
 // The scheduler needs, beyond system:kube-scheduler, pods patch, nodes patch (the lock) and
-// resourcequotas list and watch. See Example for the factory called directly.
+// resourcequotas list and watch.
 package schedplugin

@@ -27,7 +27,21 @@ func (p *Plugin) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, 
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.UpdateNodeAnnotation}, QueueingHintFn: p.hintNodeAnnotation},
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.UpdateNodeAllocatable}, QueueingHintFn: p.hintNodeAllocatable},
 		{Event: fwk.ClusterEvent{Resource: fwk.TargetPod, ActionType: fwk.Update}, QueueingHintFn: p.hintTargetPodUpdate},
+		{Event: fwk.ClusterEvent{Resource: fwk.UnscheduledPod, ActionType: fwk.Delete}, QueueingHintFn: p.hintUnscheduledPodDelete},
 	}, nil
+}
+
+// hintUnscheduledPodDelete queues when the deleted pod was placed but not bound (another
+// scheduler's, counted as foreign usage and against the quota).
+func (p *Plugin) hintUnscheduledPodDelete(_ klog.Logger, _ *corev1.Pod, oldObj, _ any) (fwk.QueueingHint, error) {
+	pod, ok := oldObj.(*corev1.Pod)
+	if !ok {
+		return fwk.Queue, nil
+	}
+	if pod.Annotations[allocation.KeyNode] != "" {
+		return fwk.Queue, nil
+	}
+	return fwk.QueueSkip, nil
 }
 
 // hintAssignedPodDelete queues when the deleted pod held HAMi devices or asked for them (a

@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 
+	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,6 +26,18 @@ import (
 	"github.com/hamireg/hamireg/annotation"
 )
 
+// TestMain fails the package if a test leaves a goroutine behind: Close joins the node cache.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
 // fakeHandle is the part of fwk.Handle the plugin uses.
 type fakeHandle struct {
 	fwk.Handle
@@ -33,7 +48,7 @@ type fakeHandle struct {
 	activated []string
 }
 
-func (h *fakeHandle) ClientSet() kubernetes.Interface                       { return h.client }
+func (h *fakeHandle) ClientSet() kubernetes.Interface                        { return h.client }
 func (h *fakeHandle) SharedInformerFactory() informers.SharedInformerFactory { return h.factory }
 func (h *fakeHandle) SnapshotSharedLister() fwk.SharedLister                 { return nil }
 func (h *fakeHandle) NominatedPodsForNode(node string) []fwk.PodInfo {
@@ -57,22 +72,30 @@ type fakePodInfo struct {
 
 func (p *fakePodInfo) GetPod() *corev1.Pod { return p.pod }
 
+// generation numbers the fake NodeInfos' states, as kube-scheduler's global counter does.
+var generation atomic.Int64
+
 // fakeNodeInfo is a fwk.NodeInfo of a node and its pods.
 type fakeNodeInfo struct {
 	fwk.NodeInfo
 	node *corev1.Node
 	pods []fwk.PodInfo
+	gen  int64
 }
 
 func (n *fakeNodeInfo) Node() *corev1.Node     { return n.node }
 func (n *fakeNodeInfo) GetPods() []fwk.PodInfo { return n.pods }
+func (n *fakeNodeInfo) GetGeneration() int64   { return n.gen }
 func (n *fakeNodeInfo) Snapshot() fwk.NodeInfo {
-	return &fakeNodeInfo{node: n.node, pods: append([]fwk.PodInfo(nil), n.pods...)}
+	return &fakeNodeInfo{node: n.node, pods: append([]fwk.PodInfo(nil), n.pods...), gen: n.gen}
 }
-func (n *fakeNodeInfo) AddPodInfo(pi fwk.PodInfo) { n.pods = append(n.pods, pi) }
+func (n *fakeNodeInfo) AddPodInfo(pi fwk.PodInfo) {
+	n.pods = append(n.pods, pi)
+	n.gen = generation.Add(1)
+}
 
 func nodeInfo(node *corev1.Node, pods ...*corev1.Pod) *fakeNodeInfo {
-	ni := &fakeNodeInfo{node: node}
+	ni := &fakeNodeInfo{node: node, gen: generation.Add(1)}
 	for _, p := range pods {
 		ni.pods = append(ni.pods, &fakePodInfo{pod: p})
 	}
@@ -120,12 +143,14 @@ type env struct {
 	factory informers.SharedInformerFactory
 	h       *fakeHandle
 	p       *Plugin
-	nodes   map[string]*corev1.Node
+	// newPlugin is the factory p came from: another profile's plugin shares p's state.
+	newPlugin func(context.Context, runtime.Object, fwk.Handle) (fwk.Plugin, error)
+	nodes     map[string]*corev1.Node
 }
 
-func newEnv(t testing.TB, args runtime.Object, objs ...runtime.Object) *env {
-	t.Helper()
-	e := newEnvWith(t, args, fake.NewClientset(objs...))
+func newEnv(tb testing.TB, args runtime.Object, objs ...runtime.Object) *env {
+	tb.Helper()
+	e := newEnvWith(tb, args, fake.NewClientset(objs...))
 	for _, o := range objs {
 		if n, ok := o.(*corev1.Node); ok {
 			e.nodes[n.Name] = n
@@ -135,29 +160,35 @@ func newEnv(t testing.TB, args runtime.Object, objs ...runtime.Object) *env {
 }
 
 // newEnvWith is newEnv on client.
-func newEnvWith(t testing.TB, args runtime.Object, client *fake.Clientset) *env {
-	t.Helper()
-	_, ctx := ktesting.NewTestContext(t)
+func newEnvWith(tb testing.TB, args runtime.Object, client *fake.Clientset) *env {
+	tb.Helper()
+	var ctx context.Context
+	if tt, ok := tb.(*testing.T); ok {
+		_, ctx = ktesting.NewTestContext(tt)
+	} else { // benchmarks: no logging cost
+		ctx = klog.NewContext(tb.Context(), klog.Background().V(10))
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	factory := informers.NewSharedInformerFactory(client, 0)
 	h := &fakeHandle{client: client, factory: factory, nominated: map[string][]fwk.PodInfo{}}
-	pl, err := NewFactory()(ctx, args, h)
+	newPlugin := NewFactory()
+	pl, err := newPlugin(ctx, args, h)
 	if err != nil {
 		cancel()
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	p := pl.(*Plugin)
 	factory.Start(ctx.Done())
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		_ = p.Close()
 		cancel()
 		factory.Shutdown()
 	})
 	if err := p.sh.waitSynced(ctx); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	<-p.sh.cache.Synced()
-	return &env{t: t, ctx: ctx, client: client, factory: factory, h: h, p: p, nodes: map[string]*corev1.Node{}}
+	return &env{t: tb, ctx: ctx, client: client, factory: factory, h: h, p: p, newPlugin: newPlugin, nodes: map[string]*corev1.Node{}}
 }
 
 // gpus are n GPUs of devmem MiB, split 10 ways, 100 cores.

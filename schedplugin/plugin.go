@@ -81,6 +81,8 @@ type shared struct {
 
 	res      reservations
 	decoded  sync.Map // types.UID → *decodedPod
+	memo     sync.Map // node name → *fitMemo
+	foreign  foreignPods
 	quotaRej quotaRejects
 
 	cancel context.CancelCauseFunc
@@ -131,6 +133,14 @@ func newShared(ctx context.Context, h fwk.Handle, s settings) (*shared, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A deleted node's fit memo goes with it.
+	if _, err := nodes.Informer().AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{DeleteFunc: func(obj any) {
+		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+			sh.memo.Delete(key)
+		}
+	}}, opts); err != nil {
+		return nil, err
+	}
 	sh.synced = []cache.InformerSynced{podReg.HasSynced, quotaReg.HasSynced, nodeReg.HasSynced, c.HasSynced}
 	runCtx, cancel := context.WithCancelCause(ctx)
 	sh.cancel = cancel
@@ -173,6 +183,7 @@ func (sh *shared) podHandler() cache.ResourceEventHandler {
 				for _, t := range sh.trackers {
 					t.Observe(pod)
 				}
+				sh.foreign.observe(pod)
 			}
 		},
 		UpdateFunc: func(o, n any) {
@@ -186,6 +197,7 @@ func (sh *shared) podHandler() cache.ResourceEventHandler {
 					t.Observe(np)
 				}
 			}
+			sh.foreign.observe(np)
 		},
 		DeleteFunc: func(obj any) {
 			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -199,6 +211,7 @@ func (sh *shared) podHandler() cache.ResourceEventHandler {
 				t.Delete(usage.Key(pod.Namespace, pod.Name))
 			}
 			sh.res.drop(pod.UID, nil)
+			sh.foreign.forget(pod.UID)
 			sh.decoded.Delete(pod.UID)
 			sh.quotaRej.forget(pod)
 			sh.locks.PodGone(pod)
@@ -365,4 +378,86 @@ func (p *Plugin) vendorOf(pod *corev1.Pod) (int, allocation.PodRequest, string) 
 		found, req = i, r
 	}
 	return found, req, ""
+}
+
+// foreignPods are the pods placed on a node (hami.io/vgpu-node) but not bound to it: placed by
+// another scheduler (HAMi's own, in a mixed cluster), or by this one and not bound yet. The
+// scheduler's NodeInfo holds only bound and assumed pods, so Filter adds those that are absent
+// from it. A pod whose bind failed holds nothing until it is placed again (as the tracker).
+type foreignPods struct {
+	mu     sync.RWMutex
+	byNode map[string]map[types.UID]*corev1.Pod
+	nodeOf map[types.UID]string
+	seq    uint64
+	ver    map[string]uint64
+}
+
+func (f *foreignPods) observe(pod *corev1.Pod) {
+	node := pod.Annotations[allocation.KeyNode]
+	terminal := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+	failed := pod.Annotations[allocation.KeyBindPhase] == string(allocation.PhaseFailed)
+	keep := node != "" && pod.Spec.NodeName == "" && !terminal && !failed
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	old, had := f.nodeOf[pod.UID]
+	if !keep && !had {
+		return
+	}
+	if f.byNode == nil {
+		f.byNode, f.nodeOf, f.ver = map[string]map[types.UID]*corev1.Pod{}, map[types.UID]string{}, map[string]uint64{}
+	}
+	if had {
+		f.removeLocked(pod.UID, old)
+	}
+	if keep {
+		m := f.byNode[node]
+		if m == nil {
+			m = map[types.UID]*corev1.Pod{}
+			f.byNode[node] = m
+		}
+		m[pod.UID] = pod
+		f.nodeOf[pod.UID] = node
+		f.seq++
+		f.ver[node] = f.seq
+	}
+}
+
+func (f *foreignPods) forget(uid types.UID) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if node, ok := f.nodeOf[uid]; ok {
+		f.removeLocked(uid, node)
+	}
+}
+
+func (f *foreignPods) removeLocked(uid types.UID, node string) {
+	delete(f.byNode[node], uid)
+	if len(f.byNode[node]) == 0 {
+		delete(f.byNode, node)
+	}
+	delete(f.nodeOf, uid)
+	f.seq++
+	f.ver[node] = f.seq
+}
+
+// on returns the foreign pods of node and the node's version (it changes with them).
+func (f *foreignPods) on(node string) ([]*corev1.Pod, uint64) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	m := f.byNode[node]
+	if len(m) == 0 {
+		return nil, f.ver[node]
+	}
+	out := make([]*corev1.Pod, 0, len(m))
+	for _, p := range m {
+		out = append(out, p)
+	}
+	return out, f.ver[node]
+}
+
+// version is node's version alone.
+func (f *foreignPods) version(node string) uint64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.ver[node]
 }

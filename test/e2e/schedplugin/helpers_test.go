@@ -45,9 +45,9 @@ const (
 // startScheduler runs examples/scheduler with the configuration of its deploy/config.yaml,
 // the HAMiGPU args merged with args (nil: the file's), its HAMiGPU profile renamed to a name of
 // the test's own, which it returns: the schedulerName of the test's pods.
-func startScheduler(t *testing.T, args map[string]any) string {
-	t.Helper()
-	cfg := harness.HAMiSchedulerConfig(t, args)
+func startScheduler(tb testing.TB, args map[string]any) string {
+	tb.Helper()
+	cfg := harness.HAMiSchedulerConfig(tb, args)
 	name := harness.UniqueName("hami-scheduler")
 	found := false
 	for i := range cfg.Profiles {
@@ -57,9 +57,9 @@ func startScheduler(t *testing.T, args map[string]any) string {
 		}
 	}
 	if !found {
-		t.Fatalf("HAMiSchedulerConfig has no profile %s", harness.HAMiSchedulerName)
+		tb.Fatalf("HAMiSchedulerConfig has no profile %s", harness.HAMiSchedulerName)
 	}
-	cp.StartHAMiScheduler(t, cfg)
+	cp.StartHAMiScheduler(tb, cfg)
 	return name
 }
 
