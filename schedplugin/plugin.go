@@ -1,0 +1,368 @@
+package schedplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/utils/clock"
+
+	"github.com/hamireg/hamireg/allocation"
+	"github.com/hamireg/hamireg/annotation"
+	"github.com/hamireg/hamireg/nodelock"
+	"github.com/hamireg/hamireg/schedcache"
+	"github.com/hamireg/hamireg/usage"
+)
+
+// Name is the plugin's name in a KubeSchedulerConfiguration.
+const Name = "HAMiGPU"
+
+// ErrClosed means the plugin's cluster-wide state was closed.
+var ErrClosed = errors.New("HAMiGPU plugin closed")
+
+// NewFactory returns the plugin factory for app.WithPlugin(schedplugin.Name, schedplugin.NewFactory()).
+// Every profile's plugin made by one factory shares the cluster-wide state (tracker, reservations,
+// node cache, lock queue).
+func NewFactory() func(ctx context.Context, args runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+	f := &factory{}
+	return f.new
+}
+
+// factory holds the cluster-wide state once the first profile built it.
+type factory struct {
+	mu     sync.Mutex
+	shared *shared
+}
+
+func (f *factory) new(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+	args, err := decodeArgs(obj)
+	if err != nil {
+		return nil, fmt.Errorf("new %s plugin: %w", Name, err)
+	}
+	s, err := args.settings()
+	if err != nil {
+		return nil, fmt.Errorf("new %s plugin: %w", Name, err)
+	}
+	if h == nil || h.ClientSet() == nil || h.SharedInformerFactory() == nil {
+		return nil, fmt.Errorf("new %s plugin: %w: the handle has no client or informer factory", Name, ErrInvalidArgs)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.shared == nil || f.shared.closed() {
+		sh, err := newShared(ctx, h, s)
+		if err != nil {
+			return nil, fmt.Errorf("new %s plugin: %w", Name, err)
+		}
+		f.shared = sh
+	} else if why := f.shared.settings.sameShared(s); why != "" {
+		return nil, fmt.Errorf("new %s plugin: %w: profiles share one state and must agree: %s", Name, ErrInvalidArgs, why)
+	}
+	f.shared.refs.Add(1)
+	return &Plugin{h: h, sh: f.shared, s: s}, nil
+}
+
+// shared is the cluster-wide state of every profile's plugin.
+type shared struct {
+	settings settings
+	cache    *schedcache.Cache
+	trackers []*usage.Tracker // one per vendor, parallel to settings.vendors
+	locker   *nodelock.Locker
+	locks    *lockQueue
+	clock    clock.Clock
+	synced   []cache.InformerSynced
+
+	res      reservations
+	decoded  sync.Map // types.UID → *decodedPod
+	quotaRej quotaRejects
+
+	cancel context.CancelCauseFunc
+	wg     sync.WaitGroup
+	refs   atomic.Int32 // profiles not yet closed
+	done   atomic.Bool
+}
+
+// decodedPod memoises what a pod's annotations say it holds, per resourceVersion and vendor.
+type decodedPod struct {
+	rv     string
+	vendor int
+	p      usage.Placement
+	ok     bool
+}
+
+func newShared(ctx context.Context, h fwk.Handle, s settings) (*shared, error) {
+	logger := klog.FromContext(ctx)
+	factory := h.SharedInformerFactory()
+	vendors := make([]annotation.Vendor, len(s.vendors))
+	for i := range s.vendors {
+		vendors[i] = s.vendors[i].vendor
+	}
+	c, err := schedcache.New(factory.Core().V1().Nodes(), schedcache.Options{Vendors: vendors, KeepNodeFields: true})
+	if err != nil {
+		return nil, err
+	}
+	sh := &shared{settings: s, cache: c, clock: clock.RealClock{}}
+	for _, vc := range s.vendors {
+		sh.trackers = append(sh.trackers, usage.New(usage.Options{Vendor: vc.vendor, Config: vc.cfg}))
+	}
+	pods, nodes := factory.Core().V1().Pods(), factory.Core().V1().Nodes()
+	sh.locker, err = nodelock.New(h.ClientSet().CoreV1(), nodelock.Options{Nodes: nodes.Lister(), Pods: pods.Lister()})
+	if err != nil {
+		return nil, err
+	}
+	sh.locks = newLockQueue(sh.locker, sh.clock)
+	opts := cache.HandlerOptions{Logger: &logger}
+	podReg, err := pods.Informer().AddEventHandlerWithOptions(sh.podHandler(), opts)
+	if err != nil {
+		return nil, err
+	}
+	quotaReg, err := factory.Core().V1().ResourceQuotas().Informer().AddEventHandlerWithOptions(sh.quotaHandler(logger), opts)
+	if err != nil {
+		return nil, err
+	}
+	nodeReg, err := nodes.Informer().AddEventHandlerWithOptions(sh.locks.NodeHandler(), opts)
+	if err != nil {
+		return nil, err
+	}
+	sh.synced = []cache.InformerSynced{podReg.HasSynced, quotaReg.HasSynced, nodeReg.HasSynced, c.HasSynced}
+	runCtx, cancel := context.WithCancelCause(ctx)
+	sh.cancel = cancel
+	sh.wg.Go(func() {
+		if err := c.Run(runCtx); err != nil {
+			logger.Error(err, "HAMiGPU node cache stopped")
+		}
+	})
+	return sh, nil
+}
+
+func (sh *shared) closed() bool { return sh.done.Load() }
+
+// close stops the node cache and waits for it.
+func (sh *shared) close() {
+	sh.done.Store(true)
+	sh.cancel(ErrClosed)
+	sh.wg.Wait()
+}
+
+// waitSynced waits for the informers the plugin reads and the node cache.
+func (sh *shared) waitSynced(ctx context.Context) error {
+	for _, ok := range sh.synced {
+		if !ok() {
+			if !cache.WaitForCacheSync(ctx.Done(), sh.synced...) {
+				return fmt.Errorf("wait for %s informers: %w", Name, context.Cause(ctx))
+			}
+			return nil
+		}
+	}
+	return nil
+}
+
+// podHandler feeds the trackers, drops reservations and decodes of deleted pods and wakes
+// binds waiting for a lock that a deleted pod held.
+func (sh *shared) podHandler() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if pod, ok := obj.(*corev1.Pod); ok {
+				for _, t := range sh.trackers {
+					t.Observe(pod)
+				}
+			}
+		},
+		UpdateFunc: func(o, n any) {
+			op, ok1 := o.(*corev1.Pod)
+			np, ok2 := n.(*corev1.Pod)
+			if !ok1 || !ok2 {
+				return
+			}
+			for _, t := range sh.trackers {
+				if t.Changed(op, np) {
+					t.Observe(np)
+				}
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			pod, ok := obj.(*corev1.Pod)
+			if !ok {
+				return
+			}
+			for _, t := range sh.trackers {
+				t.Delete(usage.Key(pod.Namespace, pod.Name))
+			}
+			sh.res.drop(pod.UID, nil)
+			sh.decoded.Delete(pod.UID)
+			sh.quotaRej.forget(pod)
+			sh.locks.PodGone(pod)
+		},
+	}
+}
+
+// quotaHandler feeds the trackers' quota limits and activates the pods rejected for quota in
+// the namespace of a changed ResourceQuota.
+func (sh *shared) quotaHandler(logger klog.Logger) cache.ResourceEventHandler {
+	set := func(obj any) {
+		q, ok := obj.(*corev1.ResourceQuota)
+		if !ok {
+			return
+		}
+		for _, t := range sh.trackers {
+			t.SetQuota(q)
+		}
+		sh.quotaRej.activate(logger, q.Namespace)
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    set,
+		UpdateFunc: func(_, n any) { set(n) },
+		DeleteFunc: func(obj any) {
+			key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+			if err != nil {
+				return
+			}
+			ns, name, err := cache.SplitMetaNamespaceKey(key)
+			if err != nil {
+				return
+			}
+			for _, t := range sh.trackers {
+				t.DeleteQuota(ns, name)
+			}
+			sh.quotaRej.activate(logger, ns)
+		},
+	}
+}
+
+// placement is what pod holds by its annotations under vendor i, memoised per resourceVersion.
+func (sh *shared) placement(pod *corev1.Pod, i int) (usage.Placement, bool) {
+	if v, ok := sh.decoded.Load(pod.UID); ok {
+		if d := v.(*decodedPod); d.rv == pod.ResourceVersion && d.vendor == i && pod.ResourceVersion != "" {
+			return d.p, d.ok
+		}
+	}
+	p, ok := sh.trackers[i].PlacementOf(pod)
+	sh.decoded.Store(pod.UID, &decodedPod{rv: pod.ResourceVersion, vendor: i, p: p, ok: ok})
+	return p, ok
+}
+
+// quotaRejects are the pods a Filter or Reserve rejected for their namespace's quota, by
+// namespace, with the handle to activate them through when the quota changes (the plugin's
+// ResourceQuota queueing: a typed handler calling Handle.Activate).
+type quotaRejects struct {
+	mu   sync.Mutex
+	pods map[string]map[types.UID]quotaRejected
+}
+
+type quotaRejected struct {
+	pod *corev1.Pod
+	h   fwk.Handle
+}
+
+func (q *quotaRejects) add(h fwk.Handle, pod *corev1.Pod) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.pods == nil {
+		q.pods = map[string]map[types.UID]quotaRejected{}
+	}
+	ns := q.pods[pod.Namespace]
+	if ns == nil {
+		ns = map[types.UID]quotaRejected{}
+		q.pods[pod.Namespace] = ns
+	}
+	ns[pod.UID] = quotaRejected{pod: pod, h: h}
+}
+
+func (q *quotaRejects) forget(pod *corev1.Pod) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if ns := q.pods[pod.Namespace]; ns != nil {
+		delete(ns, pod.UID)
+		if len(ns) == 0 {
+			delete(q.pods, pod.Namespace)
+		}
+	}
+}
+
+// activate moves the namespace's quota-rejected pods to activeQ and forgets them.
+func (q *quotaRejects) activate(logger klog.Logger, namespace string) {
+	q.mu.Lock()
+	ns := q.pods[namespace]
+	delete(q.pods, namespace)
+	q.mu.Unlock()
+	byHandle := map[fwk.Handle]map[string]*corev1.Pod{}
+	for _, r := range ns {
+		m := byHandle[r.h]
+		if m == nil {
+			m = map[string]*corev1.Pod{}
+			byHandle[r.h] = m
+		}
+		m[usage.Key(r.pod.Namespace, r.pod.Name)] = r.pod
+	}
+	for h, pods := range byHandle {
+		h.Activate(logger, pods)
+	}
+}
+
+// Plugin is one profile's HAMiGPU plugin. Build it with [NewFactory].
+type Plugin struct {
+	h         fwk.Handle
+	sh        *shared
+	s         settings
+	closeOnce sync.Once
+}
+
+var (
+	_ fwk.PreFilterPlugin     = (*Plugin)(nil)
+	_ fwk.FilterPlugin        = (*Plugin)(nil)
+	_ fwk.PreScorePlugin      = (*Plugin)(nil)
+	_ fwk.ScorePlugin         = (*Plugin)(nil)
+	_ fwk.ReservePlugin       = (*Plugin)(nil)
+	_ fwk.PreBindPlugin       = (*Plugin)(nil)
+	_ fwk.EnqueueExtensions   = (*Plugin)(nil)
+	_ fwk.SignPlugin          = (*Plugin)(nil)
+	_ fwk.PreFilterExtensions = (*Plugin)(nil)
+	_ fwk.ScoreExtensions     = (*Plugin)(nil)
+)
+
+// Name implements fwk.Plugin.
+func (p *Plugin) Name() string { return Name }
+
+// Close implements io.Closer: the last profile's Close stops the shared node cache and waits
+// for its goroutines.
+func (p *Plugin) Close() error {
+	p.closeOnce.Do(func() {
+		p.sh.release()
+	})
+	return nil
+}
+
+func (sh *shared) release() {
+	if sh.refs.Add(-1) == 0 {
+		sh.close()
+	}
+}
+
+// vendorOf returns the index of the first configured vendor pod asks for, with its request;
+// -1 when it asks for none, and an error message when it asks for two.
+func (p *Plugin) vendorOf(pod *corev1.Pod) (int, allocation.PodRequest, string) {
+	found := -1
+	var req allocation.PodRequest
+	for i, vc := range p.s.vendors {
+		r := allocation.Requests(pod, vc.cfg)
+		if !r.Any() {
+			continue
+		}
+		if found >= 0 {
+			return found, req, fmt.Sprintf("pod asks for devices of two vendors, %s and %s: HAMi places one vendor per pod",
+				p.s.vendors[found].vendor.Name, vc.vendor.Name)
+		}
+		found, req = i, r
+	}
+	return found, req, ""
+}
