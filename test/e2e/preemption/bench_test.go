@@ -1,0 +1,215 @@
+package preemption_test
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/hamireg/hamireg/allocation"
+)
+
+const (
+	// benchNodes × benchGPUs GPUs of 40960 MiB are BenchmarkPodsPerSecond's cluster (spec §8 G2).
+	benchNodes, benchGPUs = 16, 4
+	// benchPods is how many pods one BenchmarkPodsPerSecond iteration creates at once.
+	benchPods = 96
+	// requeueTrials and preemptTrials are the trials of one iteration.
+	requeueTrials, preemptTrials = 2, 3
+)
+
+// BenchmarkPodsPerSecond measures pods bound per second, from the first create of benchPods
+// pods to the last pod seen bound by a watch, on benchNodes nodes × benchGPUs GPUs:
+//
+//   - /plugin: kube-scheduler with the HAMiGPU plugin (examples/scheduler/deploy's
+//     configuration: node policy binpack, GPU policy spread), 1-GPU 1000 MiB pods;
+//   - /plugin-spread: the same with nodeSchedulerPolicy spread (binds spread over the nodes'
+//     locks), a diagnostic;
+//   - /extender: a stock kube-scheduler calling examples/extender (HAMi's chart: binpack);
+//   - /plain: a stock kube-scheduler, the same pods without GPU requests.
+//
+// Every scheduler has client QPS/burst 500/1000. The node lock is released by the allocator
+// (HAMi's Allocate writes through allocationtest.Plugin) once the locked pod is bound.
+// lock-floor-pods/s is the node-lock floor of spec §8: nodes ÷ mean lock hold, the hold
+// measured from a Node watch (lock seen set → seen removed); lock-hold-ms is that mean and
+// nodes-used how many nodes got pods. Each metric is the median of the iterations.
+func BenchmarkPodsPerSecond(b *testing.B) {
+	b.Run("plugin", func(b *testing.B) {
+		benchmarkPodsPerSecond(b, func(tb testing.TB) *scheduler { return startPlugin(tb, nil) }, true)
+	})
+	b.Run("plugin-spread", func(b *testing.B) {
+		benchmarkPodsPerSecond(b, func(tb testing.TB) *scheduler {
+			return startPlugin(tb, map[string]any{"nodeSchedulerPolicy": "spread"})
+		}, true)
+	})
+	b.Run("extender", func(b *testing.B) { benchmarkPodsPerSecond(b, startExtender, true) })
+	b.Run("plain", func(b *testing.B) { benchmarkPodsPerSecond(b, startPlain, false) })
+}
+
+func benchmarkPodsPerSecond(b *testing.B, start func(testing.TB) *scheduler, gpu bool) {
+	c := newCluster(b)
+	s := start(b)
+	ns := namespace(b, "bench")
+	for range benchNodes {
+		c.node(b, nodeOptions{gpus: benchGPUs, mem: 40960})
+	}
+	var rates, floors, holdsMs, used []float64
+	for i := 0; b.Loop(); i++ {
+		b.StopTimer()
+		pods := make([]*corev1.Pod, benchPods)
+		keys := make([]types.NamespacedName, benchPods)
+		for j := range pods {
+			o := podOptions{ns: ns, name: fmt.Sprintf("p%d-%03d", i, j), scheduler: s.name}
+			if gpu {
+				o.gpus, o.mem = 1, 1000
+			}
+			pods[j] = c.pod(o)
+			keys[j] = key(pods[j])
+		}
+		c.takeHolds()
+		b.StartTimer()
+		t0 := time.Now()
+		createAll(b, pods)
+		var last time.Time
+		c.waitFor(b, fmt.Sprintf("%d pods bound", benchPods), 3*time.Minute, func() bool {
+			last = time.Time{}
+			for _, k := range keys {
+				at, ok := c.boundAt[k]
+				if !ok {
+					return false
+				}
+				if at.After(last) {
+					last = at
+				}
+			}
+			return true
+		})
+		b.StopTimer()
+		rates = append(rates, benchPods/last.Sub(t0).Seconds())
+		nodes := map[string]bool{}
+		for _, k := range keys {
+			p, err := c.pods.Pods(k.Namespace).Get(k.Name)
+			if err == nil {
+				nodes[p.Spec.NodeName] = true
+			}
+		}
+		used = append(used, float64(len(nodes)))
+		if gpu {
+			c.waitUnlocked(b)
+			holds := c.takeHolds()
+			m := mean(holds)
+			holdsMs = append(holdsMs, float64(m)/float64(time.Millisecond))
+			floors = append(floors, benchNodes/m.Seconds())
+		}
+		c.deleteAll(b, ns)
+		b.StartTimer()
+	}
+	b.ReportMetric(median(rates), "pods/s")
+	b.ReportMetric(median(used), "nodes-used")
+	if gpu {
+		b.ReportMetric(median(floors), "lock-floor-pods/s")
+		b.ReportMetric(median(holdsMs), "lock-hold-ms")
+	}
+}
+
+// BenchmarkRequeue measures, through the plugin and through the extender (same queue
+// settings: backoff 1 s initial and maximum), requeue-p99-ms: from the delete call of the
+// blocker of a full one-GPU node to the waiting pod seen bound (the p99 over every trial of
+// the run), and attempts/pod: scheduler_schedule_attempts_total of the profile per GPU pod
+// bound (blocker and waiter), from the scheduler's /metrics. The waiting pod waits 1 s before
+// the delete; in /churn a goroutine meanwhile patches a label of 8 unrelated nodes every
+// 10 ms (Node/UpdateNodeLabel events). The plugin's hints skip those events, so its attempts
+// must not grow with the churn; the extender's "Extender" rejector requeues on every event.
+func BenchmarkRequeue(b *testing.B) {
+	for _, sched := range []struct {
+		name  string
+		start func(testing.TB) *scheduler
+	}{
+		{"plugin", func(tb testing.TB) *scheduler { return startPlugin(tb, nil) }},
+		{"extender", startExtender},
+	} {
+		b.Run(sched.name, func(b *testing.B) {
+			r := newRequeueRig(b, sched.start)
+			var others []string
+			for range 8 {
+				n, _ := r.c.node(b, nodeOptions{noDevices: true})
+				others = append(others, n)
+			}
+			for _, busy := range []bool{false, true} {
+				b.Run(map[bool]string{false: "quiet", true: "churn"}[busy], func(b *testing.B) {
+					var lat []time.Duration
+					var attempts, bound float64
+					for b.Loop() {
+						before := r.s.attempts(b)
+						stop := func() {}
+						if busy {
+							stop = churn(b, others, 10*time.Millisecond)
+						}
+						for range requeueTrials {
+							lat = append(lat, r.trial(b, time.Second))
+						}
+						stop()
+						attempts += r.s.attempts(b) - before
+						bound += 2 * requeueTrials
+					}
+					b.ReportMetric(float64(percentile(lat, 99))/float64(time.Millisecond), "requeue-p99-ms")
+					b.ReportMetric(float64(percentile(lat, 50))/float64(time.Millisecond), "requeue-p50-ms")
+					b.ReportMetric(attempts/bound, "attempts/pod")
+				})
+			}
+		})
+	}
+}
+
+// BenchmarkPreemptToBound measures preempt-to-bound-p99-ms through the plugin: a one-GPU node
+// (10000 MiB) is held by a low-priority pod (grace 0); a high-priority pod of 5000 MiB is
+// created; the time from its create call to the watch seeing it bound, p99 over every trial.
+// The extender has no baseline: kube-scheduler's preemption dry run cannot see GPU usage
+// through an extender (spec §2.5), so such a pod is never bound.
+func BenchmarkPreemptToBound(b *testing.B) {
+	c := newCluster(b)
+	s := startPlugin(b, nil)
+	pc := newClasses(b)
+	ns := namespace(b, "preempt")
+	node, devs := c.node(b, nodeOptions{gpus: 1, mem: 10000})
+	var lat []time.Duration
+	n := 0
+	for b.Loop() {
+		for range preemptTrials {
+			b.StopTimer()
+			n++
+			low := c.placed(b, podOptions{ns: ns, name: fmt.Sprintf("low-%d", n), scheduler: s.name, priorityClass: pc.low10}, node,
+				allocation.ContainerDevices{share(devs[0], 10000)})
+			b.StartTimer()
+			t0 := time.Now()
+			high := create(b, c.pod(podOptions{ns: ns, name: fmt.Sprintf("high-%d", n), scheduler: s.name, priorityClass: pc.high, gpus: 1, mem: 5000}))
+			got, at := c.waitBound(b, ns, high.Name, 30*time.Second)
+			b.StopTimer()
+			if got != node {
+				b.Fatalf("preemptor bound to %s, want %s", got, node)
+			}
+			lat = append(lat, at.Sub(t0))
+			deletePod(b, ns, high.Name)
+			c.waitGone(b, key(low), key(high))
+			c.waitUnlocked(b)
+			b.StartTimer()
+		}
+	}
+	b.ReportMetric(float64(percentile(lat, 99))/float64(time.Millisecond), "preempt-to-bound-p99-ms")
+	b.ReportMetric(float64(percentile(lat, 50))/float64(time.Millisecond), "preempt-to-bound-p50-ms")
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
