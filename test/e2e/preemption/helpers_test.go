@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"slices"
@@ -68,6 +69,7 @@ type cluster struct {
 	deleted   map[types.NamespacedName]time.Time
 	lockSince map[string]time.Time // node → when its current lock was seen set
 	holds     []time.Duration      // lock set → removed, as a Node watch sees it
+	allocErr  error                // the allocator's last error, for a failure's message
 
 	alloc workqueue.TypedRateLimitingInterface[string]
 	reap  workqueue.TypedInterface[types.NamespacedName]
@@ -191,6 +193,9 @@ func (c *cluster) runAllocator(ctx context.Context) {
 			return
 		}
 		if err := c.allocate(ctx, node); err != nil && ctx.Err() == nil {
+			c.mu.Lock()
+			c.allocErr = fmt.Errorf("node %s: %w", node, err)
+			c.mu.Unlock()
 			c.alloc.AddRateLimited(node)
 		} else {
 			c.alloc.Forget(node)
@@ -257,9 +262,33 @@ func (c *cluster) waitFor(tb testing.TB, what string, timeout time.Duration, con
 		select {
 		case <-ch:
 		case <-deadline.C:
-			tb.Fatalf("timed out after %v waiting for %s", timeout, what)
+			c.mu.Lock()
+			locks := slices.Sorted(maps.Keys(c.lockSince))
+			err := c.allocErr
+			c.mu.Unlock()
+			tb.Fatalf("timed out after %v waiting for %s (nodes locked: %v; allocator's last error: %v)", timeout, what, locks, err)
 		case <-tb.Context().Done():
 			tb.Fatalf("test ended while waiting for %s", what)
+		}
+	}
+}
+
+// poll waits up to timeout for cond (called under c.mu), waking at every pod or node event,
+// and reports whether it held.
+func (c *cluster) poll(timeout time.Duration, cond func() bool) bool {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		c.mu.Lock()
+		ok, ch := cond(), c.changed
+		c.mu.Unlock()
+		if ok {
+			return true
+		}
+		select {
+		case <-ch:
+		case <-deadline.C:
+			return false
 		}
 	}
 }
