@@ -29,6 +29,7 @@ const (
 //   - /plugin-spread: the same with nodeSchedulerPolicy spread (binds spread over the nodes'
 //     locks), a diagnostic;
 //   - /extender: a stock kube-scheduler calling examples/extender (HAMi's chart: binpack);
+//   - /extender-spread: the same with --node-scheduler-policy=spread, beside /plugin-spread;
 //   - /plain: a stock kube-scheduler, the same pods without GPU requests.
 //
 // Every scheduler has client QPS/burst 500/1000. The node lock is released by the allocator
@@ -45,7 +46,12 @@ func BenchmarkPodsPerSecond(b *testing.B) {
 			return startPlugin(tb, map[string]any{"nodeSchedulerPolicy": "spread"})
 		}, true)
 	})
-	b.Run("extender", func(b *testing.B) { benchmarkPodsPerSecond(b, startExtender, true) })
+	b.Run("extender", func(b *testing.B) {
+		benchmarkPodsPerSecond(b, func(tb testing.TB) *scheduler { return startExtender(tb) }, true)
+	})
+	b.Run("extender-spread", func(b *testing.B) {
+		benchmarkPodsPerSecond(b, func(tb testing.TB) *scheduler { return startExtender(tb, "--node-scheduler-policy=spread") }, true)
+	})
 	b.Run("plain", func(b *testing.B) { benchmarkPodsPerSecond(b, startPlain, false) })
 }
 
@@ -132,7 +138,7 @@ func BenchmarkRequeue(b *testing.B) {
 		start func(testing.TB) *scheduler
 	}{
 		{"plugin", func(tb testing.TB) *scheduler { return startPlugin(tb, nil) }},
-		{"extender", startExtender},
+		{"extender", func(tb testing.TB) *scheduler { return startExtender(tb) }},
 	} {
 		b.Run(sched.name, func(b *testing.B) {
 			r := newRequeueRig(b, sched.start)

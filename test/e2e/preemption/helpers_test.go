@@ -632,8 +632,9 @@ func startPlugin(tb testing.TB, args map[string]any) *scheduler {
 }
 
 // startExtender starts examples/extender and a stock kube-scheduler from the example's
-// configuration calling it (HAMi's chart), the extender giving its scheduler name.
-func startExtender(tb testing.TB) *scheduler {
+// configuration calling it (HAMi's chart), the extender giving its scheduler name; args are
+// more extender flags.
+func startExtender(tb testing.TB, args ...string) *scheduler {
 	tb.Helper()
 	if errBuild != nil {
 		tb.Fatal(errBuild)
@@ -643,7 +644,7 @@ func startExtender(tb testing.TB) *scheduler {
 	name := rename(cfg, "hami-scheduler")
 	// The queue settings of HAMiSchedulerConfig, so that both schedulers requeue alike.
 	cfg.PodInitialBackoffSeconds, cfg.PodMaxBackoffSeconds = new(int64(1)), new(int64(1))
-	cp.StartExtenderAt(tb, extenderBin, addr, "--scheduler-name="+name)
+	cp.StartExtenderAt(tb, extenderBin, addr, append([]string{"--scheduler-name=" + name}, args...)...)
 	return startStock(tb, cfg, name)
 }
 

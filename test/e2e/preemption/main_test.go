@@ -15,10 +15,13 @@
 //     the pod's to-allocate list, sets bind-phase success and releases the node lock, so that
 //     the next GPU pod of that node can bind;
 //   - the reaper force-deletes (grace 0) pods of the test's namespaces that carry a
-//     deletionTimestamp: the API server deletes a bound pod gracefully — it waits for the
-//     kubelet to confirm — so without a kubelet a victim that kube-scheduler deleted stays
-//     Terminating, keeps its GPU memory in the scheduler's cache and the preemptor waits.
-//     Victims also have terminationGracePeriodSeconds 0 (preemption "with grace 0").
+//     deletionTimestamp. kube-scheduler deletes a victim with empty DeleteOptions, so the
+//     victim's terminationGracePeriodSeconds decides: with a grace period the API server
+//     only marks a bound pod Terminating and waits for its kubelet, which never comes here —
+//     the victim would keep its GPU memory and the preemptor would wait for ever; with 0
+//     (every pod of these tests: preemption "with grace 0") it is removed at once
+//     (TestDeleteWithoutKubelet shows both). The reaper is the kubelet's confirmation, a
+//     safety net for pods deleted with a grace period.
 //
 // Pods that the tests need in a fixed place (preemption victims) are created already bound,
 // with the annotations HAMi's scheduler and device plugin leave on an allocated pod: where

@@ -108,7 +108,7 @@ func (r *requeueRig) trial(tb testing.TB, hold time.Duration) (time.Duration, bo
 func TestRequeue(t *testing.T) {
 	for name, start := range map[string]func(testing.TB) *scheduler{
 		"plugin":   func(tb testing.TB) *scheduler { return startPlugin(tb, nil) },
-		"extender": startExtender,
+		"extender": func(tb testing.TB) *scheduler { return startExtender(tb) },
 	} {
 		t.Run(name, func(t *testing.T) {
 			r := newRequeueRig(t, start)
