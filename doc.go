@@ -30,7 +30,7 @@
 // NVIDIA, package [github.com/hamireg/hamireg/nodelock] the node lock, and
 // allocation/allocationtest writes what HAMi's scheduler writes, for device plugin tests.
 // Package usage is the scheduler's incremental record of what pods hold of each GPU and of each
-// namespace's ResourceQuota, with assume and undo, for any scheduler (examples/schedplugin is a
+// namespace's ResourceQuota, with assume and undo, for any scheduler (module schedplugin is a
 // kube-scheduler framework plugin on it). Package extender is the scheduler half as a
 // kube-scheduler extender (filter with quota and topology-aware placement, bind, admission
 // webhook, HAMi's metrics) on schedcache's snapshots and a usage tracker; examples/extender is

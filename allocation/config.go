@@ -3,6 +3,8 @@ package allocation
 import (
 	"cmp"
 	"fmt"
+
+	"github.com/hamireg/hamireg/annotation"
 )
 
 // Chart defaults of HAMi's NVIDIA device configuration.
@@ -57,11 +59,19 @@ type Config struct {
 	GPUSchedulerPolicy, NodeSchedulerPolicy Policy
 	// Version selects HAMi v2.9.0's or master's rules where they differ.
 	Version Version
+	// Vendor is the vendor word of the devices fitted (the request's and the devices' Type,
+	// HAMi's CommonWord). Empty means [annotation.VendorNVIDIA]. Another vendor gets the generic
+	// fit (see [ConfigFor]); build its Config with ConfigFor.
+	Vendor string
 }
 
 // WithDefaults returns c with every unset field at its chart default, or an error for a
 // setting HAMi cannot work with.
 func (c Config) WithDefaults() (Config, error) {
+	c.Vendor = cmp.Or(c.Vendor, annotation.VendorNVIDIA)
+	if c.Vendor != annotation.VendorNVIDIA {
+		return c.genericDefaults()
+	}
 	c.ResourceCount = cmp.Or(c.ResourceCount, DefaultResourceCount)
 	c.ResourceMemory = cmp.Or(c.ResourceMemory, DefaultResourceMemory)
 	c.ResourceMemoryPercentage = cmp.Or(c.ResourceMemoryPercentage, DefaultResourceMemoryPercentage)
@@ -73,11 +83,11 @@ func (c Config) WithDefaults() (Config, error) {
 	c.NodeSchedulerPolicy = cmp.Or(c.NodeSchedulerPolicy, DefaultNodeSchedulerPolicy)
 	switch {
 	case c.DefaultMemory < 0 || c.DefaultCores < 0 || c.DefaultCores > 100:
-		return c, fmt.Errorf("allocation config: default memory %d MiB and cores %d%% must be >= 0 (cores <= 100)", c.DefaultMemory, c.DefaultCores)
+		return c, fmt.Errorf("allocation config: default memory %d MiB and cores %d%% must be >= 0 (cores <= 100): %w", c.DefaultMemory, c.DefaultCores, ErrInvalidConfig)
 	case c.DefaultGPUNum < 0 || c.MemoryFactor < 0:
-		return c, fmt.Errorf("allocation config: default GPU number %d and memory factor %d must be >= 1", c.DefaultGPUNum, c.MemoryFactor)
+		return c, fmt.Errorf("allocation config: default GPU number %d and memory factor %d must be >= 1: %w", c.DefaultGPUNum, c.MemoryFactor, ErrInvalidConfig)
 	case c.Version != VersionMaster && c.Version != VersionV290:
-		return c, fmt.Errorf("allocation config: unknown HAMi version %d", c.Version)
+		return c, fmt.Errorf("allocation config: unknown HAMi version %d: %w", c.Version, ErrInvalidConfig)
 	}
 	return c, nil
 }

@@ -5,6 +5,12 @@
 // devices, annotations). It imports no client; the scheduler extender and the node agent put
 // it together with the API server and the node lock (package nodelock).
 //
+// Other vendors: [ConfigFor] gives the Config of any vendor HAMi does not know (one built with
+// annotation.NewVendor) — the generic fit, HAMi's count, memory, cores, health, cordon and
+// exclusive-use rules on that vendor's resources, with NVIDIA's specifics (selectors, modes,
+// MIG, NUMA binding, topology) left out — and refuses, with [ErrVendorRules], the vendors HAMi
+// fits with rules of its own. [Requests] and [Fit] then read and place that vendor's devices.
+//
 // What a container receives is each vendor's own answer. For NVIDIA, HAMi-core's container
 // edits (NVIDIA_VISIBLE_DEVICES, the CUDA_DEVICE_* limits, libvgpu.so and its mounts, the
 // answers for MIG devices and DRA claims) are package [github.com/hamireg/hamireg/hamicore];

@@ -14,6 +14,10 @@ var (
 	ErrMalformed = errors.New("pod device annotation malformed")
 )
 
+// ErrInvalidConfig is wrapped by [Config.WithDefaults] and [ConfigFor] for a setting HAMi cannot
+// work with.
+var ErrInvalidConfig = errors.New("invalid allocation config")
+
 // DecodeError says where a pod device list could not be decoded. It unwraps to
 // [ErrMalformed].
 type DecodeError struct {

@@ -146,8 +146,9 @@ func fit(devices []DeviceUsage, req PodRequest, pod, node map[string]string, c C
 // fitWith is fit with the quota hook of [FitWith] (nil: none).
 func fitWith(devices []DeviceUsage, req PodRequest, pod, node map[string]string, c Config, q *quotaCheck) (PodDevices, string, bool) {
 	policy := cmp.Or(Policy(pod[KeyGPUSchedulerPolicy]), c.GPUSchedulerPolicy)
-	f := fitter{pod: pod, c: c, binpack: devicePolicyHas(policy, PolicyBinpack, c.Version),
-		topology: devicePolicyHas(policy, PolicyTopologyAware, c.Version), masterSort: c.Version == VersionMaster}
+	nvidia := c.Vendor == annotation.VendorNVIDIA
+	f := fitter{pod: pod, c: c, binpack: devicePolicyHas(policy, PolicyBinpack, c.Version), nvidia: nvidia,
+		topology: nvidia && devicePolicyHas(policy, PolicyTopologyAware, c.Version), masterSort: c.Version == VersionMaster}
 	if q != nil {
 		qc := *q
 		f.quota = &qc
@@ -202,7 +203,10 @@ type fitter struct {
 	pod            map[string]string
 	c              Config
 	binpack, mutex bool
-	cordoned       map[string]bool
+	// nvidia applies NVIDIA's specifics (selectors, modes, NUMA binding, topology, MIG); other
+	// vendors get the generic fit (see ConfigFor).
+	nvidia   bool
+	cordoned map[string]bool
 	// topology collects every GPU that passes and lets topologyPick choose (topology.go).
 	topology bool
 	// masterSort orders by usage first and NUMA node second (HAMi master), not NUMA first.
@@ -217,6 +221,7 @@ func (f *fitter) container(devices []DeviceUsage, r Request) (ContainerDevices, 
 	}
 	f.sort(devices, r)
 	numaBind, _ := strconv.ParseBool(f.pod[KeyNUMABind])
+	numaBind = numaBind && f.nvidia
 	reasons := map[string]int{}
 	cores := min(r.Cores, 100)
 	need, prevNuma := r.Count, -1
@@ -356,9 +361,12 @@ func (f *fitter) sort(devices []DeviceUsage, r Request) {
 	}
 }
 
-// typeFits checks the pod's model lists (a GPU type must contain a listed model, ignoring
+// typeFits checks, for NVIDIA, the pod's model lists (a GPU type must contain a listed model, ignoring
 // case, and none of the excluded ones) and mode list.
 func (f *fitter) typeFits(d *DeviceUsage, r Request) bool {
+	if !f.nvidia {
+		return r.Type == f.c.Vendor // the generic fit: the vendor's devices, no selectors
+	}
 	model := strings.ToUpper(d.Type)
 	matches := func(list string) bool {
 		return slices.ContainsFunc(strings.Split(list, ","), func(m string) bool { return strings.Contains(model, strings.ToUpper(m)) })
@@ -378,6 +386,9 @@ func (f *fitter) typeFits(d *DeviceUsage, r Request) bool {
 // uuidFits checks the pod's UUID lists: v2.9.0 applies the use list alone when there is one
 // (an empty one matches nothing); master applies both and ignores an empty list.
 func (f *fitter) uuidFits(id string) bool {
+	if !f.nvidia {
+		return true
+	}
 	use, hasUse := f.pod[KeyUseGPUUUID]
 	noUse, hasNoUse := f.pod[KeyNoUseGPUUUID]
 	listed := func(list string) bool { return slices.Contains(strings.Split(list, ","), id) }

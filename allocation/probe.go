@@ -47,6 +47,9 @@ type typeSeen struct {
 // Probe does not model the request (see [Probe]).
 func NewProbe(req PodRequest, pod map[string]string, c Config) (*Probe, bool) {
 	c = c.orDefaults()
+	if c.Vendor != annotation.VendorNVIDIA {
+		return nil, false // the generic fit is not probed
+	}
 	p := &Probe{}
 	for _, r := range req.Containers {
 		if r.Count <= 0 {
@@ -68,7 +71,7 @@ func NewProbe(req PodRequest, pod map[string]string, c Config) (*Probe, bool) {
 			return nil, false
 		}
 	}
-	p.f = fitter{pod: pod, c: c, binpack: hasPolicy(policy, PolicyBinpack)}
+	p.f = fitter{pod: pod, c: c, nvidia: true, binpack: hasPolicy(policy, PolicyBinpack)}
 	if c.Version == VersionMaster {
 		p.f.mutex = hasPolicy(policy, "mutex")
 	}

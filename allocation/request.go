@@ -13,11 +13,11 @@ import (
 // percentage (HAMi's sentinel 101).
 const PercentageUnset = 101
 
-// Request is what one container asks of NVIDIA GPUs (HAMi's ContainerDeviceRequest).
+// Request is what one container asks of one vendor's devices (HAMi's ContainerDeviceRequest).
 type Request struct {
 	// Count is the number of GPUs; 0 means the container asks for none.
 	Count int32
-	// Type is the vendor word, "NVIDIA".
+	// Type is the vendor word, [Config.Vendor] ("NVIDIA").
 	Type string
 	// Memory is the memory in MiB on each GPU; 0 when the percentage applies.
 	Memory int32
@@ -74,6 +74,11 @@ func (c Config) orDefaults() Config {
 	if d, err := c.WithDefaults(); err == nil {
 		return d
 	}
+	if c.Vendor != "" && c.Vendor != annotation.VendorNVIDIA {
+		// Never NVIDIA's resource names in place of another vendor's: nothing is asked.
+		return Config{Vendor: c.Vendor, Version: c.Version, DefaultGPUNum: 1, MemoryFactor: 1,
+			GPUSchedulerPolicy: DefaultGPUSchedulerPolicy, NodeSchedulerPolicy: DefaultNodeSchedulerPolicy}
+	}
 	d, _ := Config{Version: c.Version}.WithDefaults()
 	return d
 }
@@ -87,8 +92,8 @@ func containerRequest(ctr *corev1.Container, c Config) Request {
 	if !ok || n <= 0 {
 		return Request{}
 	}
-	req := Request{Count: clamp32(n), Type: annotation.VendorNVIDIA, MemoryPercentage: PercentageUnset, Cores: c.DefaultCores}
-	if q, ok := quantity(ctr, c.ResourceMemory); ok {
+	req := Request{Count: clamp32(n), Type: c.Vendor, MemoryPercentage: PercentageUnset, Cores: c.DefaultCores}
+	if q, ok := quantity(ctr, c.ResourceMemory); ok && c.ResourceMemory != "" {
 		mem, isInt := q.AsInt64()
 		switch {
 		case c.Version == VersionMaster && (!isInt || mem < 0 || mem > math.MaxInt32):
@@ -100,7 +105,7 @@ func containerRequest(ctr *corev1.Container, c Config) Request {
 			req.Memory = clamp32(mem)
 		}
 	}
-	if q, ok := quantity(ctr, c.ResourceMemoryPercentage); ok {
+	if q, ok := quantity(ctr, c.ResourceMemoryPercentage); ok && c.ResourceMemoryPercentage != "" {
 		if p, isInt := q.AsInt64(); isInt {
 			req.MemoryPercentage = clamp32(p)
 			if c.Version == VersionMaster {
@@ -120,7 +125,7 @@ func containerRequest(ctr *corev1.Container, c Config) Request {
 			req.MemoryPercentage = 100
 		}
 	}
-	if q, ok := quantity(ctr, c.ResourceCores); ok {
+	if q, ok := quantity(ctr, c.ResourceCores); ok && c.ResourceCores != "" {
 		if n, isInt := q.AsInt64(); isInt {
 			req.Cores = clamp32(n)
 		}

@@ -121,7 +121,9 @@
 //   - bind-phase and bind-time travel on the Binding instead of a merge patch before it: one
 //     request less, and no pod is "allocating" without a node; the pod's annotations are the
 //     same.
-//   - Readiness is a signal (/readyz), not a 100 ms poll; only NVIDIA is fitted.
+//   - Readiness is a signal (/readyz), not a 100 ms poll.
+//   - One vendor per extender (Options.Vendor): NVIDIA, or a vendor HAMi does not know with
+//     allocation's generic fit; HAMi's other vendors are refused (allocation.ErrVendorRules).
 //   - ResourceQuota on GPU memory and cores is HAMi's (same keys, per-GPU check, reason word,
 //     webhook denial, both versions' rules) with these fixes: the check and the assume are one
 //     step under the filter's lock, so two filters of one namespace in flight never both pass a

@@ -118,7 +118,11 @@ func setup(t *testing.T, opts Options, objs ...runtime.Object) *env {
 	e := &env{t: t, ctx: ctx, client: fake.NewClientset(objs...), clock: clocktesting.NewFakeClock(t0), rec: record.NewFakeRecorder(100)}
 	e.client.PrependReactor("create", "pods", bindingReactor(e.client.Tracker()))
 	factory := informers.NewSharedInformerFactory(e.client, 0)
-	c, err := schedcache.New(factory.Core().V1().Nodes(), schedcache.Options{Clock: e.clock})
+	var vendors []annotation.Vendor // the cache tracks the extender's vendor (nil: NVIDIA)
+	if opts.Vendor.Name != "" {
+		vendors = []annotation.Vendor{opts.Vendor}
+	}
+	c, err := schedcache.New(factory.Core().V1().Nodes(), schedcache.Options{Clock: e.clock, Vendors: vendors})
 	if err != nil {
 		t.Fatal(err)
 	}

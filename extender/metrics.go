@@ -1,6 +1,7 @@
 package extender
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/hamireg/hamireg/allocation"
+	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/schedcache"
 	"github.com/hamireg/hamireg/usage"
 )
@@ -98,7 +100,7 @@ func newFamily(name, help string, labels []string, legacyName, legacyHelp string
 // usage index and the quota seam.
 type hamiCollector struct {
 	cache   *schedcache.Cache
-	usage   *usageIndex
+	usage   *usage.Tracker
 	vendor  string
 	version allocation.Version
 	config  allocation.Config
@@ -112,7 +114,31 @@ type hamiCollector struct {
 
 var _ prometheus.Collector = (*hamiCollector)(nil)
 
-func newHAMiCollector(c *schedcache.Cache, u *usageIndex, vendor string, cfg allocation.Config, legacy bool) *hamiCollector {
+// HAMiMetricsOptions configure [NewHAMiCollector].
+type HAMiMetricsOptions struct {
+	// Vendor is the vendor word whose registrations are reported. Empty means NVIDIA.
+	Vendor string
+	// Config gives the HAMi version (its labels) and the quota resource names. The zero value
+	// is HAMi's chart.
+	Config allocation.Config
+	// Legacy also serves HAMi's legacy metric names beside the current ones.
+	Legacy bool
+}
+
+// NewHAMiCollector returns HAMi's scheduler metric families (hami_gpu_*, hami_node_gpu_*,
+// hami_vgpu_*, hami_resource_quota_*; byte-exact per HAMi version, see the package doc),
+// computed at scrape time from the node cache c and the usage tracker t. The extender
+// registers one on Options.Registerer; a scheduler plugin registers one with its own tracker,
+// so both report the same families from the same rules.
+func NewHAMiCollector(c *schedcache.Cache, t *usage.Tracker, opts HAMiMetricsOptions) prometheus.Collector {
+	cfg, err := opts.Config.WithDefaults()
+	if err != nil {
+		cfg, _ = allocation.Config{Version: opts.Config.Version}.WithDefaults()
+	}
+	return newHAMiCollector(c, t, cmp.Or(opts.Vendor, annotation.VendorNVIDIA), cfg, opts.Legacy)
+}
+
+func newHAMiCollector(c *schedcache.Cache, u *usage.Tracker, vendor string, cfg allocation.Config, legacy bool) *hamiCollector {
 	ver := cfg.Version
 	master := ver == allocation.VersionMaster
 	dev := []string{"node", "device_uuid", "device_index", "device_type"}
@@ -199,7 +225,7 @@ type podSeries struct {
 
 // metricsState is what a scrape reads from the usage tracker, in one lock section: what pods
 // hold per node and GPU, the container series, and the quota entries.
-func (u *usageIndex) metricsState(c allocation.Config) (nodes map[string]map[string]allocation.Usage, series []podSeries, quotas []QuotaUsage) {
+func metricsState(u *usage.Tracker, c allocation.Config) (nodes map[string]map[string]allocation.Usage, series []podSeries, quotas []QuotaUsage) {
 	view := u.Lock()
 	defer view.Unlock()
 	nodes = map[string]map[string]allocation.Usage{}
@@ -262,7 +288,7 @@ func containerSeries(ns, name string, pl *usage.Placement, ver allocation.Versio
 func (h *hamiCollector) Collect(ch chan<- prometheus.Metric) {
 	master := h.version == allocation.VersionMaster
 	snap := h.cache.Snapshot()
-	nodes, series, quotas := h.usage.metricsState(h.config)
+	nodes, series, quotas := metricsState(h.usage, h.config)
 	for info := range snap.All() {
 		reg := registration(info, h.vendor)
 		if reg == nil || reg.State != schedcache.StateRegistered {
@@ -315,8 +341,9 @@ func (h *hamiCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// newBuildInfoCollector is hami_build_info.
-func newBuildInfoCollector(b BuildInfo) prometheus.Collector {
+// NewBuildInfoCollector is HAMi's hami_build_info gauge with b's labels (see [DefaultBuildInfo]); the extender
+// registers it beside [NewHAMiCollector]'s families.
+func NewBuildInfoCollector(b BuildInfo) prometheus.Collector {
 	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "hami_build_info",
 		Help: "hami build metadata exposed as labels with a constant value of 1.",
@@ -354,7 +381,7 @@ func newMetrics(reg prometheus.Registerer, e *Extender) (*metrics, error) {
 	o := e.opts
 	m := &metrics{
 		clock: o.Clock,
-		hami:  newHAMiCollector(e.cache, e.usage, o.Vendor.Name, o.Config, o.LegacyMetrics),
+		hami:  newHAMiCollector(e.cache, e.usage.Tracker, o.Vendor.Name, o.Config, o.LegacyMetrics),
 		filterDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "hamireg", Subsystem: "extender", Name: "filter_duration_seconds",
 			Help:    "Time a filter call took, by result: placed, unschedulable (no candidate fits), no_gpu (the pod asks for none), error (the pod patch failed).",
@@ -394,7 +421,7 @@ func newMetrics(reg prometheus.Registerer, e *Extender) (*metrics, error) {
 		Namespace: "hamireg", Subsystem: "extender", Name: "pods",
 		Help: "Pods whose GPUs count against a node (from the informer, or assumed at filter before it caught up).",
 	}, func() float64 { return float64(e.Stats().Pods) })
-	collectors := []prometheus.Collector{m.hami, newBuildInfoCollector(build), m.filterDuration, m.bindDuration, m.filterLockWait,
+	collectors := []prometheus.Collector{m.hami, NewBuildInfoCollector(build), m.filterDuration, m.bindDuration, m.filterLockWait,
 		m.nodeLockWait, m.decodeFailures, pods}
 	for i, c := range collectors {
 		if err := reg.Register(c); err != nil {

@@ -231,3 +231,24 @@ func TestDefaultBuildInfo(t *testing.T) {
 		t.Errorf("hami_build_info without the Go version:\n%s", familyLines(text, "hami_build_info"))
 	}
 }
+
+// NewHAMiCollector over the extender's node cache and tracker reports what the extender's own
+// collector reports (a scheduler plugin shares it with its own tracker).
+func TestNewHAMiCollectorSharesTheFamilies(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		reg := prometheus.NewRegistry()
+		e := start(t, Options{Registerer: reg, LegacyMetrics: true}, registered("node1", 2, 1000),
+			placedPod("held", "node1", "GPU-node1-0,NVIDIA,300,20:;"))
+		shared := prometheus.NewRegistry()
+		shared.MustRegister(NewHAMiCollector(e.cache, e.ext.usage.Tracker, HAMiMetricsOptions{Legacy: true}), NewBuildInfoCollector(DefaultBuildInfo()))
+		want, _ := scrape(t, hamiOnly(reg))
+		got, _ := scrape(t, shared)
+		if !strings.Contains(got, `hami_vgpu_memory_allocated_bytes{container_index="0",device_uuid="GPU-node1-0",namespace="default",node="node1",pod="held",zone="vGPU"} 3.145728e+08`) {
+			t.Errorf("the shared collector misses the held pod:\n%s", got)
+		}
+		if diff := gocmp.Diff(want, got); diff != "" {
+			t.Errorf("shared collector differs from the extender's (-extender +shared):\n%s", diff)
+		}
+	})
+}

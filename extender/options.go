@@ -33,9 +33,12 @@ type Options struct {
 	// Config is the device configuration: resource names, defaults, policies and the HAMi
 	// version whose rules apply. The zero value is HAMi's chart (see allocation.Config).
 	Config allocation.Config
-	// Vendor names the pod annotation keys of the device lists and the register annotation the
-	// nodes are fitted from. The zero value means annotation.NVIDIA(), the only vendor whose fit
-	// is implemented: any other is refused, and is scheduled by HAMi's own scheduler.
+	// Vendor is the vendor scheduled: the register annotation the nodes are fitted from, the
+	// resources pods ask with and the pod annotation keys written. The zero value means
+	// annotation.NVIDIA(). Another vendor needs a JSON register annotation (annotation.NewVendor)
+	// and gets allocation's generic fit (allocation.ConfigFor; Config then gives only the
+	// policies and the HAMi version); a vendor HAMi fits with rules of its own (Ascend, Cambricon,
+	// Hygon, …) is refused with allocation.ErrVendorRules and stays with HAMi's scheduler.
 	Vendor annotation.Vendor
 	// SchedulerName is what the admission webhook sets as a GPU pod's spec.schedulerName.
 	// Empty means [DefaultSchedulerName].
@@ -94,17 +97,24 @@ type Options struct {
 }
 
 func (o Options) withDefaults() (Options, error) {
-	cfg, err := o.Config.WithDefaults()
-	if err != nil {
-		return o, fmt.Errorf("validate options: %w: %w", ErrInvalidOptions, err)
-	}
-	o.Config = cfg
 	if o.Vendor.Name == "" {
 		o.Vendor = annotation.NVIDIA()
 	}
 	if o.Vendor.Name != annotation.VendorNVIDIA {
-		return o, fmt.Errorf("validate options: vendor %s: this extender schedules NVIDIA GPUs only (only NVIDIA's fit is implemented); %s devices are scheduled by HAMi's own scheduler, which a node agent of this SDK works under: %w", o.Vendor.Name, o.Vendor.Name, ErrInvalidOptions)
+		if err := o.Vendor.Validate(annotation.PartHandshake); err != nil {
+			return o, fmt.Errorf("validate options: %w: %w", ErrInvalidOptions, err)
+		}
+		if o.Vendor.Format != annotation.FormatJSON || o.Vendor.ToAllocateKey == "" || o.Vendor.AllocatedKey == "" {
+			return o, fmt.Errorf("validate options: vendor %s: the extender needs a JSON register annotation and the to-allocate and allocated pod keys (annotation.NewVendor sets them): %w", o.Vendor.Name, ErrInvalidOptions)
+		}
 	}
+	// NVIDIA's fit for NVIDIA, the generic fit for another vendor; a vendor HAMi fits with rules
+	// of its own is refused (allocation.ErrVendorRules), never fitted generically.
+	cfg, err := allocation.ConfigFor(o.Vendor, o.Config)
+	if err != nil {
+		return o, fmt.Errorf("validate options: %w: %w", ErrInvalidOptions, err)
+	}
+	o.Config = cfg
 	if o.NodeLockTimeout < 0 || o.MaxBodyBytes < 0 {
 		return o, fmt.Errorf("validate options: negative node lock timeout or body limit: %w", ErrInvalidOptions)
 	}

@@ -161,7 +161,7 @@ func (e *Extender) mutateContainer(c *corev1.Container) (corev1.ResourceList, []
 	if hasPct {
 		whole = pct.Value() == 100
 	}
-	if count && !cores && whole { // whole GPUs
+	if count && !cores && whole && cfg.ResourceCores != "" { // whole GPUs
 		add[corev1.ResourceName(cfg.ResourceCores)] = *resource.NewQuantity(100, resource.DecimalSI)
 	}
 	return add, env, count

@@ -138,7 +138,7 @@ func (a Args) settings() (settings, error) {
 			return s, fmt.Errorf("%w: vendors[%d]: vendor %q listed twice", ErrInvalidArgs, i, v.Name)
 		}
 		seen[v.Name] = true
-		cfg, err := configFor(v, base)
+		cfg, err := allocation.ConfigFor(v, base)
 		if err != nil {
 			return s, fmt.Errorf("%w: vendors[%d] %q: %w", ErrInvalidArgs, i, v.Name, err)
 		}

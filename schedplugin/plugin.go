@@ -75,7 +75,7 @@ type shared struct {
 	cache    *schedcache.Cache
 	trackers []*usage.Tracker // one per vendor, parallel to settings.vendors
 	locker   *nodelock.Locker
-	locks    *lockQueue
+	locks    *nodelock.Queue
 	clock    clock.Clock
 	synced   []cache.InformerSynced
 
@@ -117,7 +117,7 @@ func newShared(ctx context.Context, h fwk.Handle, s settings) (*shared, error) {
 	if err != nil {
 		return nil, err
 	}
-	sh.locks = newLockQueue(sh.locker, sh.clock)
+	sh.locks = nodelock.NewQueue(sh.locker, nodelock.QueueOptions{})
 	opts := cache.HandlerOptions{Logger: &logger}
 	podReg, err := pods.Informer().AddEventHandlerWithOptions(sh.podHandler(), opts)
 	if err != nil {

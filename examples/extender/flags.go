@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/hamireg/hamireg/allocation"
+	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/extender"
 	"github.com/hamireg/hamireg/nodelock"
 )
@@ -28,6 +29,8 @@ type flags struct {
 	kubeBurst                                   int
 	nodeSelector                                map[string]string
 	defaultMem, defaultCores, defaultGPU        int32
+	// vendorName and its resources choose the vendor scheduled (default NVIDIA).
+	vendorName, vendorResource, vendorMemory, vendorCores string
 }
 
 func newFlags(fs *pflag.FlagSet) *flags {
@@ -53,7 +56,24 @@ func newFlags(fs *pflag.FlagSet) *flags {
 	fs.Int32Var(&f.defaultMem, "default-mem", 0, "MiB given to a container that asks for no memory (0: the whole GPU)")
 	fs.Int32Var(&f.defaultCores, "default-cores", 0, "core percentage of a container that asks for none")
 	fs.Int32Var(&f.defaultGPU, "default-gpu", 1, "GPU count the webhook adds to a container that asks for memory or cores only")
+	fs.StringVar(&f.vendorName, "vendor", annotation.VendorNVIDIA, "vendor word of the devices scheduled; a vendor other than NVIDIA gets the generic fit and its keys from annotation.NewVendor (register hami.io/node-<vendor>-register, pod keys hami.io/<vendor>-devices-to-allocate and -allocated); HAMi's own vendors (Ascend, MLU, DCU, …) are refused: HAMi's scheduler fits them")
+	fs.StringVar(&f.vendorResource, "vendor-resource-name", "", "extended resource a pod asks the --vendor's devices with (needed for a vendor other than NVIDIA)")
+	fs.StringVar(&f.vendorMemory, "vendor-memory-resource-name", "", "resource a pod asks the --vendor's device memory (MiB) with; empty: none, a device is whole")
+	fs.StringVar(&f.vendorCores, "vendor-core-resource-name", "", "resource a pod asks the --vendor's device cores (percent) with; empty: none")
 	return f
+}
+
+// vendor is the vendor the flags name.
+func (f *flags) vendor() annotation.Vendor {
+	if f.vendorName == "" || f.vendorName == annotation.VendorNVIDIA {
+		return annotation.NVIDIA()
+	}
+	if v, ok := annotation.VendorByName(f.vendorName); ok {
+		return v // refused by the extender with the reason (HAMi's own rules)
+	}
+	v := annotation.NewVendor(f.vendorName, f.vendorResource)
+	v.ResourceMemoryName, v.ResourceCoreName = f.vendorMemory, f.vendorCores
+	return v
 }
 
 func (f *flags) config() allocation.Config {

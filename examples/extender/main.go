@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/extender"
 	"github.com/hamireg/hamireg/schedcache"
 )
@@ -62,7 +63,8 @@ func run(ctx context.Context, client, eventClient kubernetes.Interface, f *flags
 	events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: eventClient.CoreV1().Events("")})
 	recorder := events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: f.schedulerName})
 	factory := informers.NewSharedInformerFactory(client, 0)
-	cache, err := schedcache.New(factory.Core().V1().Nodes(), schedcache.Options{NodeSelector: f.selector(), EventRecorder: recorder})
+	cache, err := schedcache.New(factory.Core().V1().Nodes(), schedcache.Options{NodeSelector: f.selector(), EventRecorder: recorder,
+		Vendors: []annotation.Vendor{f.vendor()}})
 	if err != nil {
 		return err
 	}
@@ -79,7 +81,7 @@ func run(ctx context.Context, client, eventClient kubernetes.Interface, f *flags
 	// HAMi's /metrics: a registry of its own (no Go or process collectors, as HAMi), HAMi's
 	// families beside the SDK's hamireg_* ones.
 	reg := prometheus.NewRegistry()
-	ext, err := extender.New(client, cache, extender.Options{Config: f.config(), SchedulerName: f.schedulerName,
+	ext, err := extender.New(client, cache, extender.Options{Config: f.config(), Vendor: f.vendor(), SchedulerName: f.schedulerName,
 		Registerer: reg, LegacyMetrics: f.legacyMetrics,
 		KeepDefaultScheduler: !f.forceOverwriteDefaultScheduler, NodeLockTimeout: f.nodeLockTimeout, NodeLockWait: f.nodeLockWait, EventRecorder: recorder,
 		Pods: factory.Core().V1().Pods(), Nodes: factory.Core().V1().Nodes().Lister()})

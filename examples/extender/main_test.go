@@ -224,3 +224,26 @@ func TestRun(t *testing.T) {
 }
 
 type admissionMutating = admissionregistrationv1.MutatingWebhookConfiguration
+
+// --vendor chooses the vendor scheduled: NVIDIA by default, a vendor of the SDK's generic fit
+// by its flags, and one of HAMi's own by its table entry (which the extender then refuses).
+func TestVendorFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args                []string
+		name, resource, mem string
+	}{
+		{nil, "NVIDIA", "nvidia.com/gpu", "nvidia.com/gpumem"},
+		{[]string{"--vendor", "ACME", "--vendor-resource-name", "acme.example/npu", "--vendor-memory-resource-name", "acme.example/npu-memory"}, "ACME", "acme.example/npu", "acme.example/npu-memory"},
+		{[]string{"--vendor", "MLU"}, "MLU", "cambricon.com/vmlu", "cambricon.com/mlu.smlu.vmemory"},
+	} {
+		fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+		f := newFlags(fs)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		v := f.vendor()
+		if v.Name != tc.name || v.ResourceName != tc.resource || v.ResourceMemoryName != tc.mem {
+			t.Errorf("%v: vendor %+v, want %s %s %s", tc.args, v, tc.name, tc.resource, tc.mem)
+		}
+	}
+}

@@ -1,0 +1,490 @@
+package schedplugin
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/klog/v2/ktesting"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/hamireg/hamireg/allocation"
+	"github.com/hamireg/hamireg/annotation"
+	"github.com/hamireg/hamireg/nodelock"
+)
+
+var (
+	oneGPU    = map[string]string{"nvidia.com/gpu": "1", "nvidia.com/gpumem": "600"}
+	cpuLimits = map[string]string{"cpu": "1"}
+)
+
+func TestArgs(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		raw  string
+		want string // substring of the error; "" succeeds
+	}{
+		"empty":           {raw: ""},
+		"yaml":            {raw: "nodeSchedulerPolicy: spread\nhamiVersion: v2.9.0\nnodeLockWait: 3s\n"},
+		"json":            {raw: `{"gpuSchedulerPolicy":"binpack","vendors":[{"name":"NVIDIA"}]}`},
+		"unknown field":   {raw: "nodeLockWaits: 3s\n", want: `unknown field "nodeLockWaits"`},
+		"bad version":     {raw: "hamiVersion: v1\n", want: `hamiVersion "v1"`},
+		"negative wait":   {raw: "nodeLockWait: -1s\n", want: "negative"},
+		"generic vendor":  {raw: "vendors: [{name: NVIDIA}, {name: ACME, resourceName: acme.example/npu, resourceMemoryName: acme.example/npumem}]\n"},
+		"vendor rules":    {raw: "vendors: [{name: Ascend910B3, resourceName: huawei.com/Ascend910B3}]\n", want: "Ascend910B3"},
+		"vendor twice":    {raw: "vendors: [{name: NVIDIA}, {name: NVIDIA}]\n", want: "listed twice"},
+		"vendor resource": {raw: "vendors: [{name: ACME}]\n", want: "resourceName"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			a, err := decodeArgs(&runtime.Unknown{Raw: []byte(tc.raw)})
+			if err == nil {
+				_, err = a.settings()
+			}
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("error %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, ErrInvalidArgs)):
+				t.Fatalf("error %v, want ErrInvalidArgs with %q", err, tc.want)
+			case name == "vendor rules" && !errors.Is(err, allocation.ErrVendorRules):
+				t.Fatalf("error %v, want allocation.ErrVendorRules", err)
+			}
+		})
+	}
+}
+
+func TestFactoryRefusesBadArgs(t *testing.T) {
+	t.Parallel()
+	_, ctx := ktesting.NewTestContext(t)
+	_, err := NewFactory()(ctx, &runtime.Unknown{Raw: []byte("bogus: 1")}, &fakeHandle{})
+	if !errors.Is(err, ErrInvalidArgs) || !strings.Contains(err.Error(), "bogus") {
+		t.Fatalf("error %v", err)
+	}
+}
+
+func TestSkipsPodsWithoutDevices(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil, gpuNode("n", gpus("n", 1, 1000), nil))
+	pod := gpuPod("cpu", cpuLimits)
+	cs := newCycleState()
+	if _, st := e.p.PreFilter(e.ctx, cs, pod, nil); st.Code() != fwk.Skip {
+		t.Errorf("PreFilter %v, want Skip", st)
+	}
+	if st := e.p.PreScore(e.ctx, cs, pod, nil); st.Code() != fwk.Skip {
+		t.Errorf("PreScore %v, want Skip", st)
+	}
+	if _, st := e.p.PreBindPreFlight(e.ctx, cs, pod, "n"); st.Code() != fwk.Skip {
+		t.Errorf("PreBindPreFlight %v, want Skip", st)
+	}
+	if st := e.p.Reserve(e.ctx, cs, pod, "n"); !st.IsSuccess() {
+		t.Errorf("Reserve %v", st)
+	}
+	if st := e.p.PreBind(e.ctx, cs, pod, "n"); !st.IsSuccess() {
+		t.Errorf("PreBind %v", st)
+	}
+	e.p.Unreserve(e.ctx, cs, pod, "n")
+	frags, st := e.p.SignPod(e.ctx, pod)
+	if !st.IsSuccess() || len(frags) != 1 {
+		t.Errorf("SignPod %v %v", frags, st)
+	}
+	if _, st := e.p.SignPod(e.ctx, gpuPod("g", oneGPU)); st.Code() != fwk.Unschedulable {
+		t.Errorf("SignPod of a GPU pod %v, want Unschedulable", st)
+	}
+	if len(e.client.Actions()) != 0 {
+		for _, a := range e.client.Actions() {
+			if a.GetVerb() != "list" && a.GetVerb() != "watch" {
+				t.Errorf("API call %v for a pod without devices", a)
+			}
+		}
+	}
+}
+
+func TestFilterCodes(t *testing.T) {
+	t.Parallel()
+	full := gpuNode("full", gpus("full", 1, 1000), nil)
+	one := gpuNode("one", gpus("one", 1, 1000), nil)
+	bare := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "bare"}}
+	e := newEnv(t, nil, full, one, bare)
+	holder := placedPod("holder", "full", "GPU-full-0,NVIDIA,1000,0:;")
+	for name, tc := range map[string]struct {
+		pod    *corev1.Pod
+		ni     fwk.NodeInfo
+		code   fwk.Code
+		reason string
+	}{
+		"fits":         {pod: gpuPod("p", oneGPU), ni: nodeInfo(one), code: fwk.Success},
+		"memory held":  {pod: gpuPod("p", oneGPU), ni: nodeInfo(full, holder), code: fwk.Unschedulable, reason: "1/1 CardInsufficientMemory"},
+		"too few GPUs": {pod: gpuPod("p", map[string]string{"nvidia.com/gpu": "2"}), ni: nodeInfo(one), code: fwk.UnschedulableAndUnresolvable, reason: allocation.ReasonNodeInsufficientDevice},
+		"unregistered": {pod: gpuPod("p", oneGPU), ni: nodeInfo(bare), code: fwk.UnschedulableAndUnresolvable, reason: "node unregistered: NVIDIA"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			cs := e.preFilter(tc.pod)
+			st := e.p.Filter(e.ctx, cs, tc.pod, tc.ni)
+			if st.Code() != tc.code || !strings.HasPrefix(st.Message(), tc.reason) {
+				t.Fatalf("Filter %v %q, want %v %q", st.Code(), st.Message(), tc.code, tc.reason)
+			}
+		})
+	}
+}
+
+// TestFilterReadsNodeInfo: a victim removed from the NodeInfo frees its GPU, a nominated pod
+// added takes one, and the pod itself never counts against itself.
+func TestFilterReadsNodeInfo(t *testing.T) {
+	t.Parallel()
+	n := gpuNode("n", gpus("n", 1, 1000), nil)
+	e := newEnv(t, nil, n)
+	pod := gpuPod("p", oneGPU)
+	victim := placedPod("victim", "n", "GPU-n-0,NVIDIA,1000,0:;")
+	nominated := gpuPod("nom", oneGPU)
+	cs := e.preFilter(pod)
+	if st := e.p.Filter(e.ctx, cs, pod, nodeInfo(n, victim)); st.Code() != fwk.Unschedulable {
+		t.Errorf("with the victim: %v", st)
+	}
+	if st := e.p.Filter(e.ctx, cs, pod, nodeInfo(n)); !st.IsSuccess() {
+		t.Errorf("victim removed: %v", st)
+	}
+	if st := e.p.Filter(e.ctx, cs, pod, nodeInfo(n, nominated)); st.Code() != fwk.Unschedulable {
+		t.Errorf("nominated pod added: %v", st)
+	}
+	self := placedPod("p", "n", "GPU-n-0,NVIDIA,1000,0:;")
+	self.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1"), "nvidia.com/gpumem": resource.MustParse("600")}
+	if st := e.p.Filter(e.ctx, e.preFilter(self), self, nodeInfo(n, self)); !st.IsSuccess() {
+		t.Errorf("pod holding devices there: %v", st)
+	}
+}
+
+func TestCloneAndQuotaExtensions(t *testing.T) {
+	t.Parallel()
+	n := gpuNode("n", gpus("n", 2, 1000), nil)
+	quota := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "gpu"},
+		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{"limits.nvidia.com/gpumem": resource.MustParse("1000")}}}
+	other := placedPod("other", "n", "GPU-n-1,NVIDIA,600,0:;")
+	e := newEnv(t, nil, n, quota, other)
+	pod := gpuPod("p", oneGPU)
+	cs := e.preFilter(pod)
+	ni := nodeInfo(n, other)
+	if st := e.p.Filter(e.ctx, cs, pod, ni); st.Code() != fwk.Unschedulable || !strings.Contains(st.Message(), allocation.ReasonResourceQuotaNotFit) {
+		t.Fatalf("over quota: %v", st)
+	}
+	clone := cs.Clone()
+	if st := e.p.RemovePod(e.ctx, clone, pod, &fakePodInfo{pod: other}, ni); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	if st := e.p.Filter(e.ctx, clone, pod, nodeInfo(n)); !st.IsSuccess() {
+		t.Fatalf("victim removed from the quota: %v", st)
+	}
+	s, c := readState(cs), readState(clone)
+	if s.delta != (allocation.QuotaAmount{}) || c.delta.Memory != -600 {
+		t.Errorf("delta %v, clone's %v", s.delta, c.delta)
+	}
+	if _, ok := s.result("n"); ok {
+		t.Error("the clone's fit reached the cycle's results")
+	}
+	if _, ok := c.result("n"); !ok {
+		t.Error("the clone has no result")
+	}
+	if st := e.p.AddPod(e.ctx, clone, pod, &fakePodInfo{pod: other}, ni); !st.IsSuccess() || readState(clone).delta.Memory != 0 {
+		t.Errorf("AddPod: %v, delta %v", st, readState(clone).delta)
+	}
+	if len(e.h.activated) != 0 {
+		t.Fatalf("activated %v before any quota change", e.h.activated)
+	}
+	quota.Spec.Hard["limits.nvidia.com/gpumem"] = resource.MustParse("5000")
+	if _, err := e.client.CoreV1().ResourceQuotas("default").Update(e.ctx, quota, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		e.h.mu.Lock()
+		got := append([]string(nil), e.h.activated...)
+		e.h.mu.Unlock()
+		if len(got) == 1 && got[0] == "default/p" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("activated %v after the quota rose, want default/p", got)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestScore(t *testing.T) {
+	t.Parallel()
+	nodes := []*corev1.Node{gpuNode("a", gpus("a", 1, 1000), nil), gpuNode("b", gpus("b", 1, 1000), nil), gpuNode("c", gpus("c", 1, 1000), nil)}
+	e := newEnv(t, nil, nodes[0], nodes[1], nodes[2])
+	held := map[string][]*corev1.Pod{"a": nil, "b": {placedPod("hb", "b", "GPU-b-0,NVIDIA,200,10:;")}, "c": {placedPod("hc", "c", "GPU-c-0,NVIDIA,300,50:;")}}
+	run := func(policy string) []int64 {
+		pod := gpuPod("p", map[string]string{"nvidia.com/gpu": "1", "nvidia.com/gpumem": "100"})
+		if policy != "" {
+			pod.Annotations = map[string]string{allocation.KeyNodeSchedulerPolicy: policy}
+		}
+		cs := e.preFilter(pod)
+		var list fwk.NodeScoreList
+		for _, n := range nodes {
+			ni := nodeInfo(n, held[n.Name]...)
+			if st := e.p.Filter(e.ctx, cs, pod, ni); !st.IsSuccess() {
+				t.Fatal(st)
+			}
+			s, st := e.p.Score(e.ctx, cs, pod, ni)
+			if !st.IsSuccess() {
+				t.Fatal(st)
+			}
+			list = append(list, fwk.NodeScore{Name: n.Name, Score: s})
+		}
+		if st := e.p.NormalizeScore(e.ctx, cs, pod, list); !st.IsSuccess() {
+			t.Fatal(st)
+		}
+		out := make([]int64, len(list))
+		for i, s := range list {
+			out[i] = s.Score
+		}
+		return out
+	}
+	if got := run("binpack"); !cmp.Equal(got, []int64{0, 44, 100}) {
+		t.Errorf("binpack %v", got)
+	}
+	if got := run("spread"); !cmp.Equal(got, []int64{100, 55, 0}) {
+		t.Errorf("spread %v", got)
+	}
+	cs := e.preFilter(gpuPod("q", oneGPU))
+	equal := fwk.NodeScoreList{{Name: "a", Score: 7}, {Name: "b", Score: 7}}
+	if st := e.p.NormalizeScore(e.ctx, cs, nil, equal); !st.IsSuccess() || equal[0].Score != 100 || equal[1].Score != 100 {
+		t.Errorf("all equal %v", equal)
+	}
+}
+
+// TestReserveCountsReservations: two pods never get the same capacity, whether the first is in
+// the second's NodeInfo as an assumed pod without annotations or absent from an older snapshot
+// (the newer-reservation rule), and Unreserve is idempotent.
+func TestReserveCountsReservations(t *testing.T) {
+	t.Parallel()
+	n := gpuNode("n", gpus("n", 1, 1000), nil)
+	e := newEnv(t, nil, n)
+	first, second := gpuPod("first", oneGPU), gpuPod("second", oneGPU)
+
+	early := e.preFilter(second) // a pod-group member's cycle began before the first Reserve
+	cs := e.preFilter(first)
+	if st := e.p.Filter(e.ctx, cs, first, nodeInfo(n)); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	if st := e.p.Reserve(e.ctx, cs, first, "n"); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	if st := e.p.Filter(e.ctx, early, second, nodeInfo(n)); st.Code() != fwk.Unschedulable {
+		t.Errorf("newer reservation absent from the snapshot: %v", st)
+	}
+	assumed := first.DeepCopy()
+	assumed.Spec.NodeName = "n"
+	late := e.preFilter(second)
+	if st := e.p.Filter(e.ctx, late, second, nodeInfo(n, assumed)); st.Code() != fwk.Unschedulable {
+		t.Errorf("assumed pod without annotations: %v", st)
+	}
+	if st := e.p.Filter(e.ctx, late, second, nodeInfo(n)); !st.IsSuccess() {
+		t.Errorf("an older reservation absent from the NodeInfo is a victim, not counted: %v", st)
+	}
+	readState(late).results["n"] = nodeResult{nodeInfo: nodeInfo(n, assumed)}
+	if st := e.p.Reserve(e.ctx, late, second, "n"); st.Code() != fwk.Unschedulable {
+		t.Errorf("second Reserve on the same GPU: %v", st)
+	}
+	e.p.Unreserve(e.ctx, cs, first, "n")
+	e.p.Unreserve(e.ctx, cs, first, "n")
+	if _, ok := e.p.sh.res.get(first.UID); ok {
+		t.Error("reservation kept after Unreserve")
+	}
+	if st := e.p.Reserve(e.ctx, late, second, "n"); !st.IsSuccess() {
+		t.Errorf("Reserve after the first was unreserved: %v", st)
+	}
+}
+
+func TestHints(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	logger, _ := ktesting.NewTestContext(t)
+	events, err := e.p.EventsToRegister(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hint := map[fwk.ClusterEvent]fwk.QueueingHintFn{}
+	for _, ev := range events {
+		hint[ev.Event] = ev.QueueingHintFn
+	}
+	node := func(a map[string]string, gpus int64) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Annotations: a},
+			Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{"nvidia.com/gpu": *resource.NewQuantity(gpus, resource.DecimalSI)}}}
+	}
+	reg := map[string]string{annotation.KeyNVIDIARegister: "x"}
+	pod := gpuPod("p", oneGPU)
+	policy := pod.DeepCopy()
+	policy.Annotations = map[string]string{allocation.KeyUseGPUType: "A100"}
+	more := gpuPod("p", map[string]string{"nvidia.com/gpu": "2"})
+	labelled := pod.DeepCopy()
+	labelled.Labels = map[string]string{"a": "b"}
+	for name, tc := range map[string]struct {
+		ev       fwk.ClusterEvent
+		old, new any
+		want     fwk.QueueingHint
+	}{
+		"gpu pod deleted":     {ev: fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Delete}, old: placedPod("h", "n", "x"), want: fwk.Queue},
+		"assumed pod deleted": {ev: fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Delete}, old: gpuPod("h", oneGPU), want: fwk.Queue},
+		"cpu pod deleted":     {ev: fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Delete}, old: gpuPod("h", cpuLimits), want: fwk.QueueSkip},
+		"gpu node added":      {ev: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add}, new: node(reg, 0), want: fwk.Queue},
+		"plain node added":    {ev: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add}, new: node(nil, 0), want: fwk.QueueSkip},
+		"register changed": {ev: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.UpdateNodeAnnotation}, old: node(reg, 0),
+			new: node(map[string]string{annotation.KeyNVIDIARegister: "y"}, 0), want: fwk.Queue},
+		"cordon changed": {ev: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.UpdateNodeAnnotation}, old: node(reg, 0),
+			new: node(map[string]string{annotation.KeyNVIDIARegister: "x", allocation.KeyDeviceCordon: "GPU-1"}, 0), want: fwk.Queue},
+		"score changed": {ev: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.UpdateNodeAnnotation}, old: node(reg, 0),
+			new: node(map[string]string{annotation.KeyNVIDIARegister: "x", annotation.KeyNVIDIAScore: "[]"}, 0), want: fwk.Queue},
+		"lock changed": {ev: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.UpdateNodeAnnotation}, old: node(reg, 0),
+			new: node(map[string]string{annotation.KeyNVIDIARegister: "x", nodelock.Key: "2026-01-01T00:00:00Z,default,a"}, 0), want: fwk.QueueSkip},
+		"handshake changed": {ev: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.UpdateNodeAnnotation}, old: node(reg, 0),
+			new: node(map[string]string{annotation.KeyNVIDIARegister: "x", annotation.KeyNVIDIAHandshake: "Requesting_x"}, 0), want: fwk.QueueSkip},
+		"allocatable rose": {ev: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.UpdateNodeAllocatable}, old: node(reg, 0), new: node(reg, 10), want: fwk.Queue},
+		"allocatable fell": {ev: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.UpdateNodeAllocatable}, old: node(reg, 10), new: node(reg, 0), want: fwk.QueueSkip},
+		"selection changed": {ev: fwk.ClusterEvent{Resource: fwk.TargetPod, ActionType: fwk.Update}, old: pod, new: policy, want: fwk.Queue},
+		"request changed":   {ev: fwk.ClusterEvent{Resource: fwk.TargetPod, ActionType: fwk.Update}, old: pod, new: more, want: fwk.Queue},
+		"label changed":     {ev: fwk.ClusterEvent{Resource: fwk.TargetPod, ActionType: fwk.Update}, old: pod, new: labelled, want: fwk.QueueSkip},
+	} {
+		t.Run(name, func(t *testing.T) {
+			fn, ok := hint[tc.ev]
+			if !ok {
+				t.Fatalf("event %v not registered", tc.ev.Label())
+			}
+			got, err := fn(logger, pod, tc.old, tc.new)
+			if err != nil || got != tc.want {
+				t.Errorf("hint %v %v, want %v", got, err, tc.want)
+			}
+		})
+	}
+}
+
+// bindEnv reserves pod on node n of e and returns the cycle state.
+func (e *env) reserve(pod *corev1.Pod, n *corev1.Node) *fakeCycleState {
+	e.t.Helper()
+	cs := e.preFilter(pod)
+	if st := e.p.Filter(e.ctx, cs, pod, nodeInfo(n)); !st.IsSuccess() {
+		e.t.Fatal(st)
+	}
+	if st := e.p.Reserve(e.ctx, cs, pod, n.Name); !st.IsSuccess() {
+		e.t.Fatal(st)
+	}
+	return cs
+}
+
+func TestPreBindWritesAnnotationsAndLock(t *testing.T) {
+	t.Parallel()
+	n := gpuNode("n", gpus("n", 1, 1000), nil)
+	pod := gpuPod("p", oneGPU)
+	e := newEnv(t, nil, n, pod)
+	cs := e.reserve(pod, n)
+	if res, st := e.p.PreBindPreFlight(e.ctx, cs, pod, "n"); !st.IsSuccess() || res == nil || res.AllowParallel {
+		t.Fatalf("PreBindPreFlight %v %v", res, st)
+	}
+	e.client.ClearActions()
+	before := time.Now().Unix()
+	if st := e.p.PreBind(e.ctx, cs, pod, "n"); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	got, err := e.client.CoreV1().Pods("default").Get(e.ctx, "p", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	when, _ := strconv.ParseInt(got.Annotations[allocation.KeyTime], 10, 64)
+	if when < before || when > time.Now().Unix() {
+		t.Errorf("vgpu-time %d", when)
+	}
+	dev := "GPU-n-0,NVIDIA,600,0:;"
+	want := map[string]string{allocation.KeyNode: "n", allocation.KeyTime: got.Annotations[allocation.KeyTime],
+		annotation.KeyNVIDIAToAllocate: dev, annotation.KeyNVIDIAAllocated: dev,
+		allocation.KeyBindPhase: "allocating", allocation.KeyBindTime: got.Annotations[allocation.KeyTime]}
+	if diff := cmp.Diff(want, got.Annotations); diff != "" {
+		t.Errorf("annotations (-want +got):\n%s", diff)
+	}
+	if got.Labels[allocation.KeyNode] != "n" {
+		t.Errorf("labels %v", got.Labels)
+	}
+	var podPatches int
+	for _, a := range e.client.Actions() {
+		if p, ok := a.(k8stesting.PatchAction); ok && p.GetResource().Resource == "pods" {
+			podPatches++
+		}
+	}
+	if podPatches != 1 {
+		t.Errorf("%d pod patches, want 1", podPatches)
+	}
+	node, _ := e.client.CoreV1().Nodes().Get(e.ctx, "n", metav1.GetOptions{})
+	l, err := nodelock.Parse(node.Annotations[nodelock.Key])
+	if err != nil || l.Namespace != "default" || l.Name != "p" {
+		t.Fatalf("lock %q: %v", node.Annotations[nodelock.Key], err)
+	}
+
+	e.p.Unreserve(e.ctx, cs, pod, "n")
+	node, _ = e.client.CoreV1().Nodes().Get(e.ctx, "n", metav1.GetOptions{})
+	if v, ok := node.Annotations[nodelock.Key]; ok {
+		t.Errorf("lock %q after Unreserve", v)
+	}
+	got, _ = e.client.CoreV1().Pods("default").Get(e.ctx, "p", metav1.GetOptions{})
+	if got.Annotations[allocation.KeyBindPhase] != "failed" {
+		t.Errorf("bind-phase %q after Unreserve", got.Annotations[allocation.KeyBindPhase])
+	}
+}
+
+func TestUnreserveKeepsLockOfBoundPod(t *testing.T) {
+	t.Parallel()
+	n := gpuNode("n", gpus("n", 1, 1000), nil)
+	pod := gpuPod("p", oneGPU)
+	e := newEnv(t, nil, n, pod)
+	cs := e.reserve(pod, n)
+	if st := e.p.PreBind(e.ctx, cs, pod, "n"); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	bound, _ := e.client.CoreV1().Pods("default").Get(e.ctx, "p", metav1.GetOptions{})
+	bound.Spec.NodeName = "n"
+	if _, err := e.client.CoreV1().Pods("default").Update(e.ctx, bound, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.p.Unreserve(e.ctx, cs, pod, "n")
+	node, _ := e.client.CoreV1().Nodes().Get(e.ctx, "n", metav1.GetOptions{})
+	if _, ok := node.Annotations[nodelock.Key]; !ok {
+		t.Error("the bound pod's lock was released")
+	}
+}
+
+func TestPreBindLockHeld(t *testing.T) {
+	t.Parallel()
+	holder := gpuPod("holder", oneGPU)
+	n := gpuNode("n", gpus("n", 1, 1000), map[string]string{nodelock.Key: nodelock.Lock{Time: time.Now().UTC(), Namespace: "default", Name: "holder"}.String()})
+	pod := gpuPod("p", oneGPU)
+	e := newEnv(t, &Args{NodeLockWait: metav1.Duration{Duration: 50 * time.Millisecond}}, n, pod, holder)
+	cs := e.reserve(pod, n)
+	st := e.p.PreBind(e.ctx, cs, pod, "n")
+	if st.Code() != fwk.Error || !strings.Contains(st.Message(), "has been locked within") {
+		t.Fatalf("PreBind %v", st)
+	}
+	e.p.Unreserve(e.ctx, cs, pod, "n")
+	node, _ := e.client.CoreV1().Nodes().Get(e.ctx, "n", metav1.GetOptions{})
+	if l, _ := nodelock.Parse(node.Annotations[nodelock.Key]); l.Name != "holder" {
+		t.Errorf("lock %q", node.Annotations[nodelock.Key])
+	}
+}
+
+func TestTwoVendorsUnresolvable(t *testing.T) {
+	t.Parallel()
+	s := settings{vendors: []vendorConfig{{vendor: annotation.NVIDIA(), cfg: allocation.Config{}}, {vendor: annotation.NewVendor("ACME", "acme.example/npu"),
+		cfg: allocation.Config{ResourceCount: "acme.example/npu"}}}}
+	p := &Plugin{s: s}
+	pod := gpuPod("p", map[string]string{"nvidia.com/gpu": "1", "acme.example/npu": "1"})
+	_, st := p.PreFilter(t.Context(), newCycleState(), pod, nil)
+	if st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), "two vendors") {
+		t.Fatalf("PreFilter %v", st)
+	}
+}
