@@ -355,7 +355,9 @@ func (s *pluginScheduler) schedule(ctx context.Context, pod *corev1.Pod, names [
 	if st := p.NormalizeScore(ctx, cs, pod, scores); !st.IsSuccess() {
 		e.t.Fatal(st)
 	}
-	best := slices.MaxFunc(scores, func(a, b fwk.NodeScore) int { return cmp.Or(cmp.Compare(a.Score, b.Score), strings.Compare(b.Name, a.Name)) })
+	best := slices.MaxFunc(scores, func(a, b fwk.NodeScore) int {
+		return cmp.Or(cmp.Compare(a.Score, b.Score), strings.Compare(b.Name, a.Name))
+	})
 	if st := p.Reserve(ctx, cs, pod, best.Name); !st.IsSuccess() {
 		e.t.Fatalf("Reserve on %s: %v", best.Name, st)
 	}

@@ -56,5 +56,6 @@
 //	    nodeLockWait: 10s
 //
 // The scheduler needs, beyond system:kube-scheduler, pods patch, nodes patch (the lock) and
-// resourcequotas list and watch. See Example for the factory called directly.
+// resourcequotas list and watch. Example (a compiled, run example) calls the factory as
+// kube-scheduler does, with args and a handle.
 package schedplugin

@@ -13,6 +13,7 @@ replace github.com/hamireg/hamireg => ..
 require (
 	github.com/google/go-cmp v0.7.0
 	github.com/hamireg/hamireg v0.1.0
+	go.uber.org/goleak v1.3.0
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
 	k8s.io/client-go v0.37.2

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"os"
 	"sync"
 	"testing"
 
+	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,6 +25,18 @@ import (
 	"github.com/hamireg/hamireg/annotation"
 )
 
+// TestMain fails the package if a test leaves a goroutine behind: Close joins the node cache.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
 // fakeHandle is the part of fwk.Handle the plugin uses.
 type fakeHandle struct {
 	fwk.Handle
@@ -33,7 +47,7 @@ type fakeHandle struct {
 	activated []string
 }
 
-func (h *fakeHandle) ClientSet() kubernetes.Interface                       { return h.client }
+func (h *fakeHandle) ClientSet() kubernetes.Interface                        { return h.client }
 func (h *fakeHandle) SharedInformerFactory() informers.SharedInformerFactory { return h.factory }
 func (h *fakeHandle) SnapshotSharedLister() fwk.SharedLister                 { return nil }
 func (h *fakeHandle) NominatedPodsForNode(node string) []fwk.PodInfo {
