@@ -36,7 +36,10 @@ const (
 // (HAMi's Allocate writes through allocationtest.Plugin) once the locked pod is bound.
 // lock-floor-pods/s is the node-lock floor of spec §8: nodes ÷ mean lock hold, the hold
 // measured from a Node watch (lock seen set → seen removed); lock-hold-ms is that mean and
-// nodes-used how many nodes got pods. Each metric is the median of the iterations.
+// nodes-used how many nodes got pods. api-requests/pod and api-writes/pod are the API
+// server's apiserver_request_total (every client: scheduler, extender, allocator, the
+// test's creates) per pod, until the last lock is released. Each metric is the median of
+// the iterations.
 func BenchmarkPodsPerSecond(b *testing.B) {
 	b.Run("plugin", func(b *testing.B) {
 		benchmarkPodsPerSecond(b, func(tb testing.TB) *scheduler { return startPlugin(tb, nil) }, true)
@@ -62,7 +65,7 @@ func benchmarkPodsPerSecond(b *testing.B, start func(testing.TB) *scheduler, gpu
 	for range benchNodes {
 		c.node(b, nodeOptions{gpus: benchGPUs, mem: 40960})
 	}
-	var rates, floors, holdsMs, used []float64
+	var rates, floors, holdsMs, used, reqs, writes []float64
 	for i := 0; b.Loop(); i++ {
 		b.StopTimer()
 		pods := make([]*corev1.Pod, benchPods)
@@ -76,6 +79,7 @@ func benchmarkPodsPerSecond(b *testing.B, start func(testing.TB) *scheduler, gpu
 			keys[j] = key(pods[j])
 		}
 		c.takeHolds()
+		all0, w0 := apiRequests(b)
 		b.StartTimer()
 		t0 := time.Now()
 		createAll(b, pods)
@@ -95,6 +99,12 @@ func benchmarkPodsPerSecond(b *testing.B, start func(testing.TB) *scheduler, gpu
 		})
 		b.StopTimer()
 		rates = append(rates, benchPods/last.Sub(t0).Seconds())
+		if gpu {
+			c.waitUnlocked(b) // the allocator's writes are part of a GPU pod's cost
+		}
+		all1, w1 := apiRequests(b)
+		reqs = append(reqs, (all1-all0)/benchPods)
+		writes = append(writes, (w1-w0)/benchPods)
 		nodes := map[string]bool{}
 		for _, k := range keys {
 			p, err := c.pods.Pods(k.Namespace).Get(k.Name)
@@ -104,7 +114,6 @@ func benchmarkPodsPerSecond(b *testing.B, start func(testing.TB) *scheduler, gpu
 		}
 		used = append(used, float64(len(nodes)))
 		if gpu {
-			c.waitUnlocked(b)
 			holds := c.takeHolds()
 			m := mean(holds)
 			holdsMs = append(holdsMs, float64(m)/float64(time.Millisecond))
@@ -115,6 +124,8 @@ func benchmarkPodsPerSecond(b *testing.B, start func(testing.TB) *scheduler, gpu
 	}
 	b.ReportMetric(median(rates), "pods/s")
 	b.ReportMetric(median(used), "nodes-used")
+	b.ReportMetric(median(reqs), "api-requests/pod")
+	b.ReportMetric(median(writes), "api-writes/pod")
 	if gpu {
 		b.ReportMetric(median(floors), "lock-floor-pods/s")
 		b.ReportMetric(median(holdsMs), "lock-hold-ms")

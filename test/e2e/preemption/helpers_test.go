@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
@@ -31,6 +32,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
 	kubeschedulerconfigv1 "k8s.io/kube-scheduler/config/v1"
 
 	"github.com/hamireg/hamireg/allocation"
@@ -435,7 +437,8 @@ func (c *cluster) node(tb testing.TB, opts nodeOptions) (string, []annotation.De
 		tb.Fatal(err)
 	}
 	w.SetDevices(devs)
-	wctx, cancel := context.WithCancel(harness.Context(tb))
+	// The writer's log would drown a benchmark's output: discard it.
+	wctx, cancel := context.WithCancel(klog.NewContext(tb.Context(), logr.Discard()))
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		if err := w.Run(wctx); err != nil {
@@ -798,4 +801,32 @@ func (c *cluster) cordon(tb testing.TB, node, uuids string) {
 		n, err := c.nodes.Get(node)
 		return err == nil && n.Annotations[allocation.KeyDeviceCordon] == uuids
 	})
+}
+
+// apiRequests reads apiserver_request_total from the API server's /metrics and returns the
+// requests and the writes (POST, PUT, PATCH, DELETE) it answered so far, every client
+// together.
+func apiRequests(tb testing.TB) (all, writes float64) {
+	tb.Helper()
+	body, err := cp.AdminClient().CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(tb.Context())
+	if err != nil {
+		tb.Fatalf("kube-apiserver /metrics: %v", err)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(line, "apiserver_request_total{") {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			tb.Fatalf("metrics line %q: %v", line, err)
+		}
+		all += v
+		for _, verb := range []string{`verb="POST"`, `verb="PUT"`, `verb="PATCH"`, `verb="DELETE"`} {
+			if strings.Contains(line, verb) {
+				writes += v
+			}
+		}
+	}
+	return all, writes
 }
