@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,6 +22,9 @@ type requeueRig struct {
 	// other is a Node without GPUs, not the test's: the target of unrelated events.
 	other string
 	n     int // trials run, for unique pod names
+	// deleted is when the last trial deleted its blocker, waiter the last waiting pod's name.
+	deleted time.Time
+	waiter  string
 }
 
 func newRequeueRig(tb testing.TB, start func(testing.TB) *scheduler) *requeueRig {
@@ -90,6 +94,7 @@ func (r *requeueRig) trial(tb testing.TB, hold time.Duration) (time.Duration, bo
 		tb.Fatalf("waiter bound while the GPU was full: %v %v", p, err)
 	}
 	start := time.Now()
+	r.deleted, r.waiter = start, waiter.Name
 	deletePod(tb, r.ns, blocker.Name)
 	node, at, nudged := r.waitRequeued(tb, waiter.Name)
 	if node != r.node {
@@ -114,6 +119,17 @@ func TestRequeue(t *testing.T) {
 			r := newRequeueRig(t, start)
 			took, nudged := r.trial(t, 500*time.Millisecond)
 			t.Logf("%s: waiting pod bound %v after the blocker's delete (nudged by unrelated events: %v)", name, took.Round(time.Millisecond), nudged)
+			if nudged {
+				// kube-scheduler's -v=2 lines about the waiting pod say whether it tried the pod
+				// after the delete (and the extender refused it) or never requeued it.
+				var lines []string
+				for _, l := range strings.Split(r.s.s.LogTail(400), "\n") {
+					if strings.Contains(l, r.waiter) {
+						lines = append(lines, l)
+					}
+				}
+				t.Logf("blocker deleted at %s; kube-scheduler's lines on %s:\n%s", r.deleted.Format("15:04:05.000000"), r.waiter, strings.Join(lines, "\n"))
+			}
 			if name == "plugin" && (nudged || took > 5*time.Second) {
 				t.Errorf("plugin: waiting pod bound %v after the delete (nudged %v), want well under 5 s without a nudge (goal 1 s)", took, nudged)
 			}
