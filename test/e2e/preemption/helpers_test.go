@@ -45,8 +45,10 @@ import (
 )
 
 const (
-	// resMem is HAMi's per-GPU memory resource (MiB); harness.GPUResource the GPU count.
-	resMem = "nvidia.com/gpumem"
+	// resMem is HAMi's per-GPU memory resource (MiB), resCores its per-GPU cores (percent);
+	// harness.GPUResource the GPU count.
+	resMem   = "nvidia.com/gpumem"
+	resCores = "nvidia.com/gpucores"
 	// split is every GPU's split count (the chart's deviceSplitCount).
 	split = 10
 	// gpuType is the model every GPU registers.
@@ -488,10 +490,11 @@ func priorityClass(tb testing.TB, value int32) string {
 // podOptions describe a test pod.
 type podOptions struct {
 	ns, name, scheduler, priorityClass string
-	// gpus and mem (MiB per GPU) are the container's limits; gpus 0: a pod without GPU requests.
-	gpus, mem   int64
-	annotations map[string]string
-	labels      map[string]string
+	// gpus, mem (MiB per GPU) and cores (percent per GPU, 0: none) are the container's
+	// limits; gpus 0: a pod without GPU requests.
+	gpus, mem, cores int64
+	annotations      map[string]string
+	labels           map[string]string
 }
 
 // pod is a pod of the test (label, node selector), with terminationGracePeriodSeconds 0.
@@ -505,6 +508,9 @@ func (c *cluster) pod(o podOptions) *corev1.Pod {
 		ctr.Resources.Limits = corev1.ResourceList{
 			harness.GPUResource: *resource.NewQuantity(o.gpus, resource.DecimalSI),
 			resMem:              *resource.NewQuantity(o.mem, resource.DecimalSI),
+		}
+		if o.cores > 0 {
+			ctr.Resources.Limits[resCores] = *resource.NewQuantity(o.cores, resource.DecimalSI)
 		}
 	}
 	return &corev1.Pod{
@@ -535,7 +541,7 @@ func create(tb testing.TB, p *corev1.Pod) *corev1.Pod {
 // to-allocate list, bind-phase success and bind-time.
 func (c *cluster) placed(tb testing.TB, o podOptions, node string, devs allocation.ContainerDevices) *corev1.Pod {
 	tb.Helper()
-	o.gpus, o.mem = int64(len(devs)), int64(devs[0].Usedmem)
+	o.gpus, o.mem, o.cores = int64(len(devs)), int64(devs[0].Usedmem), int64(devs[0].Usedcores)
 	p := c.pod(o)
 	now := strconv.FormatInt(time.Now().Unix(), 10)
 	pd := allocation.PodDevices{devs}

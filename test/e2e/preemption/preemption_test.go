@@ -70,6 +70,23 @@ func TestPreemption(t *testing.T) {
 				node:      node, victims: []string{ns + "/a6000", ns + "/c6000"},
 			}
 		},
+		// GPU cores: one GPU held by 60 % (priority 10) and 30 % (priority 20) of its cores,
+		// little memory; the preemptor asks 50 %: only the 60 % pod must go.
+		"GPU cores": func(t *testing.T, c *cluster) preemptionCase {
+			ns := namespace(t, "pre")
+			node, devs := c.node(t, nodeOptions{gpus: 1, mem: 10000})
+			cores := func(mem, pct int32) allocation.ContainerDevices {
+				d := share(devs[0], mem)
+				d.Usedcores = pct
+				return allocation.ContainerDevices{d}
+			}
+			c.placed(t, podOptions{ns: ns, name: "c60", scheduler: s.name, priorityClass: pc.low10}, node, cores(1000, 60))
+			c.placed(t, podOptions{ns: ns, name: "c30", scheduler: s.name, priorityClass: pc.low20}, node, cores(1000, 30))
+			return preemptionCase{
+				preemptor: podOptions{ns: ns, name: "high", scheduler: s.name, priorityClass: pc.high, gpus: 1, mem: 1000, cores: 50},
+				node:      node, victims: []string{ns + "/c60"},
+			}
+		},
 		// (c) The preemptor wants an H100 (nvidia.com/use-gputype) and the node has A100s:
 		// removing pods cannot help (UnschedulableAndUnresolvable).
 		"type mismatch preempts nothing": func(t *testing.T, c *cluster) preemptionCase {

@@ -109,7 +109,9 @@ func (r *requeueRig) trial(tb testing.TB, hold time.Duration) (time.Duration, bo
 // TestRequeue: a pod waiting for GPU memory on a full node is bound after its blocker is
 // deleted, through the plugin (its AssignedPod/Delete hint requeues the pod) and through the
 // SDK's extender with a stock kube-scheduler (the "Extender" rejector requeues on any event).
-// The latency from the delete call to the bind is logged; BenchmarkRequeue measures it.
+// The latency from the delete call to the bind is logged; BenchmarkRequeue measures it. The
+// extender's trial may need the nudge (see waitRequeued and BenchmarkRequeue): the retry that
+// the delete triggers can reach the extender before its informer saw the delete.
 func TestRequeue(t *testing.T) {
 	for name, start := range map[string]func(testing.TB) *scheduler{
 		"plugin":   func(tb testing.TB) *scheduler { return startPlugin(tb, nil) },
