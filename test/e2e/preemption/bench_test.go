@@ -63,23 +63,22 @@ const (
 // (plugin-spread at 90 % of it), and the plugin stays below the extender.
 func BenchmarkPodsPerSecond(b *testing.B) {
 	b.Run("plugin", func(b *testing.B) {
-		benchmarkPodsPerSecond(b, func(tb testing.TB) *scheduler { return startPlugin(tb, nil) }, true)
+		benchmarkPodsPerSecond(b, startPluginDefault, true)
 	})
 	b.Run("plugin-spread", func(b *testing.B) {
-		benchmarkPodsPerSecond(b, func(tb testing.TB) *scheduler {
-			return startPlugin(tb, map[string]any{"nodeSchedulerPolicy": "spread"})
-		}, true)
+		benchmarkPodsPerSecond(b, startPluginSpread, true)
 	})
 	b.Run("extender", func(b *testing.B) {
-		benchmarkPodsPerSecond(b, func(tb testing.TB) *scheduler { return startExtender(tb) }, true)
+		benchmarkPodsPerSecond(b, startExtenderDefault, true)
 	})
 	b.Run("extender-spread", func(b *testing.B) {
-		benchmarkPodsPerSecond(b, func(tb testing.TB) *scheduler { return startExtender(tb, "--node-scheduler-policy=spread") }, true)
+		benchmarkPodsPerSecond(b, startExtenderSpread, true)
 	})
 	b.Run("plain", func(b *testing.B) { benchmarkPodsPerSecond(b, startPlain, false) })
 }
 
 func benchmarkPodsPerSecond(b *testing.B, start func(testing.TB) *scheduler, gpu bool) {
+	b.Helper()
 	c := newCluster(b)
 	s := start(b)
 	ns := namespace(b, "bench")
@@ -187,8 +186,8 @@ func BenchmarkRequeue(b *testing.B) {
 		name  string
 		start func(testing.TB) *scheduler
 	}{
-		{"plugin", func(tb testing.TB) *scheduler { return startPlugin(tb, nil) }},
-		{"extender", func(tb testing.TB) *scheduler { return startExtender(tb) }},
+		{"plugin", startPluginDefault},
+		{"extender", startExtenderDefault},
 	} {
 		b.Run(sched.name, func(b *testing.B) {
 			r := newRequeueRig(b, sched.start)
@@ -279,4 +278,26 @@ func median(xs []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// The schedulers compared, as start functions.
+
+func startPluginDefault(tb testing.TB) *scheduler {
+	tb.Helper()
+	return startPlugin(tb, nil)
+}
+
+func startPluginSpread(tb testing.TB) *scheduler {
+	tb.Helper()
+	return startPlugin(tb, map[string]any{"nodeSchedulerPolicy": "spread"})
+}
+
+func startExtenderDefault(tb testing.TB) *scheduler {
+	tb.Helper()
+	return startExtender(tb)
+}
+
+func startExtenderSpread(tb testing.TB) *scheduler {
+	tb.Helper()
+	return startExtender(tb, "--node-scheduler-policy=spread")
 }

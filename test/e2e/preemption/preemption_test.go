@@ -46,6 +46,7 @@ func TestPreemption(t *testing.T) {
 		// (a) One GPU of 10000 MiB held by four pods of 2500 MiB (priorities 10–40); the
 		// preemptor needs 4000 MiB: two victims suffice, the two least important.
 		"minimum victims on one GPU": func(t *testing.T, c *cluster) preemptionCase {
+			t.Helper()
 			ns := namespace(t, "pre")
 			node, devs := c.node(t, nodeOptions{gpus: 1, mem: 10000})
 			for _, v := range []struct{ name, class string }{{"p10", pc.low10}, {"p20", pc.low20}, {"p30", pc.low30}, {"p40", pc.low40}} {
@@ -59,6 +60,7 @@ func TestPreemption(t *testing.T) {
 		// (b) Two GPUs, each held 6000 + 3000 MiB; the preemptor asks 2 GPUs × 5000 MiB: one
 		// victim per GPU, the 6000 MiB pods (the less important on each GPU keeps 3000 MiB).
 		"two GPUs each partly held": func(t *testing.T, c *cluster) preemptionCase {
+			t.Helper()
 			ns := namespace(t, "pre")
 			node, devs := c.node(t, nodeOptions{gpus: 2, mem: 10000})
 			c.placed(t, podOptions{ns: ns, name: "a6000", scheduler: s.name, priorityClass: pc.low10}, node, allocation.ContainerDevices{share(devs[0], 6000)})
@@ -73,6 +75,7 @@ func TestPreemption(t *testing.T) {
 		// GPU cores: one GPU held by 60 % (priority 10) and 30 % (priority 20) of its cores,
 		// little memory; the preemptor asks 50 %: only the 60 % pod must go.
 		"GPU cores": func(t *testing.T, c *cluster) preemptionCase {
+			t.Helper()
 			ns := namespace(t, "pre")
 			node, devs := c.node(t, nodeOptions{gpus: 1, mem: 10000})
 			cores := func(mem, pct int32) allocation.ContainerDevices {
@@ -90,6 +93,7 @@ func TestPreemption(t *testing.T) {
 		// (c) The preemptor wants an H100 (nvidia.com/use-gputype) and the node has A100s:
 		// removing pods cannot help (UnschedulableAndUnresolvable).
 		"type mismatch preempts nothing": func(t *testing.T, c *cluster) preemptionCase {
+			t.Helper()
 			ns := namespace(t, "pre")
 			node, devs := c.node(t, nodeOptions{gpus: 1, mem: 10000})
 			c.placed(t, podOptions{ns: ns, name: "low", scheduler: s.name, priorityClass: pc.low10}, node, allocation.ContainerDevices{share(devs[0], 10000)})
@@ -98,6 +102,7 @@ func TestPreemption(t *testing.T) {
 		},
 		// (c) The node's only GPU is cordoned (hami.io/device-cordon) and full of low pods.
 		"cordoned GPU preempts nothing": func(t *testing.T, c *cluster) preemptionCase {
+			t.Helper()
 			ns := namespace(t, "pre")
 			node, devs := c.node(t, nodeOptions{gpus: 1, mem: 10000})
 			c.cordon(t, node, devs[0].ID)
@@ -106,6 +111,7 @@ func TestPreemption(t *testing.T) {
 		},
 		// (d) The GPU is held by a pod of the preemptor's own priority: never a victim.
 		"equal priority is never preempted": func(t *testing.T, c *cluster) preemptionCase {
+			t.Helper()
 			ns := namespace(t, "pre")
 			node, devs := c.node(t, nodeOptions{gpus: 1, mem: 10000})
 			c.placed(t, podOptions{ns: ns, name: "peer", scheduler: s.name, priorityClass: pc.high}, node, allocation.ContainerDevices{share(devs[0], 10000)})
@@ -116,6 +122,7 @@ func TestPreemption(t *testing.T) {
 		// runs, so disruptionsAllowed is 0); kube-scheduler prefers the node without a
 		// violation and evicts the priority-20 pod there.
 		"PodDisruptionBudget respected": func(t *testing.T, c *cluster) preemptionCase {
+			t.Helper()
 			ns := namespace(t, "pre")
 			n1, d1 := c.node(t, nodeOptions{gpus: 1, mem: 10000})
 			n2, d2 := c.node(t, nodeOptions{gpus: 1, mem: 10000})
@@ -133,6 +140,7 @@ func TestPreemption(t *testing.T) {
 		// preemptor (5000 MiB) fits on either GPU once its holder goes, but only evicting
 		// its own namespace's pod frees the quota: that one is the victim.
 		"quota-limited namespace": func(t *testing.T, c *cluster) preemptionCase {
+			t.Helper()
 			ns := namespace(t, "quota")
 			other := namespace(t, "other")
 			quota(t, ns, 10000)

@@ -114,8 +114,8 @@ func (r *requeueRig) trial(tb testing.TB, hold time.Duration) (time.Duration, bo
 // the delete triggers can reach the extender before its informer saw the delete.
 func TestRequeue(t *testing.T) {
 	for name, start := range map[string]func(testing.TB) *scheduler{
-		"plugin":   func(tb testing.TB) *scheduler { return startPlugin(tb, nil) },
-		"extender": func(tb testing.TB) *scheduler { return startExtender(tb) },
+		"plugin":   startPluginDefault,
+		"extender": startExtenderDefault,
 	} {
 		t.Run(name, func(t *testing.T) {
 			r := newRequeueRig(t, start)
