@@ -204,15 +204,15 @@ func replay(t *testing.T, in vInput, start func(t *testing.T, client *fake.Clien
 }
 
 // annotated reads the devices the decision wrote on pod.
-func annotated(ctx context.Context, t testing.TB, client *fake.Clientset, pod *corev1.Pod, o *outcome) {
-	t.Helper()
+func annotated(ctx context.Context, tb testing.TB, client *fake.Clientset, pod *corev1.Pod, o *outcome) {
+	tb.Helper()
 	cur, err := client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	o.Devices, o.MIG = cur.Annotations[annotation.KeyNVIDIAAllocated], cur.Annotations[mig.KeyAllocations]
 	if to := cur.Annotations[annotation.KeyNVIDIAToAllocate]; to != o.Devices {
-		t.Errorf("to-allocate %q, allocated %q", to, o.Devices)
+		tb.Errorf("to-allocate %q, allocated %q", to, o.Devices)
 	}
 }
 
@@ -226,6 +226,7 @@ type extenderScheduler struct {
 
 func startExtender(cfg allocation.Config) func(t *testing.T, client *fake.Clientset) (context.Context, scheduler) {
 	return func(t *testing.T, client *fake.Clientset) (context.Context, scheduler) {
+		t.Helper()
 		_, ctx := ktesting.NewTestContext(t)
 		ctx, cancel := context.WithCancel(ctx)
 		factory := informers.NewSharedInformerFactory(client, 0)
@@ -290,6 +291,7 @@ type pluginScheduler struct {
 
 func startPlugin(args *Args) func(t *testing.T, client *fake.Clientset) (context.Context, scheduler) {
 	return func(t *testing.T, client *fake.Clientset) (context.Context, scheduler) {
+		t.Helper()
 		e := newEnvWith(t, args, client)
 		synctest.Wait()
 		return e.ctx, &pluginScheduler{e: e}

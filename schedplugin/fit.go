@@ -3,7 +3,9 @@ package schedplugin
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -11,6 +13,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/hamireg/hamireg/allocation"
+	"github.com/hamireg/hamireg/mig"
 	"github.com/hamireg/hamireg/schedcache"
 )
 
@@ -70,7 +73,16 @@ func (p *Plugin) fit(s *cycleState, pod *corev1.Pod, nodeInfo fwk.NodeInfo, q *a
 	if reg == nil || reg.State != schedcache.StateRegistered {
 		return fitOutcome{reason: unregisteredReason(info, known, vendor)}
 	}
-	u, nominated := p.usageOn(nodeInfo, node.Name, pod.UID, s.vendor, s.seq)
+	key := memoKey{gen: nodeInfo.GetGeneration(), info: info, res: p.sh.res.nodeVersion(node.Name), req: s.reqKey}
+	memoable := q == nil
+	if memoable {
+		if m, ok := p.sh.memo.Load(node.Name); ok {
+			if m := m.(*fitMemo); m.key == key && s.seq >= m.seq && !holds(nodeInfo, pod.UID) {
+				return m.out
+			}
+		}
+	}
+	u, nominated, self, newer := p.usageOn(nodeInfo, node.Name, pod.UID, s.vendor, s.seq)
 	devices := func() []allocation.DeviceUsage {
 		return allocation.SetPairScores(allocation.SetMIGUsage(allocation.WithUsage(reg.Devices, u.used), u.mig), reg.PairScores)
 	}
@@ -86,22 +98,77 @@ func (p *Plugin) fit(s *cycleState, pod *corev1.Pod, nodeInfo fwk.NodeInfo, q *a
 	}
 	devs := devices()
 	pd, reason, ok := allocation.FitWith(devs, s.req, pod.Annotations, node.Annotations, s.cfg, allocation.FitOptions{Quota: q})
-	return fitOutcome{devices: pd, score: allocation.NodeScore(devs), reason: reason, ok: ok}
+	out := fitOutcome{devices: pd, score: allocation.NodeScore(devs), reason: reason, ok: ok}
+	if memoable && len(nominated) == 0 && !self && !newer {
+		p.sh.memo.Store(node.Name, &fitMemo{key: key, seq: s.seq, out: out})
+	}
+	return out
 }
+
+// memoKey is what a node's fit depends on: the NodeInfo's generation (its pods and Node), the
+// node cache's registration, the node's reservations and the request.
+type memoKey struct {
+	gen  int64
+	info *schedcache.NodeInfo
+	res  uint64
+	req  string
+}
+
+// fitMemo is a node's last fit without quota, nominated pods, the pod itself or newer
+// reservations: valid for a cycle that began no earlier (seq).
+type fitMemo struct {
+	key memoKey
+	seq uint64
+	out fitOutcome
+}
+
+// holds reports whether nodeInfo holds the pod uid.
+func holds(nodeInfo fwk.NodeInfo, uid types.UID) bool {
+	for _, pi := range nodeInfo.GetPods() {
+		if pi.GetPod().UID == uid {
+			return true
+		}
+	}
+	return false
+}
+
+// requestKey identifies what a fit depends on besides the node: the vendor, the request and
+// the pod's annotations other than those the scheduler and device plugin write.
+func requestKey(vendor int, req allocation.PodRequest, annotations map[string]string) string {
+	b := make([]byte, 0, 64+32*len(annotations))
+	b = fmt.Appendf(b, "%d|%d", vendor, req.Init)
+	for _, r := range req.Containers {
+		b = fmt.Appendf(b, "|%d,%s,%d,%d,%d", r.Count, r.Type, r.Memory, r.MemoryPercentage, r.Cores)
+	}
+	for _, k := range slices.Sorted(maps.Keys(annotations)) {
+		if slices.Contains(writtenKeys, k) || strings.HasSuffix(k, "-devices-allocated") || strings.HasSuffix(k, "-devices-to-allocate") {
+			continue
+		}
+		b = strconv.AppendQuote(append(b, '|'), k)
+		b = strconv.AppendQuote(append(b, '='), annotations[k])
+	}
+	return string(b)
+}
+
+// writtenKeys are pod annotations the scheduler and the device plugin write; the fit does not
+// read them.
+var writtenKeys = []string{allocation.KeyNode, allocation.KeyTime, allocation.KeyBindPhase, allocation.KeyBindTime, mig.KeyAllocations}
 
 // usageOn sums what nodeInfo's pods hold of vendor's GPUs on node, without the pod self: an
 // assumed pod's devices come from its reservation, a bound pod's from its annotations
 // (memoised), and reservations newer than seq count when their pods are absent from nodeInfo.
 // Pods without spec.nodeName (nominated pods added by the framework) are returned apart,
 // highest priority first.
-func (p *Plugin) usageOn(nodeInfo fwk.NodeInfo, node string, self types.UID, vendor int, seq uint64) (nodeUsage, []*corev1.Pod) {
-	var u nodeUsage
-	var nominated []*corev1.Pod
+func (p *Plugin) usageOn(nodeInfo fwk.NodeInfo, node string, self types.UID, vendor int, seq uint64) (u nodeUsage, nominated []*corev1.Pod, selfIn, newer bool) {
 	pods := nodeInfo.GetPods()
 	present := make(map[types.UID]bool, len(pods))
 	for _, pi := range pods {
 		pod := pi.GetPod()
-		if pod == nil || pod.UID == self {
+		if pod == nil {
+			continue
+		}
+		if pod.UID == self {
+			selfIn = true
 			continue
 		}
 		present[pod.UID] = true
@@ -118,12 +185,13 @@ func (p *Plugin) usageOn(nodeInfo fwk.NodeInfo, node string, self types.UID, ven
 		}
 	}
 	for _, res := range p.sh.res.newerOn(node, seq, present) {
+		newer = true
 		if res.vendor == vendor && res.uid != self {
 			u.add(res.used, res.mig)
 		}
 	}
 	slices.SortStableFunc(nominated, func(a, b *corev1.Pod) int { return cmp.Compare(priority(b), priority(a)) })
-	return u, nominated
+	return u, nominated, selfIn, newer
 }
 
 func priority(pod *corev1.Pod) int32 {

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -71,22 +72,30 @@ type fakePodInfo struct {
 
 func (p *fakePodInfo) GetPod() *corev1.Pod { return p.pod }
 
+// generation numbers the fake NodeInfos' states, as kube-scheduler's global counter does.
+var generation atomic.Int64
+
 // fakeNodeInfo is a fwk.NodeInfo of a node and its pods.
 type fakeNodeInfo struct {
 	fwk.NodeInfo
 	node *corev1.Node
 	pods []fwk.PodInfo
+	gen  int64
 }
 
 func (n *fakeNodeInfo) Node() *corev1.Node     { return n.node }
 func (n *fakeNodeInfo) GetPods() []fwk.PodInfo { return n.pods }
+func (n *fakeNodeInfo) GetGeneration() int64   { return n.gen }
 func (n *fakeNodeInfo) Snapshot() fwk.NodeInfo {
-	return &fakeNodeInfo{node: n.node, pods: append([]fwk.PodInfo(nil), n.pods...)}
+	return &fakeNodeInfo{node: n.node, pods: append([]fwk.PodInfo(nil), n.pods...), gen: n.gen}
 }
-func (n *fakeNodeInfo) AddPodInfo(pi fwk.PodInfo) { n.pods = append(n.pods, pi) }
+func (n *fakeNodeInfo) AddPodInfo(pi fwk.PodInfo) {
+	n.pods = append(n.pods, pi)
+	n.gen = generation.Add(1)
+}
 
 func nodeInfo(node *corev1.Node, pods ...*corev1.Pod) *fakeNodeInfo {
-	ni := &fakeNodeInfo{node: node}
+	ni := &fakeNodeInfo{node: node, gen: generation.Add(1)}
 	for _, p := range pods {
 		ni.pods = append(ni.pods, &fakePodInfo{pod: p})
 	}
@@ -137,9 +146,9 @@ type env struct {
 	nodes   map[string]*corev1.Node
 }
 
-func newEnv(t testing.TB, args runtime.Object, objs ...runtime.Object) *env {
-	t.Helper()
-	e := newEnvWith(t, args, fake.NewClientset(objs...))
+func newEnv(tb testing.TB, args runtime.Object, objs ...runtime.Object) *env {
+	tb.Helper()
+	e := newEnvWith(tb, args, fake.NewClientset(objs...))
 	for _, o := range objs {
 		if n, ok := o.(*corev1.Node); ok {
 			e.nodes[n.Name] = n
@@ -149,29 +158,34 @@ func newEnv(t testing.TB, args runtime.Object, objs ...runtime.Object) *env {
 }
 
 // newEnvWith is newEnv on client.
-func newEnvWith(t testing.TB, args runtime.Object, client *fake.Clientset) *env {
-	t.Helper()
-	_, ctx := ktesting.NewTestContext(t)
+func newEnvWith(tb testing.TB, args runtime.Object, client *fake.Clientset) *env {
+	tb.Helper()
+	var ctx context.Context
+	if tt, ok := tb.(*testing.T); ok {
+		_, ctx = ktesting.NewTestContext(tt)
+	} else { // benchmarks: no logging cost
+		ctx = klog.NewContext(tb.Context(), klog.Background().V(10))
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	factory := informers.NewSharedInformerFactory(client, 0)
 	h := &fakeHandle{client: client, factory: factory, nominated: map[string][]fwk.PodInfo{}}
 	pl, err := NewFactory()(ctx, args, h)
 	if err != nil {
 		cancel()
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	p := pl.(*Plugin)
 	factory.Start(ctx.Done())
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		_ = p.Close()
 		cancel()
 		factory.Shutdown()
 	})
 	if err := p.sh.waitSynced(ctx); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	<-p.sh.cache.Synced()
-	return &env{t: t, ctx: ctx, client: client, factory: factory, h: h, p: p, nodes: map[string]*corev1.Node{}}
+	return &env{t: tb, ctx: ctx, client: client, factory: factory, h: h, p: p, nodes: map[string]*corev1.Node{}}
 }
 
 // gpus are n GPUs of devmem MiB, split 10 ways, 100 cores.

@@ -81,6 +81,7 @@ type shared struct {
 
 	res      reservations
 	decoded  sync.Map // types.UID → *decodedPod
+	memo     sync.Map // node name → *fitMemo
 	quotaRej quotaRejects
 
 	cancel context.CancelCauseFunc

@@ -1,6 +1,7 @@
 package schedplugin
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"strings"
@@ -486,5 +487,100 @@ func TestTwoVendorsUnresolvable(t *testing.T) {
 	_, st := p.PreFilter(t.Context(), newCycleState(), pod, nil)
 	if st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), "two vendors") {
 		t.Fatalf("PreFilter %v", st)
+	}
+}
+
+// TestGenericVendor places a pod of a vendor HAMi does not know with the generic fit: the
+// vendor's register annotation, its resources and its pod annotation keys.
+func TestGenericVendor(t *testing.T) {
+	t.Parallel()
+	acme := annotation.NewVendor("ACME", "acme.example/npu")
+	devs := []annotation.Device{{ID: "NPU-0", Count: 4, Devmem: 16000, Devcore: 100, Type: "ACME", Health: true}}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "npu", Annotations: map[string]string{acme.RegisterKey: annotation.Encode(devs)}},
+		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{"acme.example/npu": resource.MustParse("4")}}}
+	pod := gpuPod("p", map[string]string{"acme.example/npu": "1", "acme.example/npumem": "1000"})
+	args := &Args{Vendors: []VendorArgs{{Name: "NVIDIA"}, {Name: "ACME", ResourceName: "acme.example/npu", ResourceMemoryName: "acme.example/npumem"}}}
+	e := newEnv(t, args, node, pod)
+	cs := e.reserve(pod, node)
+	if st := e.p.PreBind(e.ctx, cs, pod, "npu"); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	got, _ := e.client.CoreV1().Pods("default").Get(e.ctx, "p", metav1.GetOptions{})
+	if v := got.Annotations[acme.AllocatedKey]; v != "NPU-0,ACME,1000,0:;" || got.Annotations[acme.ToAllocateKey] != v {
+		t.Errorf("annotations %v", got.Annotations)
+	}
+	nv := gpuPod("nv", oneGPU)
+	if st := e.p.Filter(e.ctx, e.preFilter(nv), nv, nodeInfo(node)); st.Code() != fwk.UnschedulableAndUnresolvable {
+		t.Errorf("NVIDIA pod on an ACME node: %v", st)
+	}
+}
+
+// TestReserveCountsNominatedPods: Reserve counts the node's nominated pods of equal or higher
+// priority that the handle knows, not lower ones.
+func TestReserveCountsNominatedPods(t *testing.T) {
+	t.Parallel()
+	n := gpuNode("n", gpus("n", 1, 1000), nil)
+	e := newEnv(t, nil, n)
+	high, low := int32(10), int32(-1)
+	nominated := gpuPod("nom", oneGPU)
+	nominated.Spec.Priority = &high
+	pod := gpuPod("p", oneGPU)
+	e.h.mu.Lock()
+	e.h.nominated["n"] = []fwk.PodInfo{&fakePodInfo{pod: nominated}}
+	e.h.mu.Unlock()
+	cs := e.preFilter(pod)
+	readState(cs).results["n"] = nodeResult{nodeInfo: nodeInfo(n)}
+	if st := e.p.Reserve(e.ctx, cs, pod, "n"); st.Code() != fwk.Unschedulable {
+		t.Fatalf("Reserve with a higher-priority nominated pod: %v", st)
+	}
+	nominated.Spec.Priority = &low
+	if st := e.p.Reserve(e.ctx, cs, pod, "n"); !st.IsSuccess() {
+		t.Fatalf("Reserve with a lower-priority nominated pod: %v", st)
+	}
+	e.p.Unreserve(e.ctx, cs, pod, "n")
+}
+
+// TestPreBindHonoursCancel: preemption cancels a pod waiting in PreBind for the lock.
+func TestPreBindHonoursCancel(t *testing.T) {
+	t.Parallel()
+	holder := gpuPod("holder", oneGPU)
+	n := gpuNode("n", gpus("n", 1, 1000), map[string]string{nodelock.Key: nodelock.Lock{Time: time.Now().UTC(), Namespace: "default", Name: "holder"}.String()})
+	pod := gpuPod("p", oneGPU)
+	e := newEnv(t, &Args{NodeLockWait: metav1.Duration{Duration: time.Hour}}, n, pod, holder)
+	cs := e.reserve(pod, n)
+	ctx, cancel := context.WithCancel(e.ctx)
+	time.AfterFunc(50*time.Millisecond, cancel)
+	start := time.Now()
+	if st := e.p.PreBind(ctx, cs, pod, "n"); st.IsSuccess() {
+		t.Fatal("PreBind succeeded on a held lock")
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("PreBind returned %s after the cancel", d)
+	}
+	e.p.Unreserve(e.ctx, cs, pod, "n")
+}
+
+// TestDeletedPodDropsReservation: a reservation lasts until Unreserve or the pod's deletion.
+func TestDeletedPodDropsReservation(t *testing.T) {
+	t.Parallel()
+	n := gpuNode("n", gpus("n", 1, 1000), nil)
+	pod := gpuPod("p", oneGPU)
+	e := newEnv(t, nil, n, pod)
+	e.reserve(pod, n)
+	if _, ok := e.p.sh.res.get(pod.UID); !ok {
+		t.Fatal("no reservation after Reserve")
+	}
+	if err := e.client.CoreV1().Pods("default").Delete(e.ctx, "p", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, ok := e.p.sh.res.get(pod.UID); !ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("reservation kept after the pod's deletion")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

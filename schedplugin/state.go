@@ -1,7 +1,6 @@
 package schedplugin
 
 import (
-	"maps"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -21,6 +20,7 @@ type cycleState struct {
 	vendor  int
 	cfg     allocation.Config
 	req     allocation.PodRequest
+	reqKey  string // what a fit depends on besides the node, for the per-node memo
 	binpack bool
 	snap    *schedcache.Snapshot
 	seq     uint64 // the reservation sequence number when the cycle began
@@ -49,7 +49,7 @@ type nodeResult struct {
 // preemption's and the nominated pass's copies never reach the cycle's; the quota delta is a
 // value.
 func (s *cycleState) Clone() fwk.StateData {
-	return &cycleState{vendor: s.vendor, cfg: s.cfg, req: s.req, binpack: s.binpack, snap: s.snap, seq: s.seq,
+	return &cycleState{vendor: s.vendor, cfg: s.cfg, req: s.req, reqKey: s.reqKey, binpack: s.binpack, snap: s.snap, seq: s.seq,
 		quota: s.quota, delta: s.delta, results: map[string]nodeResult{}}
 }
 
@@ -99,7 +99,6 @@ type reservation struct {
 	devices allocation.PodDevices
 	used    map[string]allocation.Usage
 	mig     map[string][]mig.Placement
-	quota   allocation.QuotaAmount
 	undo    func()
 }
 
@@ -108,6 +107,14 @@ type reservations struct {
 	mu   sync.RWMutex
 	seq  uint64
 	byID map[types.UID]*reservation
+	ver  map[string]uint64 // per node: the sequence number of its last change
+}
+
+// nodeVersion changes whenever a reservation on node is added or dropped.
+func (r *reservations) nodeVersion(node string) uint64 {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.ver[node]
 }
 
 // current is the latest sequence number.
@@ -124,10 +131,17 @@ func (r *reservations) add(res *reservation) *reservation {
 	if r.byID == nil {
 		r.byID = map[types.UID]*reservation{}
 	}
+	if r.ver == nil {
+		r.ver = map[string]uint64{}
+	}
 	r.seq++
 	res.seq = r.seq
 	old := r.byID[res.uid]
 	r.byID[res.uid] = res
+	r.ver[res.node] = r.seq
+	if old != nil {
+		r.ver[old.node] = r.seq
+	}
 	return old
 }
 
@@ -137,6 +151,8 @@ func (r *reservations) drop(uid types.UID, res *reservation) {
 	cur, ok := r.byID[uid]
 	if ok && (res == nil || cur == res) {
 		delete(r.byID, uid)
+		r.seq++
+		r.ver[cur.node] = r.seq
 	}
 	r.mu.Unlock()
 	if ok && (res == nil || cur == res) && cur.undo != nil {
@@ -189,11 +205,6 @@ func (u *nodeUsage) add(used map[string]allocation.Usage, placements map[string]
 	for gpu, ps := range placements {
 		u.mig[gpu] = append(u.mig[gpu][:len(u.mig[gpu]):len(u.mig[gpu])], ps...)
 	}
-}
-
-func (u *nodeUsage) clone() nodeUsage {
-	out := nodeUsage{used: maps.Clone(u.used), mig: maps.Clone(u.mig)}
-	return out
 }
 
 // podKeyOf is the tracker's key of pod.

@@ -158,6 +158,7 @@ func (cp *ControlPlane) StartHAMiScheduler(tb testing.TB, cfg *kubeschedulerconf
 // bindHAMiSchedulerRole creates the ClusterRole hami-scheduler of
 // examples/scheduler/deploy/rbac.yaml and binds it to the user system:kube-scheduler.
 func (cp *ControlPlane) bindHAMiSchedulerRole(tb testing.TB) error {
+	tb.Helper()
 	ctx := tb.Context()
 	objs, err := manifests.Read(filepath.Join(hamiSchedulerDeploy, "rbac.yaml"))
 	if err != nil {
