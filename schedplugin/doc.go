@@ -44,7 +44,13 @@
 //
 // # Usage
 //
-//	command := app.NewSchedulerCommand(app.WithPlugin(schedplugin.Name, schedplugin.NewFactory()))
+// A scheduler binary registers the factory with
+// app.NewSchedulerCommand(app.WithPlugin(schedplugin.Name, schedplugin.NewFactory())), and
+// kube-scheduler calls it once per profile that enables the plugin, as Example does:
+//
+//	newPlugin := schedplugin.NewFactory() // one factory: every profile shares its state
+//	args := &runtime.Unknown{Raw: []byte("nodeSchedulerPolicy: spread\nhamiVersion: master\nnodeLockWait: 10s\n")}
+//	p, err := newPlugin(ctx, args, handle{client: client, factory: factory})
 //
 // with a profile that enables HAMiGPU at every point (multiPoint) and its args, for example
 //
@@ -56,6 +62,5 @@
 //	    nodeLockWait: 10s
 //
 // The scheduler needs, beyond system:kube-scheduler, pods patch, nodes patch (the lock) and
-// resourcequotas list and watch. Example (a compiled, run example) calls the factory as
-// kube-scheduler does, with args and a handle.
+// resourcequotas list and watch.
 package schedplugin

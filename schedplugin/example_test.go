@@ -34,9 +34,11 @@ func Example() {
 	client := fake.NewClientset()
 	factory := informers.NewSharedInformerFactory(client, 0)
 
+	// snippet: doc
 	newPlugin := schedplugin.NewFactory() // one factory: every profile shares its state
 	args := &runtime.Unknown{Raw: []byte("nodeSchedulerPolicy: spread\nhamiVersion: master\nnodeLockWait: 10s\n")}
 	p, err := newPlugin(ctx, args, handle{client: client, factory: factory})
+	// end snippet
 	if err != nil {
 		cancel()
 		fmt.Println(err)
