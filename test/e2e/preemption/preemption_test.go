@@ -29,6 +29,9 @@ type preemptionCase struct {
 	preemptor podOptions
 	node      string
 	victims   []string // "ns/name", sorted
+	// why is what the PodScheduled condition must say when node is "": the plugin's reason
+	// and kube-scheduler's preemption verdict.
+	why []string
 }
 
 // TestPreemption runs kube-scheduler with the HAMiGPU plugin; the GPU memory of every
@@ -98,7 +101,8 @@ func TestPreemption(t *testing.T) {
 			node, devs := c.node(t, nodeOptions{gpus: 1, mem: 10000})
 			c.placed(t, podOptions{ns: ns, name: "low", scheduler: s.name, priorityClass: pc.low10}, node, allocation.ContainerDevices{share(devs[0], 10000)})
 			return preemptionCase{preemptor: podOptions{ns: ns, name: "high", scheduler: s.name, priorityClass: pc.high, gpus: 1, mem: 4000,
-				annotations: map[string]string{allocation.KeyUseGPUType: "H100"}}}
+				annotations: map[string]string{allocation.KeyUseGPUType: "H100"}},
+				why: []string{"CardTypeMismatch", "Preemption is not helpful"}}
 		},
 		// (c) The node's only GPU is cordoned (hami.io/device-cordon) and full of low pods.
 		"cordoned GPU preempts nothing": func(t *testing.T, c *cluster) preemptionCase {
@@ -107,7 +111,8 @@ func TestPreemption(t *testing.T) {
 			node, devs := c.node(t, nodeOptions{gpus: 1, mem: 10000})
 			c.cordon(t, node, devs[0].ID)
 			c.placed(t, podOptions{ns: ns, name: "low", scheduler: s.name, priorityClass: pc.low10}, node, allocation.ContainerDevices{share(devs[0], 10000)})
-			return preemptionCase{preemptor: podOptions{ns: ns, name: "high", scheduler: s.name, priorityClass: pc.high, gpus: 1, mem: 4000}}
+			return preemptionCase{preemptor: podOptions{ns: ns, name: "high", scheduler: s.name, priorityClass: pc.high, gpus: 1, mem: 4000},
+				why: []string{"CardCordoned", "Preemption is not helpful"}}
 		},
 		// (d) The GPU is held by a pod of the preemptor's own priority: never a victim.
 		"equal priority is never preempted": func(t *testing.T, c *cluster) preemptionCase {
@@ -115,7 +120,8 @@ func TestPreemption(t *testing.T) {
 			ns := namespace(t, "pre")
 			node, devs := c.node(t, nodeOptions{gpus: 1, mem: 10000})
 			c.placed(t, podOptions{ns: ns, name: "peer", scheduler: s.name, priorityClass: pc.high}, node, allocation.ContainerDevices{share(devs[0], 10000)})
-			return preemptionCase{preemptor: podOptions{ns: ns, name: "high", scheduler: s.name, priorityClass: pc.high, gpus: 1, mem: 4000}}
+			return preemptionCase{preemptor: podOptions{ns: ns, name: "high", scheduler: s.name, priorityClass: pc.high, gpus: 1, mem: 4000},
+				why: []string{"CardInsufficientMemory", "No preemption victims found"}}
 		},
 		// (e) Two nodes of one full GPU each: on the first the victim would be the least
 		// important pod (priority 10), but a PodDisruptionBudget guards it (no controller
@@ -161,9 +167,16 @@ func TestPreemption(t *testing.T) {
 			p := create(t, c.pod(tc.preemptor))
 			if tc.node == "" {
 				msg := c.waitUnschedulable(t, p.Namespace, p.Name, 30*time.Second)
-				// The preemption attempt (PostFilter) ran before the condition was written;
-				// its deletions are asynchronous: give them a moment to show.
-				time.Sleep(2 * time.Second)
+				// PostFilter ran before the condition was written, and says there that no node
+				// is a preemption candidate.
+				for _, w := range append([]string{"preemption: 0/"}, tc.why...) {
+					if !strings.Contains(msg, w) {
+						t.Errorf("condition %q does not say %q", msg, w)
+					}
+				}
+				// Victims would be deleted asynchronously after a nomination: give a
+				// deletion a moment to show before asserting there is none.
+				time.Sleep(time.Second)
 				if got := c.deletedSince(start); len(got) != 0 {
 					t.Errorf("pods deleted %v, want none (condition %q)", got, msg)
 				}
