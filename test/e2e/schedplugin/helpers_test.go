@@ -45,7 +45,7 @@ const (
 // startScheduler runs examples/scheduler with the configuration of its deploy/config.yaml,
 // the HAMiGPU args merged with args (nil: the file's), its HAMiGPU profile renamed to a name of
 // the test's own, which it returns: the schedulerName of the test's pods.
-func startScheduler(t *testing.T, args map[string]any) string {
+func startScheduler(t testing.TB, args map[string]any) string {
 	t.Helper()
 	cfg := harness.HAMiSchedulerConfig(t, args)
 	name := harness.UniqueName("hami-scheduler")
