@@ -132,11 +132,12 @@ func holds(nodeInfo fwk.NodeInfo, uid types.UID) bool {
 	return false
 }
 
-// requestKey identifies what a fit depends on besides the node: the vendor, the request and
-// the pod's annotations other than those the scheduler and device plugin write.
-func requestKey(vendor int, req allocation.PodRequest, annotations map[string]string) string {
-	b := make([]byte, 0, 64+32*len(annotations))
-	b = fmt.Appendf(b, "%d|%d", vendor, req.Init)
+// requestKey identifies what a fit depends on besides the node: the vendor, the profile's
+// configuration, the request and the pod's annotations other than those the scheduler and
+// the device plugin write.
+func requestKey(vendor int, cfg allocation.Config, req allocation.PodRequest, annotations map[string]string) string {
+	b := make([]byte, 0, 256+32*len(annotations))
+	b = fmt.Appendf(b, "%d|%+v|%d", vendor, cfg, req.Init) // profiles may differ in policies and defaults
 	for _, r := range req.Containers {
 		b = fmt.Appendf(b, "|%d,%s,%d,%d,%d", r.Count, r.Type, r.Memory, r.MemoryPercentage, r.Cores)
 	}

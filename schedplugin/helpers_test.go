@@ -143,7 +143,9 @@ type env struct {
 	factory informers.SharedInformerFactory
 	h       *fakeHandle
 	p       *Plugin
-	nodes   map[string]*corev1.Node
+	// newPlugin is the factory p came from: another profile's plugin shares p's state.
+	newPlugin func(context.Context, runtime.Object, fwk.Handle) (fwk.Plugin, error)
+	nodes     map[string]*corev1.Node
 }
 
 func newEnv(tb testing.TB, args runtime.Object, objs ...runtime.Object) *env {
@@ -169,7 +171,8 @@ func newEnvWith(tb testing.TB, args runtime.Object, client *fake.Clientset) *env
 	ctx, cancel := context.WithCancel(ctx)
 	factory := informers.NewSharedInformerFactory(client, 0)
 	h := &fakeHandle{client: client, factory: factory, nominated: map[string][]fwk.PodInfo{}}
-	pl, err := NewFactory()(ctx, args, h)
+	newPlugin := NewFactory()
+	pl, err := newPlugin(ctx, args, h)
 	if err != nil {
 		cancel()
 		tb.Fatal(err)
@@ -185,7 +188,7 @@ func newEnvWith(tb testing.TB, args runtime.Object, client *fake.Clientset) *env
 		tb.Fatal(err)
 	}
 	<-p.sh.cache.Synced()
-	return &env{t: tb, ctx: ctx, client: client, factory: factory, h: h, p: p, nodes: map[string]*corev1.Node{}}
+	return &env{t: tb, ctx: ctx, client: client, factory: factory, h: h, p: p, newPlugin: newPlugin, nodes: map[string]*corev1.Node{}}
 }
 
 // gpus are n GPUs of devmem MiB, split 10 ways, 100 cores.

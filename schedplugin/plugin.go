@@ -132,6 +132,14 @@ func newShared(ctx context.Context, h fwk.Handle, s settings) (*shared, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A deleted node's fit memo goes with it.
+	if _, err := nodes.Informer().AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{DeleteFunc: func(obj any) {
+		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+			sh.memo.Delete(key)
+		}
+	}}, opts); err != nil {
+		return nil, err
+	}
 	sh.synced = []cache.InformerSynced{podReg.HasSynced, quotaReg.HasSynced, nodeReg.HasSynced, c.HasSynced}
 	runCtx, cancel := context.WithCancelCause(ctx)
 	sh.cancel = cancel

@@ -584,3 +584,50 @@ func TestDeletedPodDropsReservation(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestProfilesShareState: one factory's profiles share the cluster-wide state, must agree on
+// the version, and each fits with its own policies (the per-node memo does not cross them).
+func TestProfilesShareState(t *testing.T) {
+	t.Parallel()
+	n := gpuNode("n", gpus("n", 2, 1000), nil)
+	held := placedPod("held", "n", "GPU-n-0,NVIDIA,300,0:;")
+	e := newEnv(t, &Args{GPUSchedulerPolicy: "binpack"}, n, held)
+	spreadPl, err := e.newPlugin(e.ctx, &Args{GPUSchedulerPolicy: "spread"}, e.h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spread := spreadPl.(*Plugin)
+	t.Cleanup(func() { _ = spread.Close() })
+	if spread.sh != e.p.sh {
+		t.Fatal("profiles of one factory do not share their state")
+	}
+	if _, err := e.newPlugin(e.ctx, &Args{HAMiVersion: "v2.9.0"}, e.h); !errors.Is(err, ErrInvalidArgs) {
+		t.Fatalf("a profile with another version: %v", err)
+	}
+	pod := gpuPod("p", map[string]string{"nvidia.com/gpu": "1", "nvidia.com/gpumem": "100"})
+	ni := nodeInfo(n, held) // one NodeInfo generation for both profiles
+	filter := func(p *Plugin) *fakeCycleState {
+		cs := newCycleState()
+		if _, st := p.PreFilter(e.ctx, cs, pod, nil); !st.IsSuccess() {
+			t.Fatal(st)
+		}
+		if st := p.Filter(e.ctx, cs, pod, ni); !st.IsSuccess() {
+			t.Fatal(st)
+		}
+		return cs
+	}
+	gpuOf := func(p *Plugin, cs *fakeCycleState) string {
+		if st := p.Reserve(e.ctx, cs, pod, "n"); !st.IsSuccess() {
+			t.Fatal(st)
+		}
+		defer p.Unreserve(e.ctx, cs, pod, "n")
+		return readState(cs).reserved.devices[0][0].UUID
+	}
+	binpackCS, spreadCS := filter(e.p), filter(spread)
+	if got := gpuOf(spread, spreadCS); got != "GPU-n-1" {
+		t.Errorf("spread profile chose %s", got)
+	}
+	if got := gpuOf(e.p, binpackCS); got != "GPU-n-0" {
+		t.Errorf("binpack profile chose %s", got)
+	}
+}

@@ -34,7 +34,7 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 		return nil, fwk.AsStatus(err)
 	}
 	cfg := p.s.vendors[i].cfg
-	s := &cycleState{vendor: i, cfg: cfg, req: req, reqKey: requestKey(i, req, pod.Annotations), snap: p.sh.cache.Snapshot(), seq: p.sh.res.current(), results: map[string]nodeResult{},
+	s := &cycleState{vendor: i, cfg: cfg, req: req, reqKey: requestKey(i, cfg, req, pod.Annotations), snap: p.sh.cache.Snapshot(), seq: p.sh.res.current(), results: map[string]nodeResult{},
 		binpack: hasPolicy(cmp.Or(allocation.Policy(pod.Annotations[allocation.KeyNodeSchedulerPolicy]), cfg.NodeSchedulerPolicy), allocation.PolicyBinpack)}
 	if q := p.sh.trackers[i].Quota(pod.Namespace, podKeyOf(pod)); q.Limits.Any(cfg.Version) {
 		s.quota = &q
