@@ -1,7 +1,9 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -85,7 +87,7 @@ func (q *quickstart) pluginStep(ctx context.Context, step int) error {
 	}
 	preempted := round(time.Since(t))
 	if _, err := pods.Get(ctx, lowPod, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		return fmt.Errorf("pod %s/%s is still there after %s was bound on its GPU (err %v)", demoNamespace, lowPod, highPod, err)
+		return fmt.Errorf("pod %s/%s is still there after %s was bound on its GPU: %w", demoNamespace, lowPod, highPod, cmp.Or(err, errors.New("not deleted")))
 	}
 	if _, err := pods.Get(ctx, demoPod, metav1.GetOptions{}); err != nil {
 		return fmt.Errorf("step 2's pod %s/%s (no priority, on other GPUs) is gone after the preemption: %w", demoNamespace, demoPod, err)
