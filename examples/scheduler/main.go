@@ -43,7 +43,9 @@ func command(args []string) *cobra.Command {
 		cmd.SetArgs(args[1:])
 		return cmd
 	}
+	// snippet: README
 	cmd := app.NewSchedulerCommand(app.WithPlugin(schedplugin.Name, schedplugin.NewFactory()))
+	// end snippet
 	cmd.SetArgs(args)
 	return cmd
 }
