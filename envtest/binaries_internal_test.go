@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -156,5 +157,46 @@ func TestStartSchedulerWithoutKubeScheduler(t *testing.T) {
 	}
 	if nf.Start != "StartScheduler" || len(nf.Missing) != 1 || nf.Missing[0] != binScheduler {
 		t.Errorf("err = %+v, want StartScheduler missing kube-scheduler", nf)
+	}
+}
+
+// SchedulerOptions.Binary, when set, is run instead of the folders' kube-scheduler (which need
+// not exist); it must be an executable file.
+func TestSchedulerBinary(t *testing.T) {
+	t.Parallel()
+	own := filepath.Join(stubs(t, "my-scheduler"), "my-scheduler")
+	plain := filepath.Join(t.TempDir(), "not-executable")
+	if err := os.WriteFile(plain, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	found := stubs(t, binScheduler)
+	tests := map[string]struct {
+		binary, folder string
+		want           string
+		wantErr        string
+	}{
+		"default: the folders' kube-scheduler": {folder: found, want: filepath.Join(found, binScheduler)},
+		"default without kube-scheduler":       {folder: t.TempDir(), wantErr: "peer binaries missing"},
+		"binary of one's own, no folder":       {binary: own, folder: t.TempDir(), want: own},
+		"binary over the folders'":             {binary: own, folder: found, want: own},
+		"binary missing":                       {binary: filepath.Join(t.TempDir(), "nope"), wantErr: "no such file"},
+		"binary not executable":                {binary: plain, wantErr: "not an executable file"},
+		"binary is a folder":                   {binary: t.TempDir(), wantErr: "not an executable file"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			cp := &ControlPlane{folders: binFolders(tc.folder, env(nil))}
+			got, err := cp.schedulerBinary(tc.binary)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Errorf("schedulerBinary(%q) = %q, %v; want %q", tc.binary, got, err, tc.want)
+			}
+		})
 	}
 }

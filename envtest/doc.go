@@ -33,7 +33,8 @@
 // (SchedulerOptions.Hostname): [WithHostname] gives any child a UTS namespace and host name,
 // as each replica of a Deployment has, so that leader-election identities differ on one
 // machine; the binary that uses it must call [ExecIfHostnameChild] first (in TestMain, or in
-// main). [BuildProgram] builds a program of a module for a test to run it as a process.
+// main). SchedulerOptions.Binary runs another kube-scheduler-compatible binary in its place,
+// e.g. one built with a framework plugin (app.WithPlugin). [BuildProgram] builds a program of a module for a test to run it as a process.
 //
 // Every child runs with Pdeathsig SIGKILL in its own process group (package proc), so
 // nothing outlives the process that started it; a temporary folder left by a killed
@@ -44,7 +45,8 @@
 // Each start runs release binaries from a folder; it needs only its own:
 //
 //   - [Start] (and StartAPIServer) needs etcd and kube-apiserver;
-//   - [ControlPlane.StartScheduler] needs kube-scheduler.
+//   - [ControlPlane.StartScheduler] needs kube-scheduler, unless SchedulerOptions.Binary
+//     names a scheduler binary of one's own.
 //
 // Each binary is taken from the first of these folders that holds it as an executable file:
 // [Options.BinDir], $HAMIREG_K8S_BIN ([EnvBinDir]), $KUBEBUILDER_ASSETS

@@ -33,6 +33,13 @@ type SchedulerOptions struct {
 	// is the first part of its leader-election identity "<Hostname>_<uuid>", as the pod name
 	// is in a cluster. Default: the machine's host name.
 	Hostname string
+	// Binary is the path of a kube-scheduler-compatible program to run instead of
+	// kube-scheduler, e.g. one built with app.NewSchedulerCommand(app.WithPlugin(…)) from
+	// k8s.io/kubernetes/cmd/kube-scheduler/app (the hamireg repository's examples/scheduler):
+	// it must take kube-scheduler's flags (--config, --secure-port, --cert-dir, …) and serve
+	// /readyz as kube-scheduler does. Default: "", the kube-scheduler found in the folders
+	// Start searched.
+	Binary string
 }
 
 // Scheduler is a kube-scheduler process started by [ControlPlane.StartScheduler].
@@ -46,10 +53,10 @@ type Scheduler struct {
 // StartScheduler starts kube-scheduler against the control plane's apiserver and returns
 // when its /readyz answers ok. ControlPlane.Stop stops it if the caller has not.
 //
-// It needs kube-scheduler, searched in the folders Start searched (setup-envtest's folder
-// has none: see [BinaryNotFoundError] for where to get it).
+// Without [SchedulerOptions.Binary] it needs kube-scheduler, searched in the folders Start
+// searched (setup-envtest's folder has none: see [BinaryNotFoundError] for where to get it).
 func (cp *ControlPlane) StartScheduler(ctx context.Context, opts SchedulerOptions) (*Scheduler, error) {
-	bins, err := findBinaries(cp.folders, "StartScheduler", binScheduler)
+	bin, err := cp.schedulerBinary(opts.Binary)
 	if err != nil {
 		return nil, err
 	}
@@ -97,7 +104,7 @@ func (cp *ControlPlane) StartScheduler(ctx context.Context, opts SchedulerOption
 	}
 	po := proc.Options{
 		Name:    binScheduler,
-		Path:    bins[binScheduler],
+		Path:    bin,
 		Args:    append(args, opts.Flags...),
 		LogPath: filepath.Join(dir, "kube-scheduler.log"),
 	}
@@ -126,6 +133,26 @@ func (cp *ControlPlane) StartScheduler(ctx context.Context, opts SchedulerOption
 	}
 	cp.opts.Logf("kube-scheduler ready in %v (config %s)", time.Since(start).Round(time.Millisecond), configPath)
 	return s, nil
+}
+
+// schedulerBinary is the program StartScheduler runs: binary when set (it must be an
+// executable file), else the kube-scheduler of the control plane's folders.
+func (cp *ControlPlane) schedulerBinary(binary string) (string, error) {
+	if binary == "" {
+		bins, err := findBinaries(cp.folders, "StartScheduler", binScheduler)
+		if err != nil {
+			return "", err
+		}
+		return bins[binScheduler], nil
+	}
+	fi, err := os.Stat(binary)
+	if err != nil {
+		return "", fmt.Errorf("scheduler binary: %w", err)
+	}
+	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		return "", fmt.Errorf("scheduler binary %s: not an executable file", binary)
+	}
+	return binary, nil
 }
 
 // Stop stops kube-scheduler (SIGTERM, SIGKILL after 10 s). It is safe to call more than once.

@@ -14,8 +14,10 @@ import (
 
 // A folder laid out as setup-envtest's (etcd and kube-apiserver, no kube-scheduler), named by
 // $KUBEBUILDER_ASSETS alone, serves Start; StartScheduler then fails naming kube-scheduler
-// and where to get it. The folder links to the binaries of $HAMIREG_K8S_BIN. (Not parallel:
-// it sets the variables.)
+// and where to get it, and SchedulerOptions.Binary runs a kube-scheduler-compatible program
+// from elsewhere (here a script that records its run and execs $HAMIREG_K8S_BIN's
+// kube-scheduler). The folder links to the binaries of $HAMIREG_K8S_BIN. (Not parallel: it
+// sets the variables.)
 func TestStartFromSetupEnvtestFolder(t *testing.T) {
 	bin := os.Getenv(envtest.EnvBinDir)
 	if bin == "" {
@@ -58,4 +60,26 @@ func TestStartFromSetupEnvtestFolder(t *testing.T) {
 		}
 	}
 	t.Log(err)
+
+	// A scheduler binary of one's own (e.g. built with a plugin) needs no kube-scheduler in
+	// the folders.
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "ran")
+	wrapper := filepath.Join(dir, "my-scheduler")
+	script := "#!/bin/sh\necho \"$@\" > " + marker + "\nexec " + filepath.Join(bin, "kube-scheduler") + " \"$@\"\n"
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s, err = cp.StartScheduler(t.Context(), envtest.SchedulerOptions{Binary: wrapper})
+	if err != nil {
+		t.Fatalf("StartScheduler with Binary: %v", err)
+	}
+	defer func() { _ = s.Stop() }()
+	args, err := os.ReadFile(marker)
+	if err != nil {
+		t.Fatalf("the Binary did not run: %v", err)
+	}
+	if !strings.Contains(string(args), "--config="+s.ConfigPath()) {
+		t.Errorf("the Binary ran with %q, want kube-scheduler's flags with --config=%s", args, s.ConfigPath())
+	}
 }

@@ -13,6 +13,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/envtest/kubeletpeer"
@@ -101,10 +103,14 @@ func (k *kubelet) run(ctx context.Context) {
 
 // admit runs the device manager's Allocate for the pod's GPU containers once.
 func (k *kubelet) admit(ctx context.Context, p *corev1.Pod) {
+	if p.DeletionTimestamp != nil {
+		k.finish(ctx, p)
+		return
+	}
 	k.mu.Lock()
 	_, done := k.admitted[p.UID]
 	k.mu.Unlock()
-	if done || p.DeletionTimestamp != nil {
+	if done {
 		return
 	}
 	a := admission{pod: p, allocs: map[string]kubeletpeer.Allocation{}, cdi: map[string][]string{}}
@@ -153,6 +159,21 @@ func (k *kubelet) admit(ctx context.Context, p *corev1.Pod) {
 	k.mu.Unlock()
 	if announce != nil {
 		announce(a)
+	}
+}
+
+// finish is the kubelet's last word on a pod being deleted (preempted, or deleted with a grace
+// period): its containers have stopped (there are none here), so it deletes the pod for good,
+// with grace period 0 and the pod's UID as precondition. Until then the pod stays Terminating
+// and holds its GPUs, as on a real node.
+func (k *kubelet) finish(ctx context.Context, p *corev1.Pod) {
+	if k.running[p.Name] {
+		return // the stand-in Pods of the quickstart's own processes
+	}
+	err := k.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
+		GracePeriodSeconds: ptr.To[int64](0), Preconditions: &metav1.Preconditions{UID: &p.UID}})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		fmt.Fprintf(os.Stderr, "quickstart: the kubelet could not finish deleting pod %s/%s: %v\n", p.Namespace, p.Name, err)
 	}
 }
 

@@ -37,13 +37,18 @@
 //     plugin, prepared by the plugin through the DRA manager, and its CDI edits
 //     (CUDA_DEVICE_MEMORY_LIMIT_0=10240m, CUDA_DEVICE_SM_LIMIT_0=30, HAMi-core's mounts) are
 //     shown beside the env step 2's device-plugin pod got;
-//  7. starts a second node whose device plugin is examples/deviceplugin
+//  7. builds examples/scheduler (kube-scheduler with the SDK's HAMiGPU plugin) and runs it as a
+//     second scheduler: a low-priority pod takes one GPU's whole memory, a high-priority pod
+//     that needs 60 % of it preempts it (kube-scheduler's preemption asking the plugin's
+//     Filter), and a third pod that cannot preempt waits until the high-priority one is
+//     deleted, then is bound at once (the plugin's queueing hint);
+//  8. starts a second node whose device plugin is examples/deviceplugin
 //     --simulate dgxa100 --mig (the 8 A100s in MIG mode), shows its register annotation (a
 //     GPU's migProfiles as HAMi master publishes them) and places a pod of one GPU with
 //     9000 MiB on it: the profile and placement the extender reserved (2g.10gb), the MIG
 //     device the plugin created and patched into hami.io/vgpu-mig-allocations, and the MIG
 //     UUID the kubelet's Allocate got (--mig=false skips this step);
-//  8. with --keep (step 7 with --mig=false), leaves everything running and prints a kubeconfig for kubectl and the
+//  9. with --keep (step 8 with --mig=false), leaves everything running and prints a kubeconfig for kubectl and the
 //     doctor until Ctrl-C; without it, stops everything and removes what it created.
 //
 // The first run builds kube-apiserver, kube-scheduler and etcd into the user's cache

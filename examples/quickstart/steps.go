@@ -37,7 +37,7 @@ const (
 	settle = 300 * time.Millisecond
 )
 
-// run is the whole quickstart: step 0 (up), the five steps, DRA on the same node, the MIG node (unless --mig=false) and --keep.
+// run is the whole quickstart: step 0 (up), the five steps, DRA on the same node, the scheduler plugin, the MIG node (unless --mig=false) and --keep.
 func (q *quickstart) run(ctx context.Context) error {
 	if err := q.up(ctx); err != nil {
 		return err
@@ -60,8 +60,11 @@ func (q *quickstart) run(ctx context.Context) error {
 	if err := q.draStep(ctx, 6); err != nil {
 		return err
 	}
+	if err := q.pluginStep(ctx, 7); err != nil {
+		return err
+	}
 	if q.opts.mig {
-		if err := q.migNode(ctx, 7); err != nil {
+		if err := q.migNode(ctx, 8); err != nil {
 			return err
 		}
 	}
@@ -387,11 +390,11 @@ func (q *quickstart) runDoctorArgs(ctx context.Context, args ...string) (string,
 	return "", 0, fmt.Errorf("run cmd/kubectl-hami_doctor: %w\n%s", err, out.String())
 }
 
-// keep is step 8 (7 with --mig=false), --keep: everything stays up until Ctrl-C; the kubelet announces each pod it admits.
+// keep is step 9 (8 with --mig=false), --keep: everything stays up until Ctrl-C; the kubelet announces each pod it admits.
 func (q *quickstart) keep(ctx context.Context) error {
-	step := 7
+	step := 8
 	if q.opts.mig {
-		step = 8 // after the MIG node's step
+		step = 9 // after the MIG node's step
 	}
 	q.out.step(step, time.Since(q.start), "everything keeps running until Ctrl-C")
 	q.kubelet.mu.Lock()

@@ -209,7 +209,9 @@ func Go(ctx context.Context, env []string, dir string, log io.Writer, args ...st
 // CheckModule gets module m at version v into a fresh scratch module in dir and builds every
 // package of it; a module with programs and no replace directive is also installed with
 // "go install PATH/...@VERSION", as a user would install it. A module that needs
-// k8s.io/kubernetes gets the replace block first, from envtest/cmd/replaces at v.
+// k8s.io/kubernetes gets the replace block first, from envtest/cmd/replaces at v, and its
+// programs are installed from the scratch module ("go install PATH", the version go get
+// recorded), as a user of such a program does.
 func CheckModule(ctx context.Context, env []string, dir string, m Module, v string, log io.Writer) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -222,10 +224,18 @@ func CheckModule(ctx context.Context, env []string, dir string, m Module, v stri
 		[]string{"get", m.Path + "/...@" + v},
 		[]string{"build", "-o", os.DevNull, m.Path + "/..."},
 	)
-	if !m.Replaces && !m.Kubernetes {
+	switch {
+	case !m.Replaces && !m.Kubernetes:
 		// The programs a user installs: go install refuses a module with replace directives.
 		for _, p := range m.Programs {
 			steps = append(steps, []string{"install", path.Join(m.Path, p) + "@" + v})
+		}
+	case m.Kubernetes:
+		// go install PATH@VERSION cannot apply the k8s.io replace block: a user installs
+		// such a program (examples/scheduler, kube-scheduler with the plugin) from a module
+		// of their own that has it, as this scratch module does.
+		for _, p := range m.Programs {
+			steps = append(steps, []string{"install", path.Join(m.Path, p)})
 		}
 	}
 	for _, s := range steps {

@@ -43,6 +43,15 @@ func TestModulesOfThisRepository(t *testing.T) {
 			}
 		}
 	}
+	// examples/scheduler (kube-scheduler with the plugin) is released like the quickstart:
+	// its program needs k8s.io/kubernetes and so the consumer's replace block.
+	i := slices.IndexFunc(mods, func(m Module) bool { return m.Dir == "examples/scheduler" })
+	if i < 0 {
+		t.Fatal("examples/scheduler is not released")
+	}
+	if s := mods[i]; !s.Kubernetes || !slices.Contains(s.Programs, ".") || !slices.Contains(s.Requires, sdkPath+"/schedplugin") {
+		t.Errorf("examples/scheduler: Kubernetes %v, programs %v, requires %v; want k8s.io/kubernetes, the program . and the plugin module", s.Kubernetes, s.Programs, s.Requires)
+	}
 	v, err := RequiredVersion(repoRoot, mods)
 	if err != nil {
 		t.Fatal(err)

@@ -7,7 +7,9 @@
 // [WaitForResources], [WaitForEvent], [ShortTempDir]), and DRA's ([ControlPlane.StartDRAManagerForTest],
 // [Claim], [ControlPlane.CreateClaimPod], [ControlPlane.WaitForAllocation],
 // [ControlPlane.ReleaseClaim] in place of kube-controller-manager, [ResolveCDI],
-// [ControlPlane.WatchSlices] to count slice writes). Everything that needs no testing.TB
+// [ControlPlane.WatchSlices] to count slice writes), and kube-scheduler built with the
+// HAMiGPU plugin ([ControlPlane.StartHAMiScheduler] with [HAMiSchedulerConfig], the
+// configuration of examples/scheduler/deploy). Everything that needs no testing.TB
 // (Start, Options, StartScheduler, WithHostname, Readyz, FreePorts, the process spawner,
 // the kubelet peers) is in envtest and its packages proc and kubeletpeer.
 //

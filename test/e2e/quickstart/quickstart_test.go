@@ -264,21 +264,29 @@ func TestQuickstart(t *testing.T) {
 		regexp.MustCompile(`(?m)^ +CUDA_DEVICE_MEMORY_LIMIT_0=10240m$\n(?: +\S+\n)*? +CUDA_DEVICE_SM_LIMIT_0=30$`),
 		regexp.MustCompile(`(?m)^ +mount /etc/ld\.so\.preload ← host \S+$`),
 		regexp.MustCompile(`(?m)^   beside +step 2's pod default/demo on the same node, through the device plugin's Allocate: CUDA_DEVICE_MEMORY_LIMIT_0=10240m CUDA_DEVICE_MEMORY_LIMIT_1=10240m .*CUDA_DEVICE_SM_LIMIT=30 .*NVIDIA_VISIBLE_DEVICES=GPU-`),
-		// Step 7: the MIG node, its profiles, a pod reserved 2g.10gb and the MIG device it got.
-		regexp.MustCompile(`(?m)^== 7\. node qs-node-mig: 8 simulated A100s in MIG mode, and a MIG pod`),
+		// Step 7: examples/scheduler (kube-scheduler with the HAMiGPU plugin): a preemption and
+		// a requeue on one GPU.
+		regexp.MustCompile(`(?m)^== 7\. the scheduler plugin: preemption and requeue on node qs-node`),
+		regexp.MustCompile(`(?m)^   scheduler +examples/scheduler \(kube-scheduler v1\.\d+\.\d+ with the HAMiGPU plugin, profile hami-plugin-scheduler\) ready`),
+		regexp.MustCompile(`(?m)^   low +pod default/plugin-low \(priority 100\): 100 % of GPU-[0-9a-f-]+'s memory, bound by the plugin and allocated$`),
+		regexp.MustCompile(`(?m)^   preempted +pod default/plugin-high \(priority 1000\) needs 60 % of GPU-[0-9a-f-]+: kube-scheduler's preemption evicted plugin-low, the only victim; bound in \S+$`),
+		regexp.MustCompile(`(?m)^   pending +pod default/plugin-waiting \(priority 100\), 60 % of GPU-[0-9a-f-]+: it cannot preempt a higher priority: 0/\d+ nodes are available: .*CardInsufficientMemory`),
+		regexp.MustCompile(`(?m)^   requeued +plugin-high deleted: plugin-waiting bound and allocated \S+ later \(the plugin's queueing hint`),
+		// Step 8: the MIG node, its profiles, a pod reserved 2g.10gb and the MIG device it got.
+		regexp.MustCompile(`(?m)^== 8\. node qs-node-mig: 8 simulated A100s in MIG mode, and a MIG pod`),
 		regexp.MustCompile(`(?m)^   register +hami\.io/node-nvidia-register: 8 GPUs in mode mig, the first:\n +\{"id":"GPU-[0-9a-f-]+","count":7,"devmem":40960,"devcore":100,.*"mode":"mig","migProfiles":\[\{"name":"1g\.5gb","memoryMB":4864,"core":15,"sliceCount":1,`),
 		regexp.MustCompile(`(?m)^   reserved +pod default/mig-demo \(1 GPU, 9000 MiB\): profile 2g\.10gb at placement \d\+2 of GPU-[0-9a-f-]+; hami\.io/bind-phase success`),
 		regexp.MustCompile(`(?m)^   annotations +hami\.io/vgpu-devices-allocated: GPU-[0-9a-f-]+,NVIDIA,9856,29:;$`),
 		regexp.MustCompile(`(?m)^ +hami\.io/vgpu-mig-allocations: \[\{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-[0-9a-f-]+","profile":"2g\.10gb","placement":\{"start":\d,"size":2\},"migUUID":"(MIG-[0-9a-f-]+)","gpuInstanceID":\d+,"computeInstanceID":\d+\}\]$`),
 		regexp.MustCompile(`(?m)^   env +the kubelet's Allocate: NVIDIA_VISIBLE_DEVICES=MIG-[0-9a-f-]+ `),
-		regexp.MustCompile(`(?m)^quickstart: done in \S+: 9 process\(es\) stopped, /\S+ removed$`),
+		regexp.MustCompile(`(?m)^quickstart: done in \S+: 10 process\(es\) stopped, /\S+ removed$`),
 	} {
 		if !want.MatchString(out) {
 			t.Errorf("output has no match for %s", want)
 		}
 	}
-	if strings.Contains(out, "== 8.") {
-		t.Error("step 8 (--keep) ran without --keep")
+	if strings.Contains(out, "== 9.") {
+		t.Error("step 9 (--keep) ran without --keep")
 	}
 	// The MIG UUID of the reservation is the one the kubelet's Allocate answered.
 	if m := regexp.MustCompile(`"migUUID":"(MIG-[0-9a-f-]+)"`).FindStringSubmatch(out); m == nil || !strings.Contains(out, "NVIDIA_VISIBLE_DEVICES="+m[1]+" ") {
@@ -291,7 +299,7 @@ func TestQuickstart(t *testing.T) {
 // exit 0 and everything is stopped and removed.
 func TestQuickstartKeep(t *testing.T) {
 	r := start(t, "--keep", "--mig=false", "--node", "qs-keep")
-	r.waitLine(t, "== 7. everything keeps running until Ctrl-C", 5*time.Minute)
+	r.waitLine(t, "== 8. everything keeps running until Ctrl-C", 5*time.Minute)
 	r.waitLine(t, "kubeconfig", 10*time.Second)
 	out := r.output()
 	kc := regexp.MustCompile(`(?m)^   kubeconfig +(/\S+) \(cluster admin\)$`).FindStringSubmatch(out)
