@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hamireg/hamireg/extender"
+	"github.com/hamireg/hamireg/schedcache"
 )
 
 // Collectors returns HAMi's scheduler metric families (hami_gpu_*, hami_node_gpu_*,
@@ -19,3 +20,9 @@ func (p *Plugin) Collectors() []prometheus.Collector {
 	}
 	return out
 }
+
+// NodeCache returns the node cache every profile's plugin shares, for the binary to run the
+// leader-only handshake writer on it (schedcache.NewHandshaker, under a
+// schedcache.LeaseFollower of kube-scheduler's Lease) unless HAMi's own scheduler writes the
+// handshakes. The plugin itself never writes them. Read-only otherwise.
+func (p *Plugin) NodeCache() *schedcache.Cache { return p.sh.cache }

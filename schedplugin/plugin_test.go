@@ -674,6 +674,9 @@ func TestCollectors(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if e.p.NodeCache() == nil || e.p.NodeCache() != e.p.sh.cache {
+		t.Error("NodeCache is not the shared cache")
+	}
 	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
