@@ -65,6 +65,9 @@
 //	    hamiVersion: master
 //	    nodeLockWait: 10s
 //
+// Metrics: Plugin.Collectors returns HAMi's scheduler metric families from the shared state
+// (the extender's collectors), for the binary to register where kube-scheduler serves them.
+//
 // The scheduler needs, beyond system:kube-scheduler, pods patch, nodes patch (the lock) and
 // resourcequotas list and watch.
 package schedplugin

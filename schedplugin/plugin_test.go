@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -659,5 +660,34 @@ func TestForeignPods(t *testing.T) {
 			t.Fatal("a failed bind's pod still counts")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestCollectors: HAMi's families from the plugin's state.
+func TestCollectors(t *testing.T) {
+	t.Parallel()
+	n := gpuNode("n", gpus("n", 1, 1000), nil)
+	e := newEnv(t, nil, n, placedPod("held", "n", "GPU-n-0,NVIDIA,300,0:;"))
+	reg := prometheus.NewPedanticRegistry()
+	for _, c := range e.p.Collectors() {
+		if err := reg.Register(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if e.p.NodeCache() == nil || e.p.NodeCache() != e.p.sh.cache {
+		t.Error("NodeCache is not the shared cache")
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, f := range families {
+		names[f.GetName()] = true
+	}
+	for _, want := range []string{"hami_build_info", "hami_vgpu_memory_allocated_bytes", "hami_node_gpu_overview"} {
+		if !names[want] {
+			t.Errorf("no %s in %v", want, names)
+		}
 	}
 }
