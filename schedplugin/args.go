@@ -1,6 +1,7 @@
 package schedplugin
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"time"
@@ -43,6 +44,38 @@ type Args struct {
 	Vendors []VendorArgs `json:"vendors,omitempty"`
 	// NodeLockWait bounds PreBind's wait for HAMi's node lock; zero means DefaultNodeLockWait.
 	NodeLockWait metav1.Duration `json:"nodeLockWait,omitempty"`
+	// Handshake chooses who writes the nodes' handshake annotations (channel 3). Every profile
+	// of one scheduler must agree.
+	Handshake HandshakeArgs `json:"handshake,omitempty"`
+	// LegacyMetrics also serves HAMi's legacy metric names (GPUDeviceMemoryLimit,
+	// nodeGPUOverview, …) beside the current ones on kube-scheduler's /metrics.
+	LegacyMetrics bool `json:"legacyMetrics,omitempty"`
+}
+
+// The handshake modes of [HandshakeArgs].
+const (
+	// HandshakeLease writes the handshakes while this kube-scheduler holds its leader-election
+	// Lease, as HAMi's scheduler does (schedcache.LeaseFollower): one writer per cluster. With
+	// leader election off nothing is written.
+	HandshakeLease = "lease"
+	// HandshakeAlways writes them from every replica: a single scheduler without leader
+	// election.
+	HandshakeAlways = "always"
+	// HandshakeOff writes none: HAMi's own scheduler or the SDK's extender writes them.
+	HandshakeOff = "off"
+)
+
+// HandshakeArgs configure the leader-only writer of HAMi's handshake annotations
+// (schedcache.Handshaker on the plugin's node cache), which tells a node whose device plugin
+// stopped reporting from a live one. The zero value follows kube-scheduler's default Lease,
+// kube-system/kube-scheduler.
+type HandshakeArgs struct {
+	// Mode is HandshakeLease (default), HandshakeAlways or HandshakeOff.
+	Mode string `json:"mode,omitempty"`
+	// LeaseNamespace and LeaseName are the Lease kube-scheduler campaigns for (its
+	// leaderElection resourceNamespace and resourceName); default kube-system/kube-scheduler.
+	LeaseNamespace string `json:"leaseNamespace,omitempty"`
+	LeaseName      string `json:"leaseName,omitempty"`
 }
 
 // VendorArgs names one vendor. Name "NVIDIA" is annotation.NVIDIA() (the other fields are
@@ -98,11 +131,13 @@ type vendorConfig struct {
 	cfg    allocation.Config
 }
 
-// settings are Args made ready: one vendorConfig per vendor, the lock wait.
+// settings are Args made ready: one vendorConfig per vendor, the lock wait, the handshake.
 type settings struct {
-	vendors      []vendorConfig
-	version      allocation.Version
-	nodeLockWait time.Duration
+	vendors       []vendorConfig
+	version       allocation.Version
+	nodeLockWait  time.Duration
+	handshake     HandshakeArgs
+	legacyMetrics bool
 }
 
 // settings validates a and completes its defaults.
@@ -151,6 +186,16 @@ func (a Args) settings() (settings, error) {
 	case s.nodeLockWait == 0:
 		s.nodeLockWait = DefaultNodeLockWait
 	}
+	s.handshake = a.Handshake
+	s.handshake.Mode = cmp.Or(s.handshake.Mode, HandshakeLease)
+	s.handshake.LeaseNamespace = cmp.Or(s.handshake.LeaseNamespace, "kube-system")
+	s.handshake.LeaseName = cmp.Or(s.handshake.LeaseName, "kube-scheduler")
+	switch s.handshake.Mode {
+	case HandshakeLease, HandshakeAlways, HandshakeOff:
+	default:
+		return s, fmt.Errorf("%w: handshake.mode %q: want %q, %q or %q", ErrInvalidArgs, s.handshake.Mode, HandshakeLease, HandshakeAlways, HandshakeOff)
+	}
+	s.legacyMetrics = a.LegacyMetrics
 	return s, nil
 }
 
@@ -169,6 +214,12 @@ func (va VendorArgs) vendor() (annotation.Vendor, error) {
 
 // sameShared reports why two settings cannot share the cluster-wide state, "" when they can.
 func (s settings) sameShared(o settings) string {
+	if s.handshake != o.handshake {
+		return fmt.Sprintf("handshake %+v, another profile %+v", s.handshake, o.handshake)
+	}
+	if s.legacyMetrics != o.legacyMetrics {
+		return fmt.Sprintf("legacyMetrics %v, another profile %v", s.legacyMetrics, o.legacyMetrics)
+	}
 	if s.version != o.version {
 		return fmt.Sprintf("hamiVersion %s, another profile %s", s.version, o.version)
 	}

@@ -13,16 +13,20 @@ import (
 // extender's rules (extender.NewHAMiCollector). Every profile's plugin of one factory returns
 // collectors of the same state: register one profile's, for example on kube-scheduler's
 // k8s.io/component-base/metrics/legacyregistry.Registerer(), which its /metrics serves.
-func (p *Plugin) Collectors() []prometheus.Collector {
+//
+// The factory registers them on legacyregistry itself when it builds the shared state, and
+// removes them when the last profile closes.
+func (p *Plugin) Collectors() []prometheus.Collector { return p.sh.collectors() }
+
+func (sh *shared) collectors() []prometheus.Collector {
 	out := []prometheus.Collector{extender.NewBuildInfoCollector(extender.DefaultBuildInfo())}
-	for i, vc := range p.s.vendors {
-		out = append(out, extender.NewHAMiCollector(p.sh.cache, p.sh.trackers[i], extender.HAMiMetricsOptions{Vendor: vc.vendor.Name, Config: vc.cfg}))
+	for i, vc := range sh.settings.vendors {
+		out = append(out, extender.NewHAMiCollector(sh.cache, sh.trackers[i],
+			extender.HAMiMetricsOptions{Vendor: vc.vendor.Name, Config: vc.cfg, Legacy: sh.settings.legacyMetrics}))
 	}
 	return out
 }
 
-// NodeCache returns the node cache every profile's plugin shares, for the binary to run the
-// leader-only handshake writer on it (schedcache.NewHandshaker, under a
-// schedcache.LeaseFollower of kube-scheduler's Lease) unless HAMi's own scheduler writes the
-// handshakes. The plugin itself never writes them. Read-only otherwise.
+// NodeCache returns the node cache every profile's plugin shares (read-only). The plugin runs
+// the handshake writer on it itself, as Args.Handshake says.
 func (p *Plugin) NodeCache() *schedcache.Cache { return p.sh.cache }

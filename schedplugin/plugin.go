@@ -4,13 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/utils/clock"
@@ -87,8 +91,10 @@ type shared struct {
 
 	cancel context.CancelCauseFunc
 	wg     sync.WaitGroup
-	refs   atomic.Int32 // profiles not yet closed
-	done   atomic.Bool
+	// unregister removes HAMi's metric families from kube-scheduler's registry.
+	unregister func()
+	refs       atomic.Int32 // profiles not yet closed
+	done       atomic.Bool
 }
 
 // decodedPod memoises what a pod's annotations say it holds, per resourceVersion and vendor.
@@ -142,6 +148,11 @@ func newShared(ctx context.Context, h fwk.Handle, s settings) (*shared, error) {
 		return nil, err
 	}
 	sh.synced = []cache.InformerSynced{podReg.HasSynced, quotaReg.HasSynced, nodeReg.HasSynced, c.HasSynced}
+	handshakes, err := handshakeWriter(h.ClientSet(), c, s.handshake)
+	if err != nil {
+		return nil, err
+	}
+	sh.unregister = registerMetrics(logger, legacyregistry.Registerer(), sh.collectors())
 	runCtx, cancel := context.WithCancelCause(ctx)
 	sh.cancel = cancel
 	sh.wg.Go(func() {
@@ -149,7 +160,51 @@ func newShared(ctx context.Context, h fwk.Handle, s settings) (*shared, error) {
 			logger.Error(err, "HAMiGPU node cache stopped")
 		}
 	})
+	if handshakes != nil {
+		sh.wg.Go(func() {
+			if err := handshakes.Run(runCtx); err != nil {
+				logger.Error(err, "HAMiGPU handshake writer stopped")
+			}
+		})
+	}
 	return sh, nil
+}
+
+// handshakeWriter is the writer of the nodes' handshakes that hs asks for: a Handshaker on c,
+// under a LeaseFollower of kube-scheduler's Lease for HandshakeLease (this replica's identity
+// is its host name, as kube-scheduler's is "<host name>_<uuid>"); nil for HandshakeOff.
+func handshakeWriter(client kubernetes.Interface, c *schedcache.Cache, hs HandshakeArgs) (schedcache.Runnable, error) {
+	if hs.Mode == HandshakeOff {
+		return nil, nil
+	}
+	w, err := schedcache.NewHandshaker(client, c, schedcache.HandshakerOptions{})
+	if err != nil || hs.Mode == HandshakeAlways {
+		return w, err
+	}
+	id, err := os.Hostname()
+	if err != nil || id == "" {
+		return nil, fmt.Errorf("handshake mode %s: host name for the leader identity: %q, %w", hs.Mode, id, err)
+	}
+	return schedcache.NewLeaseFollower(client, w, schedcache.FollowerOptions{Namespace: hs.LeaseNamespace, Name: hs.LeaseName, Identity: id})
+}
+
+// registerMetrics registers cs on reg (kube-scheduler's legacyregistry, which its /metrics
+// serves) and returns what unregisters them. Collectors already registered there (a second
+// factory in one process, as in tests) are left to the first and logged.
+func registerMetrics(logger klog.Logger, reg prometheus.Registerer, cs []prometheus.Collector) func() {
+	var done []prometheus.Collector
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			logger.V(2).Info("HAMi's scheduler metrics not registered on kube-scheduler's /metrics", "err", err)
+			continue
+		}
+		done = append(done, c)
+	}
+	return func() {
+		for _, c := range done {
+			reg.Unregister(c)
+		}
+	}
 }
 
 func (sh *shared) closed() bool { return sh.done.Load() }
@@ -159,6 +214,7 @@ func (sh *shared) close() {
 	sh.done.Store(true)
 	sh.cancel(ErrClosed)
 	sh.wg.Wait()
+	sh.unregister()
 }
 
 // waitSynced waits for the informers the plugin reads and the node cache.

@@ -3,6 +3,7 @@ package schedplugin
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -10,11 +11,13 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2/ktesting"
 	fwk "k8s.io/kube-scheduler/framework"
 
@@ -44,6 +47,8 @@ func TestArgs(t *testing.T) {
 		"vendor rules":    {raw: "vendors: [{name: Ascend910B3, resourceName: huawei.com/Ascend910B3}]\n", want: "Ascend910B3"},
 		"vendor twice":    {raw: "vendors: [{name: NVIDIA}, {name: NVIDIA}]\n", want: "listed twice"},
 		"vendor resource": {raw: "vendors: [{name: ACME}]\n", want: "resourceName"},
+		"handshake":       {raw: "handshake: {mode: lease, leaseNamespace: kube-system, leaseName: hami-scheduler}\nlegacyMetrics: true\n"},
+		"handshake mode":  {raw: "handshake: {mode: sometimes}\n", want: `handshake.mode "sometimes"`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -689,5 +694,50 @@ func TestCollectors(t *testing.T) {
 		if !names[want] {
 			t.Errorf("no %s in %v", want, names)
 		}
+	}
+}
+
+// TestHandshakeAndMetrics: the handshake mode decides whether the plugin stamps the nodes'
+// handshakes (always: at once; off: never), and HAMi's families are registered on
+// kube-scheduler's legacyregistry while the plugin runs, and removed after its Close. Not
+// parallel: legacyregistry is the process's.
+func TestHandshakeAndMetrics(t *testing.T) {
+	handshake := func(e *env) string {
+		n, err := e.client.CoreV1().Nodes().Get(e.ctx, "n", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n.Annotations[annotation.KeyNVIDIAHandshake]
+	}
+	registered := func() bool {
+		families, err := legacyregistry.DefaultGatherer.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.ContainsFunc(families, func(f *dto.MetricFamily) bool { return f.GetName() == "hami_gpu_memory_limit_bytes" })
+	}
+
+	e := newEnv(t, &Args{Handshake: HandshakeArgs{Mode: HandshakeAlways}}, gpuNode("n", gpus("n", 1, 1000), nil))
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.HasPrefix(handshake(e), "Requesting_") {
+		if time.Now().After(deadline) {
+			t.Fatalf("handshake %q after 10 s with mode always, want Requesting_<time>", handshake(e))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !registered() {
+		t.Error("HAMi's families are not on kube-scheduler's registry while the plugin runs")
+	}
+	if err := e.p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if registered() {
+		t.Error("HAMi's families are still registered after the last profile closed")
+	}
+
+	off := newEnv(t, &Args{Handshake: HandshakeArgs{Mode: HandshakeOff}}, gpuNode("n", gpus("n", 1, 1000), nil))
+	time.Sleep(300 * time.Millisecond) // the mode always wrote well within this
+	if h := handshake(off); h != "" {
+		t.Errorf("handshake %q with mode off, want none", h)
 	}
 }

@@ -220,7 +220,11 @@ func (q *quickstart) startPluginScheduler(ctx context.Context) (*envtest.Schedul
 			PercentageOfNodesToScore: ptr.To[int32](100),
 			Plugins: &kubeschedulerconfigv1.Plugins{MultiPoint: kubeschedulerconfigv1.PluginSet{
 				Enabled: []kubeschedulerconfigv1.Plugin{{Name: hamiPluginName, Weight: ptr.To[int32](10)}}}},
-			PluginConfig: []kubeschedulerconfigv1.PluginConfig{{Name: "NodeResourcesFit", Args: runtime.RawExtension{Object: ignored}}},
+			PluginConfig: []kubeschedulerconfigv1.PluginConfig{
+				{Name: "NodeResourcesFit", Args: runtime.RawExtension{Object: ignored}},
+				// The extender's kube-scheduler already writes the handshakes here.
+				{Name: hamiPluginName, Args: runtime.RawExtension{Raw: []byte(`{"handshake":{"mode":"off"}}`)}},
+			},
 		}},
 	}
 	sched, err := q.cp.StartScheduler(ctx, envtest.SchedulerOptions{Config: cfg, Binary: bin})

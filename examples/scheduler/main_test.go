@@ -165,7 +165,7 @@ func TestManifests(t *testing.T) {
 	if m := covers(role.Rules, pluginRules()); len(m) > 0 {
 		t.Errorf("ClusterRole misses %v", m)
 	}
-	electorRules := []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}}}
+	electorRules := []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update"}}}
 	if lease := find[*rbacv1.Role](objs, "hami-scheduler-lease"); lease == nil || len(covers(lease.Rules, electorRules)) > 0 {
 		t.Errorf("lease Role missing or short: %v", lease)
 	}

@@ -72,10 +72,11 @@ func HAMiSchedulerConfig(tb testing.TB, args map[string]any) *kubeschedulerconfi
 	if prof == nil {
 		tb.Fatalf("examples/scheduler/deploy/config.yaml: no profile %s", HAMiSchedulerName)
 	}
-	if args != nil {
-		if err := mergePluginArgs(prof, HAMiPluginName, args); err != nil {
-			tb.Fatalf("examples/scheduler/deploy/config.yaml: %v", err)
-		}
+	// No handshakes: leader election is off here, and the tests' nodes carry their own.
+	merged := map[string]any{"handshake": map[string]any{"mode": "off"}}
+	maps.Copy(merged, args)
+	if err := mergePluginArgs(prof, HAMiPluginName, merged); err != nil {
+		tb.Fatalf("examples/scheduler/deploy/config.yaml: %v", err)
 	}
 	cfg.PodInitialBackoffSeconds = ptr.To[int64](1)
 	cfg.PodMaxBackoffSeconds = ptr.To[int64](1)

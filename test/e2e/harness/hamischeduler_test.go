@@ -20,11 +20,11 @@ func TestHAMiSchedulerConfig(t *testing.T) {
 		want map[string]any
 	}{
 		"the file's args": {
-			want: map[string]any{"gpuSchedulerPolicy": "spread", "nodeSchedulerPolicy": "binpack", "nodeLockWait": "10s"},
+			want: map[string]any{"gpuSchedulerPolicy": "spread", "nodeSchedulerPolicy": "binpack", "nodeLockWait": "10s", "handshake": map[string]any{"mode": "off"}},
 		},
 		"keys replaced, others kept": {
 			args: map[string]any{"nodeSchedulerPolicy": "spread", "vendors": []map[string]any{{"name": "ACME", "resourceName": "acme.example/npu"}}},
-			want: map[string]any{"gpuSchedulerPolicy": "spread", "nodeSchedulerPolicy": "spread", "nodeLockWait": "10s",
+			want: map[string]any{"gpuSchedulerPolicy": "spread", "nodeSchedulerPolicy": "spread", "nodeLockWait": "10s", "handshake": map[string]any{"mode": "off"},
 				"vendors": []any{map[string]any{"name": "ACME", "resourceName": "acme.example/npu"}}},
 		},
 	}

@@ -153,6 +153,8 @@ func TestRBACManifest(t *testing.T) {
 		{"get", "coordination.k8s.io", "leases", "", "kube-system", "hami-scheduler"},
 		{"update", "coordination.k8s.io", "leases", "", "kube-system", "hami-scheduler"},
 		{"create", "coordination.k8s.io", "leases", "", "kube-system", ""},
+		{"list", "coordination.k8s.io", "leases", "", "kube-system", ""},  // the handshake writer follows the Lease
+		{"watch", "coordination.k8s.io", "leases", "", "kube-system", ""}, //
 		{"get", "", "configmaps", "", "kube-system", "extension-apiserver-authentication"},
 	} {
 		if !can(d.verb, d.group, d.res, d.sub, d.ns, d.name) {
