@@ -270,7 +270,7 @@ func formatValue(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) 
 func trueNodeGauges(t *testing.T, text string, version allocation.Version, usage map[string]allocation.Usage, devmem map[string]int32) (string, int) {
 	t.Helper()
 	type rewrite func(s *series, u allocation.Usage, mem int32)
-	mem := func(s *series, u allocation.Usage, _ int32) { s.value = formatValue(float64(u.Usedmem) * mib) }
+	mem := func(s *series, u allocation.Usage, _ int32) { s.value = formatValue(float64(u.Usedmem) * (1 << 20)) }
 	cores := func(s *series, u allocation.Usage, _ int32) {
 		if version == allocation.VersionV290 {
 			s.setLabel(strconv.FormatInt(u.Usedcores, 10), "device_cores", "devicecores")

@@ -14,7 +14,9 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/hamireg/hamireg/allocation"
+	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/schedcache"
+	"github.com/hamireg/hamireg/usage"
 )
 
 // familyLines returns the exposition lines of the named families (HELP, TYPE and series).
@@ -38,57 +40,6 @@ func familyLines(text string, names ...string) []string {
 		}
 	}
 	return out
-}
-
-// TestMetricsQuotaFamilies feeds the quota seam a fake: hami_resource_quota_used (and
-// QuotaUsed) for every entry with the unscaled limit as a label, and in master
-// hami_resource_quota_limit only for the entries whose limit is set.
-func TestMetricsQuotaFamilies(t *testing.T) {
-	t.Parallel()
-	quotas := []QuotaUsage{
-		{Namespace: "team-a", Resource: "nvidia.com/gpumem", Limit: 10000, LimitSet: true, Used: 8000},
-		{Namespace: "team-b", Resource: "nvidia.com/gpucores", Used: 25},
-	}
-	used := []string{
-		"# HELP hami_resource_quota_used resourcequota usage for a certain device",
-		"# TYPE hami_resource_quota_used gauge",
-		`hami_resource_quota_used{limit="0",namespace="team-b",quota_name="nvidia.com/gpucores",zone="vGPU"} 25`,
-		`hami_resource_quota_used{limit="10000",namespace="team-a",quota_name="nvidia.com/gpumem",zone="vGPU"} 8000`,
-	}
-	limit := []string{
-		"# HELP hami_resource_quota_limit resourcequota limit for a certain device",
-		"# TYPE hami_resource_quota_limit gauge",
-		`hami_resource_quota_limit{namespace="team-a",quota_name="nvidia.com/gpumem",zone="vGPU"} 10000`,
-	}
-	legacy := []string{
-		"# HELP QuotaUsed resourcequota usage for a certain device",
-		"# TYPE QuotaUsed gauge",
-		`QuotaUsed{limit="0",quotaName="nvidia.com/gpucores",quotanamespace="team-b",zone="vGPU"} 25`,
-		`QuotaUsed{limit="10000",quotaName="nvidia.com/gpumem",quotanamespace="team-a",zone="vGPU"} 8000`,
-	}
-	tests := map[string]struct {
-		version allocation.Version
-		legacy  bool
-		want    []string
-	}{
-		"v2.9.0":        {version: allocation.VersionV290, want: used},
-		"v2.9.0/legacy": {version: allocation.VersionV290, legacy: true, want: append(append([]string{}, legacy...), used...)},
-		"master":        {version: allocation.VersionMaster, want: append(append([]string{}, limit...), used...)},
-		"master/legacy": {version: allocation.VersionMaster, legacy: true, want: append(append(append([]string{}, legacy...), limit...), used...)},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			reg := prometheus.NewRegistry()
-			e := newTestExtender(t, Options{Config: allocation.Config{Version: tc.version}, Registerer: reg, LegacyMetrics: tc.legacy})
-			e.metrics.hami.quotas = func() []QuotaUsage { return quotas }
-			text, _ := scrape(t, hamiOnly(reg))
-			got := familyLines(text, "hami_resource_quota_used", "hami_resource_quota_limit", "QuotaUsed")
-			if diff := gocmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("quota families (-want +got):\n%s", diff)
-			}
-		})
-	}
 }
 
 func newTestExtender(t *testing.T, opts Options) *Extender {
@@ -232,8 +183,8 @@ func TestDefaultBuildInfo(t *testing.T) {
 	}
 }
 
-// NewHAMiCollector over the extender's node cache and tracker reports what the extender's own
-// collector reports (a scheduler plugin shares it with its own tracker).
+// usage.NewHAMiCollector over the extender's node cache and tracker reports what the extender
+// registers (a scheduler plugin shares it with its own tracker).
 func TestNewHAMiCollectorSharesTheFamilies(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -241,7 +192,8 @@ func TestNewHAMiCollectorSharesTheFamilies(t *testing.T) {
 		e := start(t, Options{Registerer: reg, LegacyMetrics: true}, registered("node1", 2, 1000),
 			placedPod("held", "node1", "GPU-node1-0,NVIDIA,300,20:;"))
 		shared := prometheus.NewRegistry()
-		shared.MustRegister(NewHAMiCollector(e.cache, e.ext.usage.Tracker, HAMiMetricsOptions{Legacy: true}), NewBuildInfoCollector(DefaultBuildInfo()))
+		shared.MustRegister(usage.NewHAMiCollector(e.ext.usage.Tracker, registeredNodes(e.cache, annotation.VendorNVIDIA), usage.MetricsOptions{Legacy: true}),
+			usage.NewBuildInfoCollector(DefaultBuildInfo()))
 		want, _ := scrape(t, hamiOnly(reg))
 		got, _ := scrape(t, shared)
 		if !strings.Contains(got, `hami_vgpu_memory_allocated_bytes{container_index="0",device_uuid="GPU-node1-0",namespace="default",node="node1",pod="held",zone="vGPU"} 3.145728e+08`) {

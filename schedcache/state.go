@@ -188,3 +188,20 @@ func (s *Snapshot) Names() []string {
 	}
 	return out
 }
+
+// Registered yields each node registered for vendor with its devices (in the order of its
+// register annotation, shared and read-only), in name order: the node source of HAMi's metric
+// families (usage.NewHAMiCollector).
+func (s *Snapshot) Registered(vendor string) iter.Seq2[string, []annotation.Device] {
+	return func(yield func(string, []annotation.Device) bool) {
+		for _, n := range s.sorted {
+			for i := range n.Registrations {
+				if r := &n.Registrations[i]; r.Vendor == vendor && r.State == StateRegistered {
+					if !yield(n.Name, r.Devices) {
+						return
+					}
+				}
+			}
+		}
+	}
+}

@@ -2,8 +2,10 @@
 // (split slots, memory, cores), which pods share a GPU, and per namespace what the pods hold
 // against the namespace's ResourceQuota on GPU memory and cores, with the namespace's limits
 // read from its ResourceQuota objects. Package extender keeps its filter's usage in a
-// [Tracker]; a kube-scheduler framework plugin can keep its own the same way (see the
-// example).
+// [Tracker], and so does the kube-scheduler framework plugin (module schedplugin). Both serve
+// HAMi's scheduler metric families from their tracker with [NewHAMiCollector] (byte-exact per
+// HAMi version; the registered nodes come from schedcache's Snapshot.Registered) and
+// [NewBuildInfoCollector].
 //
 // Lifecycle: [New] returns an empty tracker, which the caller feeds from informers: pod adds
 // and updates to [Tracker.Observe] (skip updates for which [Tracker.Changed] is false), pod
