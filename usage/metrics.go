@@ -335,4 +335,3 @@ func NewBuildInfoCollector(b BuildInfo) prometheus.Collector {
 			"go_version": b.GoVersion, "compiler": b.Compiler, "platform": b.Platform},
 	}, func() float64 { return 1 })
 }
-
