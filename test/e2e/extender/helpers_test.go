@@ -28,7 +28,6 @@ import (
 	"k8s.io/client-go/informers"
 	corev1listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	kubeschedulerconfigv1 "k8s.io/kube-scheduler/config/v1"
 	"sigs.k8s.io/yaml"
@@ -38,7 +37,6 @@ import (
 	"github.com/hamireg/hamireg/envtest"
 	"github.com/hamireg/hamireg/envtest/proc"
 	"github.com/hamireg/hamireg/nodelock"
-	"github.com/hamireg/hamireg/register"
 	"github.com/hamireg/hamireg/test/e2e/harness"
 )
 
@@ -317,53 +315,12 @@ type nodeOptions struct {
 // runs until tb ends. No kubelet runs: bound pods stay Pending and never start.
 func createGPUNode(tb testing.TB, test, name string, opts nodeOptions) {
 	tb.Helper()
-	ctx := tb.Context()
-	nodes := cp.AdminClient().CoreV1().Nodes()
-	n := cp.CreateNode(tb, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{harness.TestLabel: test},
-		Annotations: opts.annotations}})
-	n.Spec.Taints = nil
-	n, err := nodes.Update(ctx, n, metav1.UpdateOptions{})
-	if err != nil {
-		tb.Fatalf("remove taints of %s: %v", name, err)
-	}
 	alloc := opts.allocatable
 	if alloc < 0 {
 		alloc = gpusPerNode * split
 	}
-	rl := corev1.ResourceList{
-		corev1.ResourceCPU:              resource.MustParse("64"),
-		corev1.ResourceMemory:           resource.MustParse("512Gi"),
-		corev1.ResourcePods:             resource.MustParse("500"),
-		annotation.ResourceNVIDIAGPU:    *resource.NewQuantity(alloc, resource.DecimalSI),
-		corev1.ResourceEphemeralStorage: resource.MustParse("100Gi"),
-	}
-	n.Status.Capacity, n.Status.Allocatable = rl, rl
-	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", LastHeartbeatTime: metav1.Now()}}
-	if _, err := nodes.UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
-		tb.Fatalf("update status of %s: %v", name, err)
-	}
-	if opts.devices == nil {
-		return
-	}
-	w, err := register.New(cp.AdminClient(), name, register.Options{EventRecorder: &record.FakeRecorder{}})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	w.SetDevices(opts.devices)
-	wctx, cancel := context.WithCancel(harness.Context(tb))
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		if err := w.Run(wctx); err != nil {
-			tb.Errorf("register writer of %s: %v", name, err)
-		}
-	})
-	tb.Cleanup(func() {
-		cancel()
-		wg.Wait()
-	})
-	if err := w.WaitForSync(ctx); err != nil {
-		tb.Fatalf("register %s: %v", name, err)
-	}
+	cp.CreateAPINode(tb, name, harness.APINodeOptions{Labels: map[string]string{harness.TestLabel: test},
+		Annotations: opts.annotations, GPUAllocatable: &alloc, Devices: opts.devices})
 }
 
 // gpuPod is a pod of the stack's scheduler, restricted to the test's nodes, whose one container

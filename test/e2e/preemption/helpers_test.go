@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
@@ -30,17 +29,15 @@ import (
 	"k8s.io/client-go/informers"
 	corev1listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
-	"k8s.io/klog/v2"
 	kubeschedulerconfigv1 "k8s.io/kube-scheduler/config/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/allocation/allocationtest"
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/envtest"
 	"github.com/hamireg/hamireg/nodelock"
-	"github.com/hamireg/hamireg/register"
 	"github.com/hamireg/hamireg/test/e2e/harness"
 )
 
@@ -403,57 +400,14 @@ type nodeOptions struct {
 // the handshake. It returns the Node's name and its devices.
 func (c *cluster) node(tb testing.TB, opts nodeOptions) (string, []annotation.Device) {
 	tb.Helper()
-	ctx := tb.Context()
 	name := harness.UniqueName("gpu")
-	lbl := map[string]string{harness.TestLabel: c.test}
 	if opts.noDevices {
-		lbl = map[string]string{harness.TestLabel: c.test + "-other"}
-	}
-	nodes := cp.AdminClient().CoreV1().Nodes()
-	n := cp.CreateNode(tb, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: lbl, Annotations: opts.annotations}})
-	n.Spec.Taints = nil
-	n, err := nodes.Update(ctx, n, metav1.UpdateOptions{})
-	if err != nil {
-		tb.Fatalf("remove taints of %s: %v", name, err)
-	}
-	rl := corev1.ResourceList{
-		corev1.ResourceCPU:              resource.MustParse("64"),
-		corev1.ResourceMemory:           resource.MustParse("512Gi"),
-		corev1.ResourcePods:             resource.MustParse("500"),
-		corev1.ResourceEphemeralStorage: resource.MustParse("100Gi"),
-	}
-	if !opts.noDevices {
-		rl[annotation.ResourceNVIDIAGPU] = *resource.NewQuantity(int64(opts.gpus*split), resource.DecimalSI)
-	}
-	n.Status.Capacity, n.Status.Allocatable = rl, rl
-	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", LastHeartbeatTime: metav1.Now()}}
-	if _, err := nodes.UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
-		tb.Fatalf("update status of %s: %v", name, err)
-	}
-	if opts.noDevices {
+		cp.CreateAPINode(tb, name, harness.APINodeOptions{Labels: map[string]string{harness.TestLabel: c.test + "-other"}, Annotations: opts.annotations})
 		return name, nil
 	}
 	devs := gpus(name, opts.gpus, opts.mem)
-	w, err := register.New(cp.AdminClient(), name, register.Options{EventRecorder: &record.FakeRecorder{}})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	w.SetDevices(devs)
-	// The writer's log would drown a benchmark's output: discard it.
-	wctx, cancel := context.WithCancel(klog.NewContext(tb.Context(), logr.Discard()))
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		if err := w.Run(wctx); err != nil {
-			tb.Errorf("register writer of %s: %v", name, err)
-		}
-	})
-	tb.Cleanup(func() {
-		cancel()
-		wg.Wait()
-	})
-	if err := w.WaitForSync(ctx); err != nil {
-		tb.Fatalf("register %s: %v", name, err)
-	}
+	cp.CreateAPINode(tb, name, harness.APINodeOptions{Labels: map[string]string{harness.TestLabel: c.test}, Annotations: opts.annotations,
+		GPUAllocatable: ptr.To(int64(opts.gpus * split)), Devices: devs, QuietWriter: true})
 	c.waitFor(tb, "node "+name+" in the informer", 10*time.Second, func() bool {
 		_, err := c.nodes.Get(name)
 		return err == nil

@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 
@@ -23,7 +22,6 @@ import (
 	"github.com/hamireg/hamireg/allocation/allocationtest"
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/nodelock"
-	"github.com/hamireg/hamireg/register"
 	"github.com/hamireg/hamireg/test/e2e/harness"
 )
 
@@ -196,46 +194,9 @@ func gpus(node string) []annotation.Device {
 // never start. It returns the registered GPUs.
 func apiGPUNode(tb testing.TB, test, name string) []annotation.Device {
 	tb.Helper()
-	ctx := tb.Context()
-	nodes := cp.AdminClient().CoreV1().Nodes()
-	n := cp.CreateNode(tb, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{harness.TestLabel: test}}})
-	n.Spec.Taints = nil
-	n, err := nodes.Update(ctx, n, metav1.UpdateOptions{})
-	if err != nil {
-		tb.Fatalf("remove taints of %s: %v", name, err)
-	}
-	rl := corev1.ResourceList{
-		corev1.ResourceCPU:              resource.MustParse("64"),
-		corev1.ResourceMemory:           resource.MustParse("512Gi"),
-		corev1.ResourcePods:             resource.MustParse("500"),
-		annotation.ResourceNVIDIAGPU:    *resource.NewQuantity(gpusPerNode*split, resource.DecimalSI),
-		corev1.ResourceEphemeralStorage: resource.MustParse("100Gi"),
-	}
-	n.Status.Capacity, n.Status.Allocatable = rl, rl
-	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", LastHeartbeatTime: metav1.Now()}}
-	if _, err := nodes.UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
-		tb.Fatalf("update status of %s: %v", name, err)
-	}
 	devs := gpus(name)
-	w, err := register.New(cp.AdminClient(), name, register.Options{EventRecorder: &record.FakeRecorder{}})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	w.SetDevices(devs)
-	wctx, cancel := context.WithCancel(harness.Context(tb))
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		if err := w.Run(wctx); err != nil {
-			tb.Errorf("register writer of %s: %v", name, err)
-		}
-	})
-	tb.Cleanup(func() {
-		cancel()
-		wg.Wait()
-	})
-	if err := w.WaitForSync(ctx); err != nil {
-		tb.Fatalf("register %s: %v", name, err)
-	}
+	cp.CreateAPINode(tb, name, harness.APINodeOptions{Labels: map[string]string{harness.TestLabel: test},
+		GPUAllocatable: ptr.To[int64](gpusPerNode * split), Devices: devs})
 	return devs
 }
 
