@@ -42,11 +42,6 @@ func familyLines(text string, names ...string) []string {
 	return out
 }
 
-func newTestExtender(t *testing.T, opts Options) *Extender {
-	t.Helper()
-	return newWebhookExtender(t, opts)
-}
-
 // TestMetricsMemoryRatioOfGPUWithoutMemory: v2.9.0 divides by a GPU's memory as is (NaN for
 // a GPU registered with 0 MiB); master leaves the series out.
 func TestMetricsMemoryRatioOfGPUWithoutMemory(t *testing.T) {
@@ -154,7 +149,7 @@ func labelString(m *dto.Metric) string {
 func TestMetricsRegistererConflict(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
-	newTestExtender(t, Options{Registerer: reg})
+	newWebhookExtender(t, Options{Registerer: reg})
 	client := fake.NewClientset()
 	c, err := schedcache.New(newNodeInformer(client), schedcache.Options{})
 	if err != nil {
@@ -176,7 +171,7 @@ func TestDefaultBuildInfo(t *testing.T) {
 		t.Errorf("DefaultBuildInfo() = %+v", b)
 	}
 	reg := prometheus.NewRegistry()
-	newTestExtender(t, Options{Registerer: reg})
+	newWebhookExtender(t, Options{Registerer: reg})
 	text, _ := scrape(t, reg)
 	if !strings.Contains(text, `go_version="`+runtime.Version()+`"`) {
 		t.Errorf("hami_build_info without the Go version:\n%s", familyLines(text, "hami_build_info"))
