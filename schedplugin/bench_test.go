@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/extender"
@@ -56,6 +57,10 @@ func BenchmarkFilterPerNode(b *testing.B) {
 			}
 			b.Run(fmt.Sprintf("%dnodes/plugin%s", nodes, suffix), func(b *testing.B) {
 				e := newEnvWith(b, nil, fake.NewClientset(objs...))
+				all := make([]fwk.NodeInfo, len(infos))
+				for i, ni := range infos {
+					all[i] = ni
+				}
 				warm := request(0, false)
 				for _, ni := range infos { // decode every pod once, as a running scheduler has
 					e.p.Filter(e.ctx, e.preFilter(warm), warm, ni)
@@ -65,7 +70,7 @@ func BenchmarkFilterPerNode(b *testing.B) {
 				for b.Loop() {
 					pod := request(i, vary)
 					i++
-					cs := e.preFilter(pod)
+					cs := e.preFilterOn(pod, all)
 					fits := 0
 					for _, ni := range infos {
 						if e.p.Filter(e.ctx, cs, pod, ni).IsSuccess() {

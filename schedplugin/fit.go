@@ -58,8 +58,11 @@ func unregisteredReason(info *schedcache.NodeInfo, known bool, vendor string) st
 
 // fit fits pod on nodeInfo's GPUs of the cycle's vendor, with what the node's pods hold
 // (design B: the pods of nodeInfo, the reservation map, the newer reservations absent from
-// nodeInfo, the nominated pods fitted first) and the quota q (nil: none).
-func (p *Plugin) fit(s *cycleState, pod *corev1.Pod, nodeInfo fwk.NodeInfo, q *allocation.Quota) fitOutcome {
+// nodeInfo, the nominated pods fitted first) and the quota q (nil: none). Without needDevices
+// (Filter) a request an allocation.Probe models is only probed on a node whose usage is
+// memoised: a yes carries the node score and no devices (Reserve fits the chosen node again),
+// a no is explained by Fit.
+func (p *Plugin) fit(s *cycleState, pod *corev1.Pod, nodeInfo fwk.NodeInfo, q *allocation.Quota, needDevices bool) fitOutcome {
 	node := nodeInfo.Node()
 	if node == nil {
 		return fitOutcome{reason: allocation.ReasonNodeUnregistered + ": node not found"}
@@ -73,16 +76,47 @@ func (p *Plugin) fit(s *cycleState, pod *corev1.Pod, nodeInfo fwk.NodeInfo, q *a
 	if reg == nil || reg.State != schedcache.StateRegistered {
 		return fitOutcome{reason: unregisteredReason(info, known, vendor)}
 	}
-	key := memoKey{gen: nodeInfo.GetGeneration(), info: info, res: p.sh.res.nodeVersion(node.Name), foreign: p.sh.foreign.version(node.Name), req: s.reqKey}
+	ukey := usageKey{gen: nodeInfo.GetGeneration(), info: info, res: p.sh.res.nodeVersion(node.Name), foreign: p.sh.foreign.version(node.Name), vendor: s.vendor}
+	key := memoKey{usage: ukey, req: s.reqKey}
+	selfIn := holds(nodeInfo, pod.UID)
 	memoable := q == nil
-	if memoable {
+	if memoable && !selfIn {
 		if m, ok := p.sh.memo.Load(node.Name); ok {
-			if m := m.(*fitMemo); m.key == key && s.seq >= m.seq && !holds(nodeInfo, pod.UID) {
+			if m := m.(*fitMemo); m.key == key && s.seq >= m.seq {
 				return m.out
 			}
 		}
 	}
-	u, nominated, self, newer := p.usageOn(nodeInfo, node.Name, pod.UID, s.vendor, s.seq)
+	var (
+		u                   nodeUsage
+		nominated           []*corev1.Pod
+		self, newer, stored bool
+		probeNode           *allocation.ProbeNode
+	)
+	if m, ok := p.sh.usage.Load(node.Name); ok && !selfIn {
+		if m := m.(*usageMemo); m.key == ukey && s.seq >= m.seq {
+			u, probeNode, stored = m.u, &m.probe, true
+		}
+	}
+	if !stored {
+		u, nominated, self, newer = p.usageOn(nodeInfo, node.Name, pod.UID, s.vendor, s.seq)
+		if len(nominated) == 0 && !self && !newer {
+			// Kept read-only from here: the nominated pods' fits below add to u only when
+			// there are nominated pods, and then nothing is stored.
+			m := &usageMemo{key: ukey, seq: s.seq, u: u}
+			m.probe.Set(reg.Devices, u.used)
+			p.sh.usage.Store(node.Name, m)
+			probeNode = &m.probe
+		}
+	}
+	if !needDevices && memoable && s.probes != nil && probeNode != nil && !probeNode.MIG() {
+		pr := s.probes.Get().(*allocation.Probe)
+		fits := pr.Fits(probeNode, node.Annotations[allocation.KeyDeviceCordon])
+		s.probes.Put(pr)
+		if fits {
+			return fitOutcome{score: probeNode.Score(), ok: true}
+		}
+	}
 	devices := func() []allocation.DeviceUsage {
 		return allocation.SetPairScores(allocation.SetMIGUsage(allocation.WithUsage(reg.Devices, u.used), u.mig), reg.PairScores)
 	}
@@ -99,20 +133,37 @@ func (p *Plugin) fit(s *cycleState, pod *corev1.Pod, nodeInfo fwk.NodeInfo, q *a
 	devs := devices()
 	pd, reason, ok := allocation.FitWith(devs, s.req, pod.Annotations, node.Annotations, s.cfg, allocation.FitOptions{Quota: q})
 	out := fitOutcome{devices: pd, score: allocation.NodeScore(devs), reason: reason, ok: ok}
-	if memoable && len(nominated) == 0 && !self && !newer {
+	if memoable && len(nominated) == 0 && !self && !newer && !selfIn {
 		p.sh.memo.Store(node.Name, &fitMemo{key: key, seq: s.seq, out: out})
 	}
 	return out
 }
 
-// memoKey is what a node's fit depends on: the NodeInfo's generation (its pods and Node), the
-// node cache's registration, the node's reservations and foreign pods, and the request.
-type memoKey struct {
+// usageKey is what a node's usage depends on: the NodeInfo's generation (its pods and Node),
+// the node cache's registration, the node's reservations and foreign pods, and the vendor.
+type usageKey struct {
 	gen     int64
 	info    *schedcache.NodeInfo
 	res     uint64
 	foreign uint64
-	req     string
+	vendor  int
+}
+
+// usageMemo is a node's usage without nominated pods, the pod itself or newer reservations
+// (valid for a cycle that began no earlier: seq), and the same as an allocation.ProbeNode.
+// Read-only once stored.
+type usageMemo struct {
+	key   usageKey
+	seq   uint64
+	u     nodeUsage
+	probe allocation.ProbeNode
+}
+
+// memoKey is what a node's fit depends on: the NodeInfo's generation (its pods and Node), the
+// node cache's registration, the node's reservations and foreign pods, and the request.
+type memoKey struct {
+	usage usageKey
+	req   string
 }
 
 // fitMemo is a node's last fit without quota, nominated pods, the pod itself or newer

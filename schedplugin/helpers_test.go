@@ -235,8 +235,14 @@ func placedPod(name, node, devices string) *corev1.Pod {
 // preFilter runs PreFilter and fails the test unless it writes state.
 func (e *env) preFilter(pod *corev1.Pod) *fakeCycleState {
 	e.t.Helper()
+	return e.preFilterOn(pod, nil)
+}
+
+// preFilterOn is preFilter with the cycle's nodes, as kube-scheduler hands them over.
+func (e *env) preFilterOn(pod *corev1.Pod, nodes []fwk.NodeInfo) *fakeCycleState {
+	e.t.Helper()
 	cs := newCycleState()
-	if _, st := e.p.PreFilter(e.ctx, cs, pod, nil); !st.IsSuccess() {
+	if _, st := e.p.PreFilter(e.ctx, cs, pod, nodes); !st.IsSuccess() {
 		e.t.Fatalf("PreFilter: %v", st)
 	}
 	return cs

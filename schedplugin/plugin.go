@@ -86,6 +86,7 @@ type shared struct {
 	res      reservations
 	decoded  sync.Map // types.UID → *decodedPod
 	memo     sync.Map // node name → *fitMemo
+	usage    sync.Map // node name → *usageMemo
 	foreign  foreignPods
 	quotaRej quotaRejects
 
@@ -143,6 +144,7 @@ func newShared(ctx context.Context, h fwk.Handle, s settings) (*shared, error) {
 	if _, err := nodes.Informer().AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{DeleteFunc: func(obj any) {
 		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
 			sh.memo.Delete(key)
+			sh.usage.Delete(key)
 		}
 	}}, opts); err != nil {
 		return nil, err

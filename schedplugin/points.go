@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
@@ -22,7 +23,7 @@ var errNoState = errors.New("no HAMiGPU cycle state")
 // the plugin (its Filter, extensions and Score); one that asks for two vendors is
 // unschedulable and unresolvable. Otherwise it writes the cycle's state: the request, the node
 // cache's snapshot, the namespace's quota read once.
-func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	i, req, two := p.vendorOf(pod)
 	if two != "" {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, two)
@@ -34,10 +35,14 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 		return nil, fwk.AsStatus(err)
 	}
 	cfg := p.s.vendors[i].cfg
-	s := &cycleState{vendor: i, cfg: cfg, req: req, reqKey: requestKey(i, cfg, req, pod.Annotations), snap: p.sh.cache.Snapshot(), seq: p.sh.res.current(), results: map[string]nodeResult{},
+	s := &cycleState{vendor: i, cfg: cfg, req: req, reqKey: requestKey(i, cfg, req, pod.Annotations), snap: p.sh.cache.Snapshot(), seq: p.sh.res.current(), results: make(map[string]nodeResult, len(nodes)),
 		binpack: hasPolicy(cmp.Or(allocation.Policy(pod.Annotations[allocation.KeyNodeSchedulerPolicy]), cfg.NodeSchedulerPolicy), allocation.PolicyBinpack)}
 	if q := p.sh.trackers[i].Quota(pod.Namespace, podKeyOf(pod)); q.Limits.Any(cfg.Version) {
 		s.quota = &q
+	}
+	if _, ok := allocation.NewProbe(req, pod.Annotations, cfg); ok {
+		annotations := pod.Annotations
+		s.probes = &sync.Pool{New: func() any { pr, _ := allocation.NewProbe(req, annotations, cfg); return pr }}
 	}
 	cs.Write(stateKey, s)
 	return nil, nil
@@ -96,7 +101,7 @@ func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, n
 	if s == nil {
 		return fwk.AsStatus(errNoState)
 	}
-	o := p.fit(s, pod, nodeInfo, s.fitQuota())
+	o := p.fit(s, pod, nodeInfo, s.fitQuota(), false)
 	if !o.ok {
 		if strings.Contains(o.reason, allocation.ReasonResourceQuotaNotFit) {
 			p.sh.quotaRej.add(p.h, pod)
@@ -181,7 +186,7 @@ func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod
 	if qq := v.Quota(pod.Namespace, podKeyOf(pod)); qq.Limits.Any(s.cfg.Version) {
 		q = &qq
 	}
-	o := p.fit(s, pod, ni, q)
+	o := p.fit(s, pod, ni, q, true)
 	if !o.ok {
 		v.Unlock()
 		if strings.Contains(o.reason, allocation.ReasonResourceQuotaNotFit) {

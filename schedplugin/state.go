@@ -17,10 +17,13 @@ const stateKey fwk.StateKey = Name
 
 // cycleState is one scheduling cycle's, written by PreFilter.
 type cycleState struct {
-	vendor  int
-	cfg     allocation.Config
-	req     allocation.PodRequest
-	reqKey  string // what a fit depends on besides the node, for the per-node memo
+	vendor int
+	cfg    allocation.Config
+	req    allocation.PodRequest
+	reqKey string // what a fit depends on besides the node, for the per-node memo
+	// probes hand out allocation.Probes of the request (one per goroutine: a Probe is not
+	// safe for concurrent use); nil when a Probe does not model it.
+	probes  *sync.Pool
 	binpack bool
 	snap    *schedcache.Snapshot
 	seq     uint64 // the reservation sequence number when the cycle began
@@ -49,7 +52,7 @@ type nodeResult struct {
 // preemption's and the nominated pass's copies never reach the cycle's; the quota delta is a
 // value.
 func (s *cycleState) Clone() fwk.StateData {
-	return &cycleState{vendor: s.vendor, cfg: s.cfg, req: s.req, reqKey: s.reqKey, binpack: s.binpack, snap: s.snap, seq: s.seq,
+	return &cycleState{vendor: s.vendor, cfg: s.cfg, req: s.req, reqKey: s.reqKey, probes: s.probes, binpack: s.binpack, snap: s.snap, seq: s.seq,
 		quota: s.quota, delta: s.delta, results: map[string]nodeResult{}}
 }
 
