@@ -34,25 +34,6 @@ func find[T interface {
 	return v
 }
 
-// covers reports the (group, resource, verb) triples of want that rules do not allow.
-func covers(rules, want []rbacv1.PolicyRule) []string {
-	var missing []string
-	for _, w := range want {
-		for _, g := range w.APIGroups {
-			for _, r := range w.Resources {
-				for _, v := range w.Verbs {
-					if !slices.ContainsFunc(rules, func(p rbacv1.PolicyRule) bool {
-						return slices.Contains(p.APIGroups, g) && slices.Contains(p.Resources, r) && slices.Contains(p.Verbs, v) && len(p.ResourceNames) == 0
-					}) {
-						missing = append(missing, g+"/"+r+" "+v)
-					}
-				}
-			}
-		}
-	}
-	return missing
-}
-
 // TestManifests: every manifest decodes; the RBAC covers the packages' rules and kube-scheduler
 // is bound to its roles; the KubeSchedulerConfiguration's extender entry agrees with the
 // extender's flags and routes, with the managed resources ignored by the scheduler.
@@ -63,10 +44,10 @@ func TestManifests(t *testing.T) {
 	if role == nil {
 		t.Fatal("no ClusterRole hami-scheduler")
 	}
-	if m := covers(role.Rules, append(extender.ClusterRoleRules(), schedcache.ClusterRoleRules()...)); len(m) > 0 {
+	if m := manifests.Uncovered(role.Rules, append(extender.ClusterRoleRules(), schedcache.ClusterRoleRules()...)); len(m) > 0 {
 		t.Errorf("ClusterRole misses %v", m)
 	}
-	if lease := find[*rbacv1.Role](objs, "hami-scheduler-lease"); lease == nil || len(covers(lease.Rules, schedcache.LeaseRoleRules())) > 0 {
+	if lease := find[*rbacv1.Role](objs, "hami-scheduler-lease"); lease == nil || len(manifests.Uncovered(lease.Rules, schedcache.LeaseRoleRules())) > 0 {
 		t.Errorf("lease Role missing or short: %v", lease)
 	}
 	var bound []string

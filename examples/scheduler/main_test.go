@@ -34,25 +34,6 @@ func find[T interface {
 	return v
 }
 
-// covers reports the (group, resource, verb) triples of want that rules do not allow.
-func covers(rules, want []rbacv1.PolicyRule) []string {
-	var missing []string
-	for _, w := range want {
-		for _, g := range w.APIGroups {
-			for _, r := range w.Resources {
-				for _, v := range w.Verbs {
-					if !slices.ContainsFunc(rules, func(p rbacv1.PolicyRule) bool {
-						return slices.Contains(p.APIGroups, g) && slices.Contains(p.Resources, r) && slices.Contains(p.Verbs, v) && len(p.ResourceNames) == 0
-					}) {
-						missing = append(missing, g+"/"+r+" "+v)
-					}
-				}
-			}
-		}
-	}
-	return missing
-}
-
 // pluginRules are what the HAMiGPU plugin and the webhook do beyond system:kube-scheduler:
 // the node lock (nodes get and patch), the node cache (nodes list and watch; Events), HAMi's
 // pod annotations (pods patch; get, list and watch for the usage), the quota (resourcequotas
@@ -162,11 +143,11 @@ func TestManifests(t *testing.T) {
 	if role == nil {
 		t.Fatal("no ClusterRole hami-scheduler")
 	}
-	if m := covers(role.Rules, pluginRules()); len(m) > 0 {
+	if m := manifests.Uncovered(role.Rules, pluginRules()); len(m) > 0 {
 		t.Errorf("ClusterRole misses %v", m)
 	}
 	electorRules := []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update"}}}
-	if lease := find[*rbacv1.Role](objs, "hami-scheduler-lease"); lease == nil || len(covers(lease.Rules, electorRules)) > 0 {
+	if lease := find[*rbacv1.Role](objs, "hami-scheduler-lease"); lease == nil || len(manifests.Uncovered(lease.Rules, electorRules)) > 0 {
 		t.Errorf("lease Role missing or short: %v", lease)
 	}
 	var bound []string
