@@ -2,10 +2,8 @@ package acmeplugin_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -22,7 +20,6 @@ import (
 	"github.com/hamireg/hamireg/allocation/allocationtest"
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/envtest/kubeletpeer"
-	"github.com/hamireg/hamireg/envtest/proc"
 	"github.com/hamireg/hamireg/internal/manifests"
 	"github.com/hamireg/hamireg/kubeletplugin"
 	"github.com/hamireg/hamireg/nodelock"
@@ -102,41 +99,14 @@ func newFixture(t *testing.T) *fixture {
 	return f
 }
 
-// startPlugin starts the examples/acmeplugin binary for node; when t ends it is stopped with
-// SIGTERM and must exit 0 (a race the detector found exits 66).
+// startPlugin starts the examples/acmeplugin binary for node (harness.StartDevicePlugin: when t
+// ends it is stopped with SIGTERM and must exit 0).
 func startPlugin(t *testing.T, node string, args ...string) {
 	t.Helper()
 	if errBuild != nil {
 		t.Fatal(errBuild)
 	}
-	env := []string{"NODE_NAME=" + node}
-	for _, e := range os.Environ() {
-		if !strings.HasPrefix(e, "NODE_NAME=") && !strings.HasPrefix(e, "NodeName=") {
-			env = append(env, e)
-		}
-	}
-	spawner := proc.NewSpawner()
-	p, err := spawner.Start(proc.Options{Name: "acmeplugin", Path: pluginBin, Args: args, Env: env, LogPath: filepath.Join(t.TempDir(), "acmeplugin.log")})
-	if err != nil {
-		spawner.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		defer spawner.Close()
-		select {
-		case <-p.Exited():
-			t.Errorf("acmeplugin had exited before SIGTERM: %v\n%s", p.ExitError(), p.LogTail(40))
-			return
-		default:
-		}
-		if err := p.Stop(20 * time.Second); err != nil {
-			t.Errorf("%v\n%s", err, p.LogTail(40))
-		} else if ee := (*exec.ExitError)(nil); errors.As(p.ExitError(), &ee) {
-			t.Errorf("acmeplugin exited with %v after SIGTERM, want 0\n%s", ee, p.LogTail(40))
-		} else if t.Failed() {
-			t.Logf("acmeplugin log:\n%s", p.LogTail(80))
-		}
-	})
+	harness.StartDevicePlugin(t, pluginBin, node, args...)
 }
 
 // share is a container's share of registered NPU k.

@@ -2,10 +2,7 @@ package schedplugin_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,7 +18,6 @@ import (
 	"github.com/hamireg/hamireg/allocation/allocationtest"
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/envtest/kubeletpeer"
-	"github.com/hamireg/hamireg/envtest/proc"
 	"github.com/hamireg/hamireg/internal/manifests"
 	"github.com/hamireg/hamireg/test/e2e/harness"
 )
@@ -139,7 +135,7 @@ func TestACMEVendorPlacedAndAllocated(t *testing.T) {
 	root := harness.ShortTempDir(t)
 	devRoot := filepath.Join(t.TempDir(), "dev")
 	dm := harness.StartDeviceManagerForTest(t, kubeletpeer.DeviceManagerOptions{Dir: filepath.Join(root, "device-plugins")})
-	startACMEPlugin(t, node, "--simulate", "4", "--dev-root", devRoot, "--device-split-count", "10",
+	harness.StartDevicePlugin(t, acmePluginBin, node, "--simulate", "4", "--dev-root", devRoot, "--device-split-count", "10",
 		"--kubeconfig", kubeconfig, "--kubelet-root-dir", root, "-v", "2")
 	var registered []annotation.Device
 	harness.Eventually(t, "the register annotation "+acme.RegisterKey, 30*time.Second, func() bool {
@@ -196,32 +192,4 @@ func makeReady(tb testing.TB, dm *kubeletpeer.DeviceManager, node string) {
 	if _, err := nodes.Update(ctx, n, metav1.UpdateOptions{}); err != nil {
 		tb.Fatal(err)
 	}
-}
-
-// startACMEPlugin starts examples/acmeplugin for node; when tb ends it is stopped with
-// SIGTERM and must exit 0 (a race the detector found exits 66).
-func startACMEPlugin(tb testing.TB, node string, args ...string) {
-	tb.Helper()
-	env := []string{"NODE_NAME=" + node}
-	for _, e := range os.Environ() {
-		if !strings.HasPrefix(e, "NODE_NAME=") && !strings.HasPrefix(e, "NodeName=") {
-			env = append(env, e)
-		}
-	}
-	spawner := proc.NewSpawner()
-	p, err := spawner.Start(proc.Options{Name: "acmeplugin", Path: acmePluginBin, Args: args, Env: env, LogPath: filepath.Join(tb.TempDir(), "acmeplugin.log")})
-	if err != nil {
-		spawner.Close()
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		defer spawner.Close()
-		if err := p.Stop(20 * time.Second); err != nil {
-			tb.Errorf("%v\n%s", err, p.LogTail(40))
-		} else if ee := (*exec.ExitError)(nil); errors.As(p.ExitError(), &ee) {
-			tb.Errorf("acmeplugin exited with %v after SIGTERM, want 0\n%s", ee, p.LogTail(40))
-		} else if tb.Failed() {
-			tb.Logf("acmeplugin log:\n%s", p.LogTail(80))
-		}
-	})
 }
