@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
@@ -17,7 +16,6 @@ import (
 
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/extender"
-	"github.com/hamireg/hamireg/schedcache"
 )
 
 const (
@@ -132,30 +130,5 @@ func benchExtender(b *testing.B, objs []runtime.Object) (context.Context, *exten
 	b.Helper()
 	client := fake.NewClientset(objs...)
 	client.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) { return true, &corev1.Pod{}, nil })
-	factory := informers.NewSharedInformerFactory(client, 0)
-	c, err := schedcache.New(factory.Core().V1().Nodes(), schedcache.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ext, err := extender.New(client, c, extender.Options{Config: allocation.Config{}, Pods: factory.Core().V1().Pods(), Nodes: factory.Core().V1().Nodes().Lister()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(b.Context())
-	factory.Start(ctx.Done())
-	done := make(chan struct{}, 2)
-	go func() { _ = c.Run(ctx); done <- struct{}{} }()
-	go func() { _ = ext.Run(ctx); done <- struct{}{} }()
-	b.Cleanup(func() {
-		cancel()
-		<-done
-		<-done
-		factory.Shutdown()
-	})
-	select {
-	case <-ext.Ready():
-	case <-time.After(5 * time.Minute):
-		b.Fatal("extender not ready")
-	}
-	return ctx, ext
+	return runExtender(b, b.Context(), client, allocation.Config{}, 5*time.Minute)
 }

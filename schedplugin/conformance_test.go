@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
@@ -26,7 +25,6 @@ import (
 	"github.com/hamireg/hamireg/extender"
 	"github.com/hamireg/hamireg/internal/vectors"
 	"github.com/hamireg/hamireg/mig"
-	"github.com/hamireg/hamireg/schedcache"
 )
 
 // The vector files' shapes, the fields the plugin's replay reads (one type for fit.json,
@@ -228,31 +226,7 @@ func startExtender(cfg allocation.Config) func(t *testing.T, client *fake.Client
 	return func(t *testing.T, client *fake.Clientset) (context.Context, scheduler) {
 		t.Helper()
 		_, ctx := ktesting.NewTestContext(t)
-		ctx, cancel := context.WithCancel(ctx)
-		factory := informers.NewSharedInformerFactory(client, 0)
-		c, err := schedcache.New(factory.Core().V1().Nodes(), schedcache.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ext, err := extender.New(client, c, extender.Options{Config: cfg, Pods: factory.Core().V1().Pods(), Nodes: factory.Core().V1().Nodes().Lister()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		factory.Start(ctx.Done())
-		done := make(chan struct{}, 2)
-		go func() { _ = c.Run(ctx); done <- struct{}{} }()
-		go func() { _ = ext.Run(ctx); done <- struct{}{} }()
-		t.Cleanup(func() {
-			cancel()
-			<-done
-			<-done
-			factory.Shutdown()
-		})
-		select {
-		case <-ext.Ready():
-		case <-time.After(10 * time.Second):
-			t.Fatal("extender not ready")
-		}
+		ctx, ext := runExtender(t, ctx, client, cfg, 10*time.Second)
 		synctest.Wait()
 		return ctx, &extenderScheduler{t: t, client: client, ext: ext, cfg: cfg}
 	}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
@@ -24,6 +25,8 @@ import (
 
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
+	"github.com/hamireg/hamireg/extender"
+	"github.com/hamireg/hamireg/schedcache"
 )
 
 // TestMain fails the package if a test leaves a goroutine behind: Close joins the node cache.
@@ -246,4 +249,41 @@ func (e *env) preFilterOn(pod *corev1.Pod, nodes []fwk.NodeInfo) *fakeCycleState
 		e.t.Fatalf("PreFilter: %v", st)
 	}
 	return cs
+}
+
+// runExtender runs the SDK's extender (the baseline of the conformance tests and benchmarks)
+// with cfg on client under parent until tb ends, and returns its context and the extender once
+// it is ready, within ready.
+//
+//nolint:revive // tb first, as every test helper here
+func runExtender(tb testing.TB, parent context.Context, client *fake.Clientset, cfg allocation.Config, ready time.Duration) (context.Context, *extender.Extender) {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(parent)
+	factory := informers.NewSharedInformerFactory(client, 0)
+	c, err := schedcache.New(factory.Core().V1().Nodes(), schedcache.Options{})
+	if err != nil {
+		cancel()
+		tb.Fatal(err)
+	}
+	ext, err := extender.New(client, c, extender.Options{Config: cfg, Pods: factory.Core().V1().Pods(), Nodes: factory.Core().V1().Nodes().Lister()})
+	if err != nil {
+		cancel()
+		tb.Fatal(err)
+	}
+	factory.Start(ctx.Done())
+	done := make(chan struct{}, 2)
+	go func() { _ = c.Run(ctx); done <- struct{}{} }()
+	go func() { _ = ext.Run(ctx); done <- struct{}{} }()
+	tb.Cleanup(func() {
+		cancel()
+		<-done
+		<-done
+		factory.Shutdown()
+	})
+	select {
+	case <-ext.Ready():
+	case <-time.After(ready):
+		tb.Fatal("extender not ready")
+	}
+	return ctx, ext
 }
