@@ -50,6 +50,12 @@ type Options struct {
 	// Version is the HAMi release whose device plugin [Plugin] plays: it reads the device
 	// list as that release does and answers in its words. Default annotation.VersionMaster.
 	Version annotation.Version
+	// Mode is the operating mode of the device plugin [Plugin] plays: "" (HAMi-core, the
+	// default) or allocation.ModeMIG. With ModeMIG and Version master, an entry with a device
+	// that carries no MIG reservation (allocation.MIGSlot) is refused as HAMi v2.10.0's plugin
+	// refuses it ([ErrMIGUnresolved]); HAMi v2.9.0 in mig mode serves such an entry. The
+	// [Scheduler] ignores it.
+	Mode string
 }
 
 func (o Options) withDefaults() Options {

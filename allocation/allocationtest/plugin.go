@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -31,6 +32,11 @@ var (
 	// ErrDeviceCountMismatch: the kubelet asked for another number of devices than the entry
 	// holds.
 	ErrDeviceCountMismatch = errors.New("device number not matched")
+	// ErrMIGUnresolved: in operating mode mig (Options.Mode, HAMi master) a device of the
+	// entry carries no MIG reservation, so HAMi's plugin has no MIG instance to resolve it to.
+	// The error reads as HAMi's: "resolve allocated NVIDIA devices: MIG allocation requires an
+	// initialized manager and Pod".
+	ErrMIGUnresolved = errors.New("MIG allocation requires an initialized manager and Pod")
 )
 
 // Plugin plays HAMi's device plugin on one node, for the tests of a scheduler or extender.
@@ -74,7 +80,10 @@ type Allocation struct {
 //     does, takes the first entry with devices and checks its size. A MIG reservation
 //     (hami.io/vgpu-mig-allocations, HAMi master) is read onto the devices
 //     (allocation.WithMIG); one that does not decode or does not match the list fails the
-//     call (an error wrapping mig.ErrMalformed). The instances themselves are not played.
+//     call (an error wrapping mig.ErrMalformed). In operating mode mig (Options.Mode) with
+//     Version master, an entry with a device that has no MIG reservation fails the call
+//     ([ErrMIGUnresolved]), as HAMi v2.10.0's plugin fails it. The instances themselves are
+//     not played.
 //  3. It writes the list back with that entry emptied, re-encoded as HAMi re-encodes it: HAMi
 //     keeps the empty piece after the last ';' as an entry, so every write adds one ';'
 //     ("a:;b:;" becomes ";b:;;", then ";;;;").
@@ -82,8 +91,8 @@ type Allocation struct {
 //     one), as two more writes.
 //
 // Once the pod is known, every failure sets bind-phase failed and releases the lock, and the
-// error says why ([ErrNoDeviceRequest], [ErrNoPendingEntry], [ErrDeviceCountMismatch], or
-// the decoding error). Errors of the API server are returned as they are.
+// error says why ([ErrNoDeviceRequest], [ErrNoPendingEntry], [ErrDeviceCountMismatch],
+// [ErrMIGUnresolved], or the decoding error). Errors of the API server are returned as they are.
 func (p *Plugin) Allocate(ctx context.Context, count int) (Allocation, error) {
 	node, err := p.client.CoreV1().Nodes().Get(ctx, p.node, metav1.GetOptions{})
 	if err != nil {
@@ -137,6 +146,10 @@ func (p *Plugin) Allocate(ctx context.Context, count int) (Allocation, error) {
 	a.Devices = pd[i]
 	if count != 0 && count != len(pd[i]) {
 		return fail(fmt.Errorf("%w: pod %s: the kubelet asked for %d, the entry holds %d", ErrDeviceCountMismatch, a.Pod, count, len(pd[i])))
+	}
+	if p.opts.Mode == allocation.ModeMIG && p.opts.Version == annotation.VersionMaster &&
+		slices.ContainsFunc(pd[i], func(d allocation.ContainerDevice) bool { return d.MIG.IsZero() }) {
+		return fail(fmt.Errorf("resolve allocated NVIDIA devices: %w", ErrMIGUnresolved))
 	}
 	rest := pd.Consume(i)
 	next := allocation.EncodePodDevices(rest)

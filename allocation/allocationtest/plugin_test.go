@@ -30,6 +30,9 @@ type allocateVectors struct {
 	Vectors []struct {
 		Name  string `json:"name"`
 		Input struct {
+			Config struct {
+				OperatingMode string `json:"operating_mode"`
+			} `json:"config"`
 			NodeLockBefore string `json:"node_lock_before"`
 			Pods           []struct {
 				Name           string            `json:"name"`
@@ -98,7 +101,7 @@ func TestPluginConformance(t *testing.T) {
 					patches = append(patches, a.(k8stesting.PatchAction).GetName()+" "+string(a.(k8stesting.PatchAction).GetPatch()))
 					return false, nil, nil
 				})
-				plugin := allocationtest.NewPlugin(cs, "node1", allocationtest.Options{Version: version})
+				plugin := allocationtest.NewPlugin(cs, "node1", allocationtest.Options{Version: version, Mode: in.Config.OperatingMode})
 				for ci, call := range v.Calls {
 					mu.Lock()
 					patches = nil
