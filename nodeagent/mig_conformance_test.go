@@ -101,11 +101,34 @@ type migStartupVector struct {
 }
 
 type vectorNVML struct {
-	Devices []vectorDevice `json:"devices"`
-	Models  map[string]struct {
+	Devices []vectorDevice         `json:"devices"`
+	Models  map[string]vectorModel `json:"models"`
+}
+
+// vectorModel is an NVML model of a vector. Its gpu_instance_profiles is the list of
+// profiles NVML answers, or, for a model that does not support MIG (an A10), a string saying
+// so: every MIG query of such a GPU answers ERROR_NOT_SUPPORTED.
+type vectorModel struct {
+	Name     string
+	Profiles []vectorProfile
+	NoMIG    bool
+}
+
+func (m *vectorModel) UnmarshalJSON(data []byte) error {
+	var raw struct {
 		Name     string          `json:"name"`
-		Profiles []vectorProfile `json:"gpu_instance_profiles"`
-	} `json:"models"`
+		Profiles json.RawMessage `json:"gpu_instance_profiles"`
+	}
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return err
+	}
+	m.Name = raw.Name
+	var why string
+	if json.Unmarshal(raw.Profiles, &why) == nil {
+		m.NoMIG = true
+		return nil
+	}
+	return json.Unmarshal(raw.Profiles, &m.Profiles)
 }
 
 type vectorDevice struct {
@@ -169,7 +192,7 @@ func (n vectorNVML) fake(t *testing.T) *fakeMIG {
 		if !ok {
 			t.Fatalf("no model %s", d.Model)
 		}
-		g := &fakeGPU{uuid: d.UUID, index: d.Index, modeCurrent: d.MigModeCurrent, modePending: d.MigModePending, profiles: map[string]fakeProfile{}, nextGI: 1}
+		g := &fakeGPU{uuid: d.UUID, index: d.Index, modeCurrent: d.MigModeCurrent, modePending: d.MigModePending, profiles: map[string]fakeProfile{}, nextGI: 1, noMIG: model.NoMIG}
 		for _, p := range model.Profiles {
 			var slices int
 			if _, err := fmt.Sscanf(p.ProfileName, "GPU_INSTANCE_PROFILE_%d_SLICE", &slices); err == nil && !strings.Contains(p.ProfileName, "REV") {
@@ -190,10 +213,15 @@ func (n vectorNVML) fake(t *testing.T) *fakeMIG {
 	return fm
 }
 
-// devices are the node's devices as HAMi master's scan registers a MIG GPU.
+// devices are the node's devices as HAMi master's scan registers a MIG GPU. A GPU that does
+// not support MIG is not registered in mig mode (HAMi: "skip MIG device with no discovered
+// profile capacity"; nvmlscan reports it with ErrNoMIGProfile).
 func (n vectorNVML) devices() []annotation.Device {
 	var out []annotation.Device
 	for _, d := range n.Devices {
+		if n.Models[d.Model].NoMIG {
+			continue
+		}
 		out = append(out, annotation.Device{ID: d.UUID, Index: uint(d.Index), Count: 7, Devmem: 40960, Devcore: 100,
 			Type: "NVIDIA-" + n.Models[d.Model].Name, Mode: allocation.ModeMIG, Health: true})
 	}
@@ -576,17 +604,31 @@ func runMIGStartup(t *testing.T, v migStartupVector) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	before := fm.state()
 	if err := a.reconcileMIG(ctx); err != nil {
-		t.Fatal(err)
+		t.Fatal(err) // a GPU without MIG support beside MIG GPUs does not stop the start-up
 	}
 	after := fm.state()
-	for _, inst := range after {
-		if !slices.ContainsFunc(claims, func(c migClaim) bool { return c.owns(inst) }) {
-			t.Errorf("MIG device %s kept, no live reservation owns it", inst.MigUUID)
+	// The SDK's rule: every MIG device that no live reservation owns is destroyed, the others
+	// are kept, and nothing is created. HAMi agrees where its start-up block runs; it skips the
+	// block (destroys nothing) when a GPU's NVML name matches no allowlist model.
+	var want []mig.Instance
+	for _, inst := range before {
+		if slices.ContainsFunc(claims, func(c migClaim) bool { return c.owns(inst) }) {
+			want = append(want, inst)
 		}
 	}
+	if diff := gocmp.Diff(withoutNames(want), withoutNames(after)); diff != "" {
+		t.Errorf("MIG devices after start-up (-rule +SDK):\n%s", diff)
+	}
 	if diff := gocmp.Diff(stateOf(v.NVMLStateAfter), withoutNames(after)); diff != "" {
-		t.Errorf("MIG devices after start-up (-HAMi +SDK):\n%s", diff)
+		t.Logf("MIG devices after start-up differ from HAMi's by the SDK's rule (-HAMi +SDK):\n%s", diff)
+		for _, inst := range stateOf(v.NVMLStateAfter) {
+			if slices.ContainsFunc(claims, func(c migClaim) bool { return c.owns(inst) }) &&
+				!slices.ContainsFunc(after, func(in mig.Instance) bool { return in.Runtime == inst.Runtime }) {
+				t.Errorf("HAMi keeps MIG device %s, which a live reservation owns; the SDK destroyed it", inst.MigUUID)
+			}
+		}
 	}
 	for _, tr := range v.Want.TrackedAllocations { // HAMi adopted it: the SDK keeps it for reuse
 		if !slices.ContainsFunc(after, func(in mig.Instance) bool { return strings.HasSuffix(tr, in.MigUUID) }) {
@@ -669,4 +711,38 @@ func lockOwner(t *testing.T, f *fixture, node string) (types.NamespacedName, boo
 		t.Fatalf("lock %v names no pod", l)
 	}
 	return o, true
+}
+
+// TestMIGStartupGPUWithoutMIG describes, in the vectors' format, an A100 in MIG mode with a
+// leftover instance beside an A10, whose every MIG query NVML answers ERROR_NOT_SUPPORTED
+// (the model's gpu_instance_profiles is a string): the start-up skips the A10 for MIG (not
+// registered, no MIG call made for it) and still releases the A100's leftover.
+func TestMIGStartupGPUWithoutMIG(t *testing.T) {
+	t.Parallel()
+	const in = `{"name":"mig_gpu_beside_gpu_without_mig","input":{"pods":[],"nvml":{
+	  "devices":[
+	    {"index":0,"uuid":"GPU-0a1b2c3d-0000-1111-2222-333344445555","model":"A100-SXM4-40GB","mig_mode_current":1,"mig_mode_pending":1,
+	     "existing_gpu_instances":[{"compute_instance_id":0,"gpu_instance_id":5,"mig_uuid":"MIG-5a5a0000-0005-0000-1111-abcdef000005","placement":{"start":2,"size":2},"profile":1}]},
+	    {"index":1,"uuid":"GPU-1a1b2c3d-0000-1111-2222-333344445555","model":"A10","mig_mode_current":0,"mig_mode_pending":0}],
+	  "models":{
+	    "A100-SXM4-40GB":{"name":"NVIDIA A100-SXM4-40GB","gpu_instance_profiles":[
+	      {"info":{"id":14},"mig_name":"2g.10gb","placements":[{"start":0,"size":2},{"start":2,"size":2},{"start":4,"size":2}],"profile":1,"profile_name":"GPU_INSTANCE_PROFILE_2_SLICE"}]},
+	    "A10":{"name":"NVIDIA A10","gpu_instance_profiles":"not MIG-capable: every MIG query answers ERROR_NOT_SUPPORTED"}}}},
+	  "nvml_state_after":[]}`
+	var v migStartupVector
+	if err := json.Unmarshal([]byte(in), &v); err != nil {
+		t.Fatalf("the harness cannot describe a GPU without MIG: %v", err)
+	}
+	if m := v.Input.NVML.Models["A10"]; !m.NoMIG || len(m.Profiles) != 0 {
+		t.Fatalf("A10 = %+v, want a model without MIG", m)
+	}
+	devs := v.Input.NVML.devices()
+	if len(devs) != 1 || devs[0].ID != "GPU-0a1b2c3d-0000-1111-2222-333344445555" {
+		t.Fatalf("registered %v, want the A100 alone (HAMi drops a MIG-mode GPU without profiles)", devs)
+	}
+	fm := v.Input.NVML.fake(t)
+	if _, err := fm.Create(t.Context(), "GPU-1a1b2c3d-0000-1111-2222-333344445555", "1g.5gb", mig.Placement{Start: 0, Size: 1}); err == nil || !strings.Contains(err.Error(), "ERROR_NOT_SUPPORTED") {
+		t.Errorf("Create on the A10 = %v, want ERROR_NOT_SUPPORTED", err)
+	}
+	runMIGStartup(t, v)
 }

@@ -28,6 +28,9 @@ type fakeGPU struct {
 	profiles                 map[string]fakeProfile
 	insts                    []mig.Instance
 	nextGI                   uint32
+	// noMIG is a GPU that does not support MIG (an A10): NVML answers ERROR_NOT_SUPPORTED to
+	// its MIG mode and profile queries, so it lists no MIG device and Create fails.
+	noMIG bool
 }
 
 // fakeMIG is a MIGInstances that behaves like the hardware for the calls the agent makes:
@@ -101,6 +104,9 @@ func (f *fakeMIG) Instances(context.Context) ([]mig.Instance, error) {
 	f.calls = append(f.calls, "Instances")
 	var out []mig.Instance
 	for _, g := range f.gpus {
+		if g.noMIG {
+			continue // GetMigMode: ERROR_NOT_SUPPORTED, no MIG device (as nvmlscan's Instances)
+		}
 		out = append(out, g.insts...)
 	}
 	return out, nil
@@ -116,6 +122,9 @@ func (f *fakeMIG) Create(_ context.Context, gpuUUID, profile string, pl mig.Plac
 	g := f.gpu(gpuUUID)
 	if g == nil {
 		return mig.Instance{}, errors.New("ERROR_NOT_FOUND")
+	}
+	if g.noMIG {
+		return mig.Instance{}, fmt.Errorf("get MIG mode of GPU %s: ERROR_NOT_SUPPORTED", gpuUUID)
 	}
 	switch {
 	case g.modeCurrent == 0 && g.modePending == 1:
