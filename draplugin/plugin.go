@@ -81,7 +81,9 @@ type Options struct {
 	// CDIDir is where the transient CDI spec of each prepared claim goes. Default
 	// [DefaultCDIDir].
 	CDIDir string
-	// Env shapes the HAMi-core edits (hamicore.ClaimResponse).
+	// Env shapes the HAMi-core edits (hamicore.ClaimResponse). New refuses what
+	// hamicore.EnvOptions.Validate refuses, and the CDI device list strategies
+	// (hamicore.ErrCDIUnsupported): a claim's own CDI spec carries its device list.
 	Env hamicore.EnvOptions
 	// PrepareStateDir makes Prepare create each claim's HAMi-core state folder on the host,
 	// <HookPath>/vgpu/claims/<claim UID>, empty with mode 0777, and Unprepare remove it, as
@@ -150,6 +152,13 @@ func New(opts Options) (*Plugin, error) {
 	}
 	if opts.NodeName == "" {
 		return nil, fmt.Errorf("%w: Options.NodeName is empty: set it to the node's name (the downward API's spec.nodeName)", ErrInvalidOptions)
+	}
+	if err := opts.Env.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: Options.Env: %w", ErrInvalidOptions, err)
+	}
+	if s, _ := hamicore.ParseDeviceListStrategies(opts.Env.DeviceListStrategy); s.AnyCDI() {
+		return nil, fmt.Errorf("%w: Options.Env.DeviceListStrategy %q: %w: a claim's devices are listed in the claim's own CDI spec, which cannot name other CDI devices: use envvar or volume-mounts for DRA",
+			ErrInvalidOptions, opts.Env.DeviceListStrategy, hamicore.ErrCDIUnsupported)
 	}
 	opts.RegistrarDir = cmp.Or(opts.RegistrarDir, DefaultRegistrarDir)
 	opts.PluginDir = cmp.Or(opts.PluginDir, filepath.Join(DefaultPluginDirBase, opts.Profile.Driver))

@@ -35,6 +35,8 @@ func TestNewValidates(t *testing.T) {
 		"no client":    {func(o *Options) { o.Client = nil }, "Options.Client is nil"},
 		"no node name": {func(o *Options) { o.NodeName = "" }, "Options.NodeName is empty"},
 		"long socket":  {func(o *Options) { o.PluginDir = "/" + strings.Repeat("x", 120) }, "Options.PluginDir gives the socket path"},
+		"bad Env":      {func(o *Options) { o.Env.DeviceListStrategy = "cdi" }, "Options.Env: invalid options: device list strategy"},
+		"CDI strategy": {func(o *Options) { o.Env.DeviceListStrategy = "envvar,cdi-cri" }, "use envvar or volume-mounts for DRA"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

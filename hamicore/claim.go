@@ -39,8 +39,16 @@ type ClaimDevice struct {
 // A GPU listed twice (two requests of the claim on one shared GPU) is one CUDA device of the
 // container: its limits are the sums of the two (cores: no limit if either has none). A device
 // with an empty UUID, or one with a ',' (which would split NVIDIA_VISIBLE_DEVICES), is an
-// error too.
+// error too, and so are options [EnvOptions.Validate] refuses and a CDI device list strategy
+// ([ErrCDIUnsupported]).
 func ClaimResponse(claimUID string, devs []ClaimDevice, opts EnvOptions) (allocation.Response, error) {
+	if err := opts.Validate(); err != nil {
+		return allocation.Response{}, fmt.Errorf("claim response: %w", err)
+	}
+	if s, _ := ParseDeviceListStrategies(opts.DeviceListStrategy); s.AnyCDI() {
+		return allocation.Response{}, fmt.Errorf("claim response: device list strategy %q: %w: a DRA claim's devices are listed in the claim's own CDI spec, which cannot name other CDI devices: use envvar or volume-mounts for DRA",
+			opts.DeviceListStrategy, ErrCDIUnsupported)
+	}
 	if err := checkClaimUID(claimUID); err != nil {
 		return allocation.Response{}, fmt.Errorf("claim response: %w", err)
 	}
@@ -87,7 +95,9 @@ func ClaimResponse(claimUID string, devs []ClaimDevice, opts EnvOptions) (alloca
 		r.Envs[fmt.Sprintf("CUDA_DEVICE_MEMORY_LIMIT_%d", i)] = fmt.Sprintf("%dm", d.MemoryMiB)
 		r.Envs[fmt.Sprintf("CUDA_DEVICE_SM_LIMIT_%d", i)] = strconv.FormatInt(d.Cores, 10)
 	}
-	deviceList(&r, ids, opts)
+	if err := deviceList(&r, ids, opts, "", false); err != nil {
+		return allocation.Response{}, fmt.Errorf("claim response for claim %s: %w", claimUID, err)
+	}
 	r.Envs["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = path.Join(vgpu, claimUID+".cache")
 	coreEdits(&r, vgpu, opts, true) // the claim does not carry the container's CUDA_DISABLE_CONTROL
 	return r, nil

@@ -32,6 +32,14 @@ const (
 	DeviceListEnvVar = "envvar"
 	// DeviceListVolumeMounts lists them as mounts under [ContainerDevicesDir].
 	DeviceListVolumeMounts = "volume-mounts"
+	// DeviceListCDIAnnotations lists them as CDI devices in a container annotation
+	// (<CDIAnnotationPrefix>nvidia-device-plugin_<response ID>: <kind>=<id>,...), which the
+	// container runtime resolves from its CDI specs.
+	DeviceListCDIAnnotations = "cdi-annotations"
+	// DeviceListCDICRI lists them as CDI devices in the kubelet's
+	// ContainerAllocateResponse.CdiDevices (allocation.Response.CDIDevices), which the kubelet
+	// passes to the runtime through the CRI.
+	DeviceListCDICRI = "cdi-cri"
 	// DeviceIDUUID names devices by UUID (the default).
 	DeviceIDUUID = "uuid"
 	// DeviceIDIndex names them by NVML index.
@@ -44,8 +52,17 @@ type EnvOptions struct {
 	// HookPath is the host folder of HAMi-core (the HOOK_PATH environment variable of HAMi's
 	// plugin). Default [DefaultHookPath].
 	HookPath string
-	// DeviceListStrategy is [DeviceListEnvVar] (default) or [DeviceListVolumeMounts].
+	// DeviceListStrategy is a comma-separated list of [DeviceListEnvVar] (the default, "")
+	// or [DeviceListVolumeMounts], and [DeviceListCDIAnnotations] and [DeviceListCDICRI], as
+	// the device plugins' --device-list-strategy (see [ParseDeviceListStrategies]).
 	DeviceListStrategy string
+	// CDIKind is the kind "<vendor>/<class>" of the CDI devices the CDI strategies name.
+	// Default [DefaultCDIKind] (HAMi's and NVIDIA's); "nvidia.com/gpu" names the devices of
+	// the spec the NVIDIA Container Toolkit writes by default.
+	CDIKind string
+	// CDIAnnotationPrefix is the prefix of the CDI annotation key (HAMi's
+	// --cdi-annotation-prefix). Default [DefaultCDIAnnotationPrefix].
+	CDIAnnotationPrefix string
 	// DeviceIDStrategy is [DeviceIDUUID] (default) or [DeviceIDIndex].
 	DeviceIDStrategy string
 	// DeviceMemoryScaling above 1 sets CUDA_OVERSUBSCRIBE=true. Default 1.
@@ -80,6 +97,10 @@ type Container struct {
 	// CacheID names the shared memory cache file; HAMi's plugin uses a random UUID per
 	// Allocate.
 	CacheID string
+	// ResponseID names the CDI annotation of [DeviceListCDIAnnotations]
+	// (<prefix>nvidia-device-plugin_<ResponseID>); HAMi's plugin uses a random UUID per
+	// container. Default CacheID.
+	ResponseID string
 }
 
 // ContainerResponse builds the environment and mounts HAMi's device plugin gives a container
@@ -97,9 +118,22 @@ type Container struct {
 // does not run on MIG instances, which isolate by themselves. Which MIG instance a device
 // names (HAMi resolves it to a MIG UUID) is not decided here: the entry's IDs are listed as
 // for any GPU; a node agent that realised the MIG devices answers with [MIGResponse] instead.
-// It fails for an empty entry, for a device the index strategy cannot find, and for an entry
-// whose devices are on GPUs of both modes ([ErrMixedModes]).
+//
+// With CDI strategies ([DeviceListCDIAnnotations], [DeviceListCDICRI]) the IDs are also
+// named as CDI devices <CDIKind>=<id> (plus <vendor>/gds=all and <vendor>/mofed=all with GDS
+// and MOFED), in the annotation <CDIAnnotationPrefix>nvidia-device-plugin_<ResponseID> and in
+// Response.CDIDevices; with CDI strategies alone there is no NVIDIA_VISIBLE_DEVICES, nor
+// NVIDIA_GDS or NVIDIA_MOFED, as with HAMi's plugin. HAMi-core's limits and mounts are the
+// same under every strategy.
+//
+// It fails for options [EnvOptions.Validate] refuses ([ErrInvalidOptions]), an empty entry, a
+// device the index strategy cannot find, an entry whose devices are on GPUs of both modes
+// ([ErrMixedModes]), a MIG entry with a CDI strategy ([ErrCDIUnsupported]) and an ID that is
+// not a valid CDI device name.
 func ContainerResponse(devs allocation.ContainerDevices, c Container, gpus []annotation.Device, opts EnvOptions) (allocation.Response, error) {
+	if err := opts.Validate(); err != nil {
+		return allocation.Response{}, fmt.Errorf("container response for %s: %w", c.Name, err)
+	}
 	if len(devs) == 0 {
 		return allocation.Response{}, fmt.Errorf("container response for %s: no devices in its entry", c.Name)
 	}
@@ -124,7 +158,9 @@ func ContainerResponse(devs allocation.ContainerDevices, c Container, gpus []ann
 		return allocation.Response{}, fmt.Errorf("container response for %s: %w", c.Name, err)
 	}
 	r := allocation.Response{Envs: map[string]string{}}
-	deviceList(&r, ids, opts)
+	if err := deviceList(&r, ids, opts, cmp.Or(c.ResponseID, c.CacheID), mig); err != nil {
+		return allocation.Response{}, fmt.Errorf("container response for %s: %w", c.Name, err)
+	}
 	if mig {
 		return r, nil // HAMi-core does not run on MIG: the device list is the whole answer
 	}
@@ -138,26 +174,46 @@ func ContainerResponse(devs allocation.ContainerDevices, c Container, gpus []ann
 	return r, nil
 }
 
-// deviceList sets the container's device list: NVIDIA_VISIBLE_DEVICES=ids, or with
-// [DeviceListVolumeMounts] [ContainerDevicesDir] and one /dev/null mount per ID under it.
-func deviceList(r *allocation.Response, ids []string, opts EnvOptions) {
-	if opts.DeviceListStrategy == DeviceListVolumeMounts {
+// deviceList sets the container's device list by the strategies of opts (validated by the
+// caller): NVIDIA_VISIBLE_DEVICES=ids, or with [DeviceListVolumeMounts] [ContainerDevicesDir]
+// and one /dev/null mount per ID under it, and with CDI strategies the CDI devices (see
+// cdiEdits), named by responseID. A CDI strategy for MIG devices is [ErrCDIUnsupported].
+func deviceList(r *allocation.Response, ids []string, opts EnvOptions, responseID string, mig bool) error {
+	s, err := ParseDeviceListStrategies(opts.DeviceListStrategy)
+	if err != nil {
+		return err
+	}
+	if s.AnyCDI() {
+		if mig {
+			return fmt.Errorf("device list strategy %q for MIG devices: %w: the SDK creates MIG instances at Allocate, after the host's CDI spec was written, so the runtime could not resolve their CDI names: use envvar or volume-mounts on a MIG node",
+				opts.DeviceListStrategy, ErrCDIUnsupported)
+		}
+		if err := cdiEdits(r, ids, s, opts, responseID); err != nil {
+			return err
+		}
+	}
+	switch {
+	case s.VolumeMounts:
 		r.Envs["NVIDIA_VISIBLE_DEVICES"] = ContainerDevicesDir
 		for _, id := range ids {
 			r.Mounts = append(r.Mounts, allocation.Mount{ContainerPath: path.Join(ContainerDevicesDir, id), HostPath: "/dev/null"})
 		}
-		return
+	case s.EnvVar:
+		r.Envs["NVIDIA_VISIBLE_DEVICES"] = strings.Join(ids, ",")
 	}
-	r.Envs["NVIDIA_VISIBLE_DEVICES"] = strings.Join(ids, ",")
+	return nil
 }
 
 // coreEdits adds what every HAMi-core answer has beside its limits: the optional variables of
-// opts and the mounts libvgpu.so, r.StateDir at vgpu, /tmp/vgpulock, /etc/ld.so.preload (with
-// preload) and the license files.
+// opts (NVIDIA_GDRCOPY, NVIDIA_GDS and NVIDIA_MOFED not with CDI strategies alone, whose CDI
+// devices carry them) and the mounts libvgpu.so, r.StateDir at vgpu, /tmp/vgpulock,
+// /etc/ld.so.preload (with preload) and the license files. opts are validated.
 func coreEdits(r *allocation.Response, vgpu string, opts EnvOptions, preload bool) {
-	for name, on := range map[string]bool{"NVIDIA_GDRCOPY": opts.GDRCopy, "NVIDIA_GDS": opts.GDS, "NVIDIA_MOFED": opts.MOFED} {
-		if on {
-			r.Envs[name] = "enabled"
+	if s, _ := ParseDeviceListStrategies(opts.DeviceListStrategy); !s.AllCDI() {
+		for name, on := range map[string]bool{"NVIDIA_GDRCOPY": opts.GDRCopy, "NVIDIA_GDS": opts.GDS, "NVIDIA_MOFED": opts.MOFED} {
+			if on {
+				r.Envs[name] = "enabled"
+			}
 		}
 	}
 	if opts.DeviceMemoryScaling > 1 {
@@ -197,9 +253,14 @@ func coreEdits(r *allocation.Response, vgpu string, opts EnvOptions, preload boo
 // run on MIG devices, which isolate by themselves). The device ID strategy does not change
 // the list: with [DeviceIDIndex] HAMi answers an empty list in MIG mode (it looks the MIG
 // UUIDs up among the kubelet's replica IDs and finds none); MIGResponse lists the MIG UUIDs,
-// which the container runtime resolves under either strategy. It fails for an empty list and
-// for an empty UUID.
+// which the container runtime resolves under either strategy. It fails for options
+// [EnvOptions.Validate] refuses, a CDI device list strategy ([ErrCDIUnsupported]: the
+// instances were created after the host's CDI spec was written), an empty list and an empty
+// UUID.
 func MIGResponse(migUUIDs []string, opts EnvOptions) (allocation.Response, error) {
+	if err := opts.Validate(); err != nil {
+		return allocation.Response{}, fmt.Errorf("MIG response: %w", err)
+	}
 	if len(migUUIDs) == 0 {
 		return allocation.Response{}, errors.New("MIG response: no MIG devices")
 	}
@@ -207,7 +268,9 @@ func MIGResponse(migUUIDs []string, opts EnvOptions) (allocation.Response, error
 		return allocation.Response{}, fmt.Errorf("MIG response: an empty MIG UUID in %q", migUUIDs)
 	}
 	r := allocation.Response{Envs: map[string]string{}}
-	deviceList(&r, migUUIDs, opts)
+	if err := deviceList(&r, migUUIDs, opts, "", true); err != nil {
+		return allocation.Response{}, fmt.Errorf("MIG response: %w", err)
+	}
 	return r, nil
 }
 

@@ -25,6 +25,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/hamireg/hamireg/annotation"
+	"github.com/hamireg/hamireg/hamicore"
 	"github.com/hamireg/hamireg/kubeletplugin"
 	"github.com/hamireg/hamireg/nodelock"
 	"github.com/hamireg/hamireg/register"
@@ -121,7 +122,9 @@ type Options struct {
 	// implements [Allocator], else, for NVIDIA only, [HAMiCore]{} (HAMi-core's environment,
 	// the chart's settings, no state folder). A vendor other than NVIDIA must have one: New
 	// refuses it without (HAMi-core's CUDA environment and libvgpu.so mounts mean nothing to
-	// another vendor's container), naming the method set it looked for.
+	// another vendor's container), naming the method set it looked for. A [HAMiCore]'s Env
+	// is checked by New (hamicore.EnvOptions.Validate), and a CDI device list strategy is
+	// refused with Options.MIG (hamicore.ErrCDIUnsupported).
 	Allocator Allocator
 	// Clock drives the rescan and retry timers and the lock times. Default clock.RealClock{}.
 	Clock clock.WithTicker
@@ -274,6 +277,9 @@ func New(client kubernetes.Interface, nodeName string, source Source, opts Optio
 	if err := checkVendorOptions(vendor, source, opts); err != nil {
 		return nil, invalid("%w", err)
 	}
+	if err := checkHAMiCore(opts); err != nil {
+		return nil, invalid("%w", err)
+	}
 	a := &Agent{
 		client:  client,
 		node:    nodeName,
@@ -385,6 +391,33 @@ func checkVendorOptions(vendor annotation.Vendor, source Source, opts Options) e
 		return fmt.Errorf("no DRA for vendor %q: Options.DRA serves NVIDIA GPUs only (HAMi-core's limits in the claims' CDI specs); leave it nil", vendor.Name)
 	case opts.TopologyScores:
 		return fmt.Errorf("no topology scores for vendor %q: Options.TopologyScores scores NVIDIA GPUs' links only; leave it false", vendor.Name)
+	}
+	return nil
+}
+
+// checkHAMiCore checks the options of the default Allocator (opts.Allocator a HAMiCore, or
+// nil for NVIDIA): its Env as hamicore.EnvOptions.Validate does, and no CDI device list
+// strategy with Options.MIG (hamicore.ErrCDIUnsupported): the MIG instances are created at
+// Allocate, after the host's CDI spec was written, so the runtime could not resolve them.
+func checkHAMiCore(opts Options) error {
+	var env hamicore.EnvOptions
+	switch h := opts.Allocator.(type) {
+	case HAMiCore:
+		env = h.Env
+	case *HAMiCore:
+		if h == nil {
+			return errors.New("Allocator is a nil *HAMiCore")
+		}
+		env = h.Env
+	default:
+		return nil
+	}
+	if err := env.Validate(); err != nil {
+		return fmt.Errorf("Allocator HAMiCore.Env: %w", err)
+	}
+	if s, _ := hamicore.ParseDeviceListStrategies(env.DeviceListStrategy); s.AnyCDI() && opts.MIG != nil {
+		return fmt.Errorf("Allocator HAMiCore.Env.DeviceListStrategy %q with Options.MIG: %w: the MIG instances are created at Allocate, after the host's CDI spec was written, so the container runtime could not resolve their CDI names: use envvar or volume-mounts on a MIG node",
+			env.DeviceListStrategy, hamicore.ErrCDIUnsupported)
 	}
 	return nil
 }

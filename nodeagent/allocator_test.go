@@ -468,3 +468,32 @@ func TestScanLoopRetries(t *testing.T) {
 		}
 	})
 }
+
+// With the CDI device list strategies HAMiCore's answer reaches the kubelet as CDI devices
+// (ContainerAllocateResponse.CdiDevices) and as HAMi's CDI annotation, beside HAMi-core's
+// limits, and without NVIDIA_VISIBLE_DEVICES.
+func TestHAMiCoreCDIThroughTheKubelet(t *testing.T) {
+	t.Parallel()
+	pod := gpuPod("p", "main")
+	f := newFixture(t, Options{Allocator: HAMiCore{Env: hamicore.EnvOptions{DeviceListStrategy: "cdi-annotations,cdi-cri"}}}, pod)
+	f.schedule(t, pod, allocation.PodDevices{{dev(0, 1000, 30)}})
+	r, err := f.call("GPU-0-0")
+	if err != nil {
+		t.Fatal(message(err))
+	}
+	const name = hamicore.DefaultCDIKind + "=GPU-0"
+	if len(r.CdiDevices) != 1 || r.CdiDevices[0].Name != name {
+		t.Errorf("CdiDevices %v, want %s", r.CdiDevices, name)
+	}
+	if len(r.Annotations) != 1 {
+		t.Fatalf("annotations %v, want one CDI annotation", r.Annotations)
+	}
+	for k, v := range r.Annotations {
+		if !strings.HasPrefix(k, hamicore.DefaultCDIAnnotationPrefix+hamicore.CDIAnnotationPlugin+"_") || v != name {
+			t.Errorf("annotation %s=%s", k, v)
+		}
+	}
+	if _, ok := r.Envs["NVIDIA_VISIBLE_DEVICES"]; ok || r.Envs["CUDA_DEVICE_MEMORY_LIMIT_0"] != "1000m" {
+		t.Errorf("env %v, want HAMi-core's limits without NVIDIA_VISIBLE_DEVICES", r.Envs)
+	}
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
+	"github.com/hamireg/hamireg/hamicore"
 	"github.com/hamireg/hamireg/kubeletplugin"
 	"github.com/hamireg/hamireg/mig"
 	"github.com/hamireg/hamireg/nodeagent"
@@ -87,6 +88,13 @@ func TestNewRefusesWhatItCannotDo(t *testing.T) {
 		"topology scores": {src: &npus, opts: nodeagent.Options{Vendor: acme, TopologyScores: true},
 			want: []string{`no topology scores for vendor "ACME"`, "leave it false"}},
 		"NVIDIA with HAMi-core": {src: plainSource(npus), opts: nodeagent.Options{MIG: noMIG{}, DRA: noDRA{}}},
+		"HAMi-core, unknown device list strategy": {src: plainSource(npus), opts: nodeagent.Options{Allocator: nodeagent.HAMiCore{Env: hamicore.EnvOptions{DeviceListStrategy: "cdi"}}},
+			want: []string{"HAMiCore.Env", "envvar, volume-mounts, cdi-annotations, cdi-cri"}},
+		"HAMi-core, envvar and volume-mounts": {src: plainSource(npus), opts: nodeagent.Options{Allocator: &nodeagent.HAMiCore{Env: hamicore.EnvOptions{DeviceListStrategy: "envvar,volume-mounts"}}},
+			want: []string{"keep one of them"}},
+		"HAMi-core, CDI": {src: plainSource(npus), opts: nodeagent.Options{Allocator: nodeagent.HAMiCore{Env: hamicore.EnvOptions{DeviceListStrategy: "cdi-annotations,cdi-cri"}}, DRA: noDRA{}}},
+		"HAMi-core, CDI with MIG": {src: plainSource(npus), opts: nodeagent.Options{Allocator: nodeagent.HAMiCore{Env: hamicore.EnvOptions{DeviceListStrategy: "envvar,cdi-cri"}}, MIG: noMIG{}},
+			want: []string{"with Options.MIG", "use envvar or volume-mounts on a MIG node"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -100,6 +108,9 @@ func TestNewRefusesWhatItCannotDo(t *testing.T) {
 			}
 			if !errors.Is(err, nodeagent.ErrInvalidOptions) {
 				t.Fatalf("New = %v, want ErrInvalidOptions", err)
+			}
+			if strings.Contains(name, "HAMi-core") && !errors.Is(err, hamicore.ErrInvalidOptions) && !errors.Is(err, hamicore.ErrCDIUnsupported) {
+				t.Errorf("New = %v, want hamicore's class too", err)
 			}
 			for _, w := range tc.want {
 				if !strings.Contains(err.Error(), w) {
