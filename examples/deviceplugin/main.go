@@ -9,6 +9,7 @@
 //	             [--preconfigured-device-memory 0] [--hook-path /usr/local] [--prepare-state-dir=true]
 //	             [--kubelet-root-dir /var/lib/kubelet] [--kubeconfig FILE] [--kube-qps 50] [--kube-burst 100] [-v 2]
 //	             [--topology-score] [--topology-version master|v2.9.0]
+//	             [--device-list-strategy envvar|volume-mounts[,cdi-annotations][,cdi-cri]] [--cdi-kind K] [--cdi-annotation-prefix P]
 //	             [--mig [--mig-allowlist FILE] [--mig-model-match word|substring] [--mig-profiles base|all]]
 //	             [--dra [--dra-profile sdk|hami] [--dra-gpus UUID|INDEX,...] [--cdi-dir /var/run/cdi] [--dra-slice-sync-delay 30s]]
 //
@@ -16,6 +17,14 @@
 // publishes the GPUs' topology scores in hami.io/node-nvidia-score, for HAMi's topology-aware
 // GPU policy; --topology-version v2.9.0 scores NVSwitch systems from PCIe alone, as HAMi v2.9.0
 // does. A failed scoring does not hold back the register annotation.
+//
+// --device-list-strategy (default: env DEVICE_LIST_STRATEGY, else envvar) is how a container
+// is told its GPUs, as HAMi's and NVIDIA's plugins take it: a comma list of envvar or
+// volume-mounts and the CDI strategies cdi-annotations and cdi-cri, which name each GPU as
+// the CDI device <--cdi-kind>=<UUID> (default kind k8s.device-plugin.nvidia.com/gpu, whose
+// CDI spec must exist on the host) for CDI-default runtimes; --cdi-annotation-prefix (env
+// CDI_ANNOTATION_PREFIX, default cdi.k8s.io/) prefixes the annotation key. An unknown value,
+// envvar with volume-mounts, and a CDI strategy with --mig or --dra exit 2 (docs/cdi.md).
 //
 // # MIG
 //
@@ -189,6 +198,10 @@ func run(ctx context.Context, args []string, stderr io.Writer, h host) int {
 	draGPUs := flags.String("dra-gpus", "", "with --dra, the GPUs DRA owns, a comma list of UUIDs or NVML indexes; the others stay with the device plugin (default: all)")
 	cdiDir := flags.String("cdi-dir", draplugin.DefaultCDIDir, "with --dra, the `folder` of the claims' transient CDI specs (the container runtime's CDI spec folder)")
 	draSyncDelay := flags.Duration("dra-slice-sync-delay", draplugin.DefaultSliceSyncDelay, "with --dra, how long a changed ResourceSlice waits before it is written (a burst of changes is one write)")
+	listStrategy := flags.String("device-list-strategy", cmp.Or(h.getenv("DEVICE_LIST_STRATEGY"), hamicore.DeviceListEnvVar),
+		"how a container is told its GPUs: a comma list of envvar or volume-mounts, cdi-annotations, cdi-cri (DEVICE_LIST_STRATEGY)")
+	cdiKind := flags.String("cdi-kind", hamicore.DefaultCDIKind, "with a CDI device list strategy, the `kind` <vendor>/<class> of the CDI devices (its CDI spec must be on the host)")
+	cdiPrefix := flags.String("cdi-annotation-prefix", cmp.Or(h.getenv("CDI_ANNOTATION_PREFIX"), hamicore.DefaultCDIAnnotationPrefix), "with cdi-annotations, the prefix of the CDI annotation key (CDI_ANNOTATION_PREFIX)")
 	debugAddr := flags.String("simulate-debug-address", "", "with --simulate, serve GET /debug/nvmlsim/mig (the simulated GPUs' MIG instances, JSON) on this `address`; \"\" = off")
 	verbosity := flags.Int("v", 0, "log verbosity")
 	if err := flags.Parse(args); err != nil {
@@ -218,6 +231,11 @@ func run(ctx context.Context, args []string, stderr io.Writer, h host) int {
 		topologyVersion = annotation.VersionV290
 	default:
 		return usage("--topology-version %q is not master or v2.9.0", *topoVersion)
+	}
+	env := hamicore.EnvOptions{HookPath: *hookPath, DeviceMemoryScaling: *memScaling,
+		DeviceListStrategy: *listStrategy, CDIKind: *cdiKind, CDIAnnotationPrefix: *cdiPrefix}
+	if err := env.Validate(); err != nil {
+		return usage("--device-list-strategy, --cdi-kind, --cdi-annotation-prefix: %v", err)
 	}
 	if *debugAddr != "" && *simulate == "" {
 		return usage("--simulate-debug-address needs --simulate")
@@ -284,7 +302,6 @@ func run(ctx context.Context, args []string, stderr io.Writer, h host) int {
 	if *migMode {
 		instances = scanner.MIG()
 	}
-	env := hamicore.EnvOptions{HookPath: *hookPath, DeviceMemoryScaling: *memScaling}
 	var world nodeagent.DRA // nil: no DRA; only this program's --dra links the DRA libraries
 	if draOpts != nil {
 		draOpts.Plugin.Env, draOpts.Plugin.PrepareStateDir = env, *prepare

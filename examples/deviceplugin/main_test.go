@@ -64,6 +64,17 @@ func TestRunUsage(t *testing.T) {
 		"zero memory scaling":   {args: []string{"--simulate", "dgxa100", "--device-memory-scaling", "0"}, env: withNode, code: 2, want: "invalid options"},
 		"seed without simulate": {args: []string{"--simulate-uuid-seed", "n1"}, env: withNode, code: 2, want: "--simulate-uuid-seed needs --simulate"},
 		"unknown DRA profile":   {args: []string{"--dra", "--dra-profile", "nvidia"}, env: withNode, code: 2, want: `--dra-profile: unknown DRA profile "nvidia"`},
+		"unknown list strategy": {args: []string{"--device-list-strategy", "cdi"}, env: withNode, code: 2, want: "envvar, volume-mounts, cdi-annotations, cdi-cri"},
+		"list strategy env":     {env: map[string]string{"NODE_NAME": "gpu-1", "DEVICE_LIST_STRATEGY": "envvar,volume-mounts"}, code: 2, want: "keep one of them"},
+		"bad CDI kind":          {args: []string{"--device-list-strategy", "cdi-cri", "--cdi-kind", "gpu"}, env: withNode, code: 2, want: "want <vendor>/<class>"},
+		"CDI with MIG": {
+			args: []string{"--simulate", "dgxa100", "--mig", "--device-list-strategy", "cdi-cri"}, env: withNode, host: true,
+			code: 2, want: "use envvar or volume-mounts on a MIG node",
+		},
+		"CDI with DRA": {
+			args: []string{"--simulate", "dgxa100", "--dra", "--device-list-strategy", "envvar,cdi-annotations"}, env: withNode, host: true,
+			code: 2, want: "use envvar or volume-mounts for DRA",
+		},
 		// The agent validates the GPUs at New (after the scan and the client).
 		"empty DRA GPU": {
 			args: []string{"--simulate", "dgxa100", "--dra", "--dra-gpus", "0,,1"}, env: withNode, host: true,
