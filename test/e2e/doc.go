@@ -25,6 +25,8 @@
 //     claims allocated, prepared with HAMi-core's limits and unprepared across an agent
 //     restart, Pending reasons, one owner per GPU against examples/extender, HAMi-DRA's
 //     claims.
+//   - cdi: the CDI device names and annotations of hamicore's cdi-annotations and cdi-cri
+//     strategies read back with the CDI project's own parser (no peer needed).
 //   - quickstart: the examples/quickstart binary end to end: every step's lines, --keep and
 //     Ctrl-C, an interrupt midway, a machine without namespaces; nothing left behind.
 //
