@@ -48,7 +48,17 @@
 // Conformance tests replay the container responses of HAMi's own plugin (allocate.json, and
 // mig-allocate.json by the rule above, both versions) through [ContainerResponse].
 //
-// Not implemented: CDI device list strategies.
+// Device list strategies (EnvOptions.DeviceListStrategy, a comma-separated list as the device
+// plugins' --device-list-strategy, see [ParseDeviceListStrategies]): envvar (the default) or
+// volume-mounts, and the CDI strategies cdi-annotations and cdi-cri for CDI-default runtimes.
+// A CDI strategy names each device as the CDI device <CDIKind>=<id> (HAMi's and NVIDIA's
+// [DefaultCDIKind], k8s.device-plugin.nvidia.com/gpu), in the container annotation
+// <CDIAnnotationPrefix>nvidia-device-plugin_<response ID> (cdi-annotations) and in the
+// kubelet's ContainerAllocateResponse.CdiDevices (cdi-cri); HAMi-core's limits and mounts are
+// the same. [EnvOptions.Validate] refuses unknown values and strategies that cannot work
+// together ([ErrInvalidOptions]); MIG devices and DRA claims refuse the CDI strategies
+// ([ErrCDIUnsupported]). [ParseCDIName] checks a CDI device name as the CDI specification
+// does.
 //
 // Everything here is a pure function of its arguments, with no I/O, safe for concurrent use.
 package hamicore
