@@ -175,9 +175,8 @@ func containerResponse(r allocation.Response) (*pluginapi.ContainerAllocateRespo
 		resp.Devices = append(resp.Devices, &pluginapi.DeviceSpec{ContainerPath: d.ContainerPath, HostPath: d.HostPath, Permissions: perms})
 	}
 	for _, name := range r.CDIDevices {
-		kind, devName, ok := strings.Cut(name, "=")
-		if !ok || devName == "" || !strings.Contains(kind, "/") {
-			return nil, fmt.Errorf("CDI device %q is not a fully qualified name (vendor.com/class=name)", name)
+		if _, _, _, err := hamicore.ParseCDIName(name); err != nil {
+			return nil, fmt.Errorf("CDI device %q is not a fully qualified name (vendor.com/class=name): %w", name, err)
 		}
 		resp.CdiDevices = append(resp.CdiDevices, &pluginapi.CDIDevice{Name: name})
 	}
