@@ -27,7 +27,9 @@ func gpuPod(name string, n int64) *corev1.Pod {
 	}
 }
 
-func resourceQty(n int64) *apiresource.Quantity { return apiresource.NewQuantity(n, apiresource.DecimalSI) }
+func resourceQty(n int64) *apiresource.Quantity {
+	return apiresource.NewQuantity(n, apiresource.DecimalSI)
+}
 
 // The NUMA flag through the kubelet's own Topology Manager and device manager: two GPUs, one
 // per NUMA node, each published once (split count 1, so a pod asking 2 needs both). Under
