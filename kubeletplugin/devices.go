@@ -37,15 +37,35 @@ func ParseVirtualDeviceID(id string) (uuid string, i int, err error) {
 	return uuid, n, nil
 }
 
-// VirtualDevices returns what ListAndWatch publishes for devices: for each GPU, in canonical
-// order (annotation.Compare), Count virtual devices (the split count; none when Count is 0 or
-// negative) with ids [VirtualDeviceID], the GPU's health and its NUMA node as topology. It is
-// what the kubelet counts: capacity = all of them, allocatable = the healthy ones.
-func VirtualDevices(devices []annotation.Device) []*pluginapi.Device {
+// MIGDevicePrefix starts the UUID of an NVIDIA MIG device ("MIG-<uuid>", or
+// "MIG-GPU-<uuid>/<gi>/<ci>" from older drivers). [VirtualDevices] publishes a device whose ID
+// has it as it is: one device, not split, with its NUMA node (see there).
+const MIGDevicePrefix = "MIG-"
+
+// VirtualDevices returns what ListAndWatch publishes for devices, in canonical order
+// (annotation.Compare), as HAMi v2.10.0's device plugin does:
+//
+//   - A GPU is published as Count virtual devices (the split count; none when Count is 0 or
+//     negative) with ids [VirtualDeviceID] and the GPU's health. With numaTopology each carries
+//     the GPU's NUMA node as topology, so that the kubelet's Topology Manager can align it;
+//     without (HAMi's default, and all v2.9.0 does) none does.
+//   - A device whose ID starts with [MIGDevicePrefix] (a MIG device a source publishes by its
+//     MIG UUID) is published once, with its own ID, whatever its Count, and carries its NUMA
+//     node whether or not numaTopology is set (HAMi sends MIG devices as built).
+//   - A device whose Numa is negative has no known NUMA node: no topology, even with
+//     numaTopology or as a MIG device (HAMi's "no numa_node in sysfs" case).
+//
+// It is what the kubelet counts: capacity = all of them, allocatable = the healthy ones. An
+// empty or nil device list gives an empty list (HAMi v2.9.0 panics there).
+func VirtualDevices(devices []annotation.Device, numaTopology bool) []*pluginapi.Device {
 	devices = annotation.Canonical(devices)
 	n := 0
 	for _, d := range devices {
-		n += int(max(d.Count, 0))
+		if isMIGDevice(d) {
+			n++
+		} else {
+			n += int(max(d.Count, 0))
+		}
 	}
 	out := make([]*pluginapi.Device, 0, n)
 	for _, d := range devices {
@@ -53,13 +73,28 @@ func VirtualDevices(devices []annotation.Device) []*pluginapi.Device {
 		if d.Health {
 			health = pluginapi.Healthy
 		}
+		if isMIGDevice(d) {
+			out = append(out, &pluginapi.Device{ID: d.ID, Health: health, Topology: topology(d)})
+			continue
+		}
 		for i := range int(max(d.Count, 0)) {
-			out = append(out, &pluginapi.Device{
-				ID:       VirtualDeviceID(d.ID, i),
-				Health:   health,
-				Topology: &pluginapi.TopologyInfo{Nodes: []*pluginapi.NUMANode{{ID: int64(d.Numa)}}},
-			})
+			v := &pluginapi.Device{ID: VirtualDeviceID(d.ID, i), Health: health}
+			if numaTopology {
+				v.Topology = topology(d)
+			}
+			out = append(out, v)
 		}
 	}
 	return out
+}
+
+func isMIGDevice(d annotation.Device) bool { return strings.HasPrefix(d.ID, MIGDevicePrefix) }
+
+// topology is d's NUMA node as the kubelet reads it, nil when unknown (Numa negative). Each
+// virtual device gets its own value: the kubelet may keep what it receives.
+func topology(d annotation.Device) *pluginapi.TopologyInfo {
+	if d.Numa < 0 {
+		return nil
+	}
+	return &pluginapi.TopologyInfo{Nodes: []*pluginapi.NUMANode{{ID: int64(d.Numa)}}}
 }

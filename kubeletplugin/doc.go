@@ -5,10 +5,11 @@
 //
 // Each GPU (an [annotation.Device]) is published as Count virtual devices (Count is the split
 // count, as in the register annotation) with HAMi's ids "<uuid>-<i>" ([VirtualDeviceID],
-// [ParseVirtualDeviceID] for the way back),
-// the GPU's health and its NUMA node as topology. The kubelet counts capacity = GPUs x split
-// count and allocatable = the healthy virtual devices. [Plugin.SetDevices] replaces the GPUs;
-// every change is re-sent, as a full list, on the open ListAndWatch stream.
+// [ParseVirtualDeviceID] for the way back), the GPU's health and, with
+// [Options.NUMATopology] (default off, as HAMi v2.10.0), its NUMA node as topology
+// ([VirtualDevices] has the rule, MIG devices included). The kubelet counts capacity = GPUs x
+// split count and allocatable = the healthy virtual devices. [Plugin.SetDevices] replaces the
+// GPUs; every change is re-sent, as a full list, on the open ListAndWatch stream.
 //
 // # Lifecycle
 //

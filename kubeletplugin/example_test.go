@@ -91,3 +91,27 @@ func ExampleNew() {
 	}
 	_ = run
 }
+
+// What ListAndWatch sends for two GPUs on NUMA nodes 0 and 1 (split 2) and a MIG device: the
+// NUMA node rides on the GPUs' replicas only with NUMATopology (HAMi v2.10.0's
+// enableNumaTopology), on the MIG device always.
+func ExampleVirtualDevices() {
+	devices := []annotation.Device{
+		{ID: "GPU-0fc1", Index: 0, Count: 2, Numa: 0, Health: true},
+		{ID: "GPU-7a2e", Index: 1, Count: 2, Numa: 1, Health: true},
+		{ID: "MIG-4f5e", Index: 2, Count: 2, Numa: 1, Health: true},
+	}
+	for _, numa := range []bool{false, true} {
+		fmt.Printf("NUMATopology %v:", numa)
+		for _, d := range kubeletplugin.VirtualDevices(devices, numa) {
+			fmt.Printf(" %s", d.ID)
+			if d.Topology != nil {
+				fmt.Printf("@%d", d.Topology.Nodes[0].ID)
+			}
+		}
+		fmt.Println()
+	}
+	// Output:
+	// NUMATopology false: GPU-0fc1-0 GPU-0fc1-1 GPU-7a2e-0 GPU-7a2e-1 MIG-4f5e@1
+	// NUMATopology true: GPU-0fc1-0@0 GPU-0fc1-1@0 GPU-7a2e-0@1 GPU-7a2e-1@1 MIG-4f5e@1
+}

@@ -124,6 +124,15 @@ type Options struct {
 	// DrainTimeout bounds how long a restart or shutdown waits for the kubelet to close its
 	// connection after the plugin ended the ListAndWatch stream. Default 2 s.
 	DrainTimeout time.Duration
+	// NUMATopology sends each GPU's NUMA node (annotation.Device.Numa; none when negative) with
+	// its virtual devices, as HAMi v2.10.0's device plugin does with enableNumaTopology
+	// (node configuration key "enablenumatopology", chart value
+	// devicePlugin.enableNumaTopology). The kubelet's Topology Manager then aligns a container's
+	// GPU with its CPUs: under its single-numa-node and restricted policies a pod whose CPUs
+	// and GPU replicas cannot share a NUMA node is refused at admission. Default false, as HAMi
+	// v2.10.0 (v2.9.0 never sends it): no NUMA preference. MIG devices carry theirs either
+	// way (see [VirtualDevices]).
+	NUMATopology bool
 }
 
 // PluginDirFromRootDir returns the device-plugin folder of a kubelet started with

@@ -111,7 +111,7 @@ func devicesEqual(a, b []annotation.Device) bool {
 func (p *Plugin) snapshot() ([]*pluginapi.Device, <-chan struct{}) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return VirtualDevices(p.devices), p.changed
+	return VirtualDevices(p.devices, p.opts.NUMATopology), p.changed
 }
 
 // Devices returns the GPUs last given to [Plugin.SetDevices], in canonical order. The slice is

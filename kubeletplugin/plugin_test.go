@@ -157,10 +157,24 @@ func TestVirtualDevices(t *testing.T) {
 	}
 	tests := map[string]struct {
 		devices []annotation.Device
+		numa    bool
 		want    []*pluginapi.Device
 	}{
-		"none": {want: []*pluginapi.Device{}},
-		"count wins, canonical order, health and numa": {
+		"none":           {want: []*pluginapi.Device{}},
+		"none with numa": {numa: true, devices: []annotation.Device{}, want: []*pluginapi.Device{}},
+		"count wins, canonical order, health; no numa by default": {
+			devices: []annotation.Device{
+				{ID: "GPU-b", Index: 1, Count: 1, Numa: 1, Health: false},
+				{ID: "GPU-a", Index: 0, Count: 2, Numa: 0, Health: true},
+			},
+			want: []*pluginapi.Device{
+				{ID: "GPU-a-0", Health: pluginapi.Healthy},
+				{ID: "GPU-a-1", Health: pluginapi.Healthy},
+				{ID: "GPU-b-0", Health: pluginapi.Unhealthy},
+			},
+		},
+		"numa on: each replica carries its GPU's node": {
+			numa: true,
 			devices: []annotation.Device{
 				{ID: "GPU-b", Index: 1, Count: 1, Numa: 1, Health: false},
 				{ID: "GPU-a", Index: 0, Count: 2, Numa: 0, Health: true},
@@ -171,7 +185,25 @@ func TestVirtualDevices(t *testing.T) {
 				{ID: "GPU-b-0", Health: pluginapi.Unhealthy, Topology: topo(1)},
 			},
 		},
+		"numa on, unknown node: no topology": {
+			numa:    true,
+			devices: []annotation.Device{{ID: "GPU-a", Count: 1, Numa: -1, Health: true}},
+			want:    []*pluginapi.Device{{ID: "GPU-a-0", Health: pluginapi.Healthy}},
+		},
+		"MIG devices: once, unsplit, topology whatever the flag": {
+			devices: []annotation.Device{
+				{ID: "MIG-b", Index: 0, Count: 7, Numa: 1, Health: true},
+				{ID: "MIG-c", Index: 0, Count: 0, Numa: -1, Health: false},
+				{ID: "GPU-a", Index: 1, Count: 1, Numa: 1, Health: true},
+			},
+			want: []*pluginapi.Device{
+				{ID: "MIG-b", Health: pluginapi.Healthy, Topology: topo(1)},
+				{ID: "MIG-c", Health: pluginapi.Unhealthy},
+				{ID: "GPU-a-0", Health: pluginapi.Healthy},
+			},
+		},
 		"count is trusted: zero and negative publish nothing": {
+			numa:    true,
 			devices: []annotation.Device{{ID: "GPU-a", Health: true}, {ID: "GPU-b", Index: 1, Count: -3, Health: true}, {ID: "GPU-c", Index: 2, Count: 1}},
 			want:    []*pluginapi.Device{{ID: "GPU-c-0", Health: pluginapi.Unhealthy, Topology: topo(0)}},
 		},
@@ -179,7 +211,7 @@ func TestVirtualDevices(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			got := kubeletplugin.VirtualDevices(tc.devices)
+			got := kubeletplugin.VirtualDevices(tc.devices, tc.numa)
 			if diff := cmp.Diff(tc.want, got, protocmp.Transform()); diff != "" {
 				t.Errorf("VirtualDevices (-want +got):\n%s", diff)
 			}

@@ -36,7 +36,9 @@ import (
 type Source interface {
 	// Devices scans the node. devices are the devices to register, in any order, with Count
 	// set to the split count and IDs that stay the same across restarts (see
-	// annotation.Device). failed has one error per device that could not be read: the
+	// annotation.Device). A negative Numa means the device's NUMA node is unknown: the
+	// register annotation carries 0 (HAMi's value) and the kubelet gets no topology for it.
+	// failed has one error per device that could not be read: the
 	// agent logs it and records an Event on the Node, and the other devices still register.
 	// err means the scan failed as a whole: the agent keeps what it published and retries.
 	Devices(ctx context.Context) (devices []annotation.Device, failed []error, err error)
@@ -113,7 +115,9 @@ type Options struct {
 	// Register configures the register annotation writer (retry delays, metrics). Vendor,
 	// Shape, Clock and EventRecorder are the agent's.
 	Register register.Options
-	// Kubelet configures the device plugin (plugin folder, socket, mode). Vendor, Clock and
+	// Kubelet configures the device plugin (plugin folder, socket, mode, and NUMATopology:
+	// HAMi v2.10.0's enableNumaTopology, off by default, which sends each GPU's NUMA node
+	// with its virtual devices to the kubelet's Topology Manager). Vendor, Clock and
 	// the Allocate, GetPreferredAllocation and PreStartContainer callbacks are the agent's:
 	// a vendor's answer to Allocate is Options.Allocator.
 	Kubelet kubeletplugin.Options
@@ -160,6 +164,21 @@ type Options struct {
 	// vendor; and, unless Register.Registerer is set, the register writer's
 	// (hamireg_register_*: writes, heals, no-ops, failures). Nil means no metrics.
 	Registerer prometheus.Registerer
+	// NodeCapacity keeps the memory and cores of the node's healthy devices in the Node's
+	// status capacity and allocatable, under the vendor's memory and core resource names
+	// (Vendor.ResourceMemoryName and ResourceCoreName: nvidia.com/gpumem in MiB and
+	// nvidia.com/gpucores for NVIDIA), as HAMi's PR #2874 (--report-node-capacity) does, for
+	// kubectl describe node, kube-state-metrics and autoscaler node templates. The values are
+	// [NodeCapacityOf] the devices the kubelet counts: Devmem as the register annotation
+	// carries it (after memory scaling) and Devcore. They are written by a merge patch of the
+	// Node's status subresource only when they change (the first scan compares with the Node,
+	// so a restart writes nothing new); a failed write is logged and retried at the next scan.
+	// It needs patch on nodes/status ([ClusterRoleRulesFor]). The register annotation stays
+	// what schedulers read; kube-scheduler must keep ignoring these resources (the
+	// extender's managedResources with ignoredByScheduler, or NodeResourcesFit's
+	// ignoredResources), and the kubelet's admission then counts them against pods that ask
+	// them. New refuses a vendor with neither name. Default false: the status is not touched.
+	NodeCapacity bool
 	// DRA, when set, is the agent's DRA world: a DRA driver beside the device plugin that
 	// publishes some GPUs as a ResourceSlice and prepares their claims, with one owner per GPU
 	// (see [DRA] and the package documentation's "DRA" section). Package
@@ -180,6 +199,9 @@ type Stats struct {
 	// PodsCompleted counts pods whose last container was served: bind-phase success and the
 	// node lock released.
 	PodsCompleted uint64
+	// NodeCapacityPatches counts the patches of the Node's status that Options.NodeCapacity
+	// sent and the API server accepted.
+	NodeCapacityPatches uint64
 }
 
 // Agent is the node side of HAMi's protocol for one node: it keeps the register annotation
@@ -211,6 +233,9 @@ type Agent struct {
 	devices atomic.Pointer[[]annotation.Device]
 	// dra is the DRA side (Options.DRA), nil without.
 	dra *draState
+	// capacity writes the Node's device capacity (Options.NodeCapacity), nil without; only
+	// the scan loop uses it.
+	capacity *capacityWriter
 	// pods is the node's pod informer, nil unless MIG or DRA reads it; Run waits for its sync
 	// before the MIG loop, the DRA world and the kubelet registration start.
 	pods *nodePods
@@ -237,7 +262,7 @@ type Agent struct {
 	metrics *metrics
 
 	stats struct {
-		scans, scanFailures, deviceFailures, allocations, allocateFailures, podsCompleted atomic.Uint64
+		scans, scanFailures, deviceFailures, allocations, allocateFailures, podsCompleted, capacityPatches atomic.Uint64
 	}
 }
 
@@ -310,6 +335,13 @@ func New(client kubernetes.Interface, nodeName string, source Source, opts Optio
 			return nil, invalid("TopologyScores needs a vendor with a ScoreKey (%q has none)", vendor.Name)
 		}
 		a.topology = ts
+	}
+	if opts.NodeCapacity {
+		c, err := newCapacityWriter(client.CoreV1(), nodeName, vendor)
+		if err != nil {
+			return nil, invalid("%w", err)
+		}
+		a.capacity = c
 	}
 	if a.alloc == nil {
 		if sa, ok := source.(Allocator); ok {
@@ -456,6 +488,7 @@ func (a *Agent) Stats() Stats {
 	return Stats{
 		Scans: s.scans.Load(), ScanFailures: s.scanFailures.Load(), DeviceFailures: s.deviceFailures.Load(),
 		Allocations: s.allocations.Load(), AllocateFailures: s.allocateFailures.Load(), PodsCompleted: s.podsCompleted.Load(),
+		NodeCapacityPatches: s.capacityPatches.Load(),
 	}
 }
 
@@ -655,13 +688,37 @@ func (a *Agent) scan(ctx context.Context) error {
 	devs = slices.Clone(devs)
 	a.devices.Store(&devs)
 	reg, kube := a.publishDRA(ctx, devs)
+	reg = knownNUMA(reg)
 	if a.topology != nil {
 		a.publishWithScores(ctx, reg)
 	} else {
 		a.writer.SetDevices(reg)
 	}
 	a.plugin.SetDevices(kube)
+	if a.capacity != nil {
+		patched, err := a.capacity.update(ctx, NodeCapacityOf(kube))
+		if patched {
+			a.stats.capacityPatches.Add(1)
+		}
+		if err != nil && ctx.Err() == nil {
+			logger.Error(err, "Failed to update the node's device capacity; retrying at the next scan")
+		}
+	}
 	return nil
+}
+
+// knownNUMA returns devs with a negative (unknown) Numa written as 0, HAMi's value for an
+// unknown NUMA node in the register annotation; devs itself is not modified. The kubelet's
+// devices keep the negative value: no topology (kubeletplugin.VirtualDevices).
+func knownNUMA(devs []annotation.Device) []annotation.Device {
+	if !slices.ContainsFunc(devs, func(d annotation.Device) bool { return d.Numa < 0 }) {
+		return devs
+	}
+	out := slices.Clone(devs)
+	for i := range out {
+		out[i].Numa = max(out[i].Numa, 0)
+	}
+	return out
 }
 
 // publishWithScores scores devs and hands both annotations to the writer; when scoring fails

@@ -62,6 +62,13 @@
 // neither annotation when an NVML topology query fails, a failed scoring is recorded as an Event
 // and the devices are still published.
 //
+// Options.Kubelet.NUMATopology (HAMi v2.10.0's enableNumaTopology, default off) sends each
+// GPU's NUMA node with its virtual devices to the kubelet's Topology Manager; a device whose
+// Numa is negative (unknown) gets none and is registered with 0, HAMi's value. With
+// Options.NodeCapacity the agent also keeps the healthy devices' memory and cores
+// ([NodeCapacityOf]) in the Node's status capacity and allocatable under the vendor's memory
+// and core resource names, patched only when they change.
+//
 // # Allocate
 //
 // The kubelet calls Allocate once per container that asks for the resource. The agent, one
@@ -255,7 +262,8 @@
 // Events go to Options.EventRecorder, by default to the API through a broadcaster of Run's
 // own. The ServiceAccount needs [ClusterRoleRules]: list, watch, get and patch nodes, get,
 // list and watch (the pod informer of MIG and DRA) and patch pods, create and patch events;
-// with DRA also nodedra.ClusterRoleRules.
+// with DRA also nodedra.ClusterRoleRules; with Options.NodeCapacity also patch nodes/status
+// ([ClusterRoleRulesFor], [NodeCapacityRules]).
 //
 // # Usage
 //

@@ -44,3 +44,19 @@ func ClusterRoleRules() []rbacv1.PolicyRule {
 	}
 	return out
 }
+
+// ClusterRoleRulesFor returns the RBAC rules an Agent with opts needs: [ClusterRoleRules],
+// and patch on nodes/status with Options.NodeCapacity.
+func ClusterRoleRulesFor(opts Options) []rbacv1.PolicyRule {
+	rules := ClusterRoleRules()
+	if opts.NodeCapacity {
+		rules = append(rules, NodeCapacityRules()...)
+	}
+	return rules
+}
+
+// NodeCapacityRules are the rules Options.NodeCapacity adds to [ClusterRoleRules]: patch on
+// nodes/status. examples/deviceplugin/deploy/node-capacity.yaml grants them.
+func NodeCapacityRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes/status"}, Verbs: []string{"patch"}}}
+}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"syscall"
 
+	cadvisorapi "github.com/google/cadvisor/lib/model"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
@@ -55,7 +56,11 @@ func childMain(ctx context.Context) int {
 	// admitted is already in the kubelet's pod manager.
 	var active []*corev1.Pod
 	activePods := func() []*corev1.Pod { return active }
-	m, err := startManager(logger, activePods)
+	topo := topologyConfig{policy: os.Getenv(envTopologyPolicy)}
+	if n := os.Getenv(envNUMANodes); n != "" {
+		topo.numaNodes, _ = strconv.Atoi(n)
+	}
+	m, tm, err := startManager(logger, activePods, topo)
 	if err != nil {
 		_ = out.Encode(reply{Error: err.Error()})
 		return 1
@@ -79,7 +84,7 @@ func childMain(ctx context.Context) int {
 				r.Error = "stop device manager: " + err.Error()
 				break
 			}
-			if m, err = startManager(logger, activePods); err != nil {
+			if m, tm, err = startManager(logger, activePods, topo); err != nil {
 				r.Error = err.Error()
 			}
 		case "allocate":
@@ -91,6 +96,16 @@ func childMain(ctx context.Context) int {
 			r.Allocation, err = allocate(ctx, m, req.Pod, req.Container)
 			if err != nil {
 				r.Error = err.Error()
+			}
+		case "admit":
+			switch {
+			case req.Pod == nil:
+				r.Error = "admit: no pod"
+			case topo.policy == "":
+				r.Error = "admit: no Topology Manager (DeviceManagerOptions.TopologyManagerPolicy is empty)"
+			default:
+				active = append(active, req.Pod)
+				r.Admission = admit(ctx, m, tm, req.Pod)
 			}
 		default:
 			r.Error = "unknown request " + strconv.Quote(req.Op)
@@ -140,18 +155,62 @@ func setupMounts(hostDir string) error {
 	return nil
 }
 
+// topologyConfig is the Topology Manager of the child: none (policy "") or the kubelet's with
+// policy over numaNodes NUMA nodes.
+type topologyConfig struct {
+	policy    string
+	numaNodes int
+}
+
 // startManager builds and starts ManagerImpl as the kubelet's container manager does,
-// without pods: no active pods, all sources ready, no topology constraints.
-func startManager(logger klog.Logger, activePods devicemanager.ActivePodsFunc) (*devicemanager.ManagerImpl, error) {
-	m, err := devicemanager.NewManagerImpl(logger, nil, topologymanager.NewFakeManager(logger))
-	if err != nil {
-		return nil, fmt.Errorf("create device manager: %w", err)
+// without pods: no active pods, all sources ready. Without a policy there are no topology
+// constraints (the fake Topology Manager); with one, the kubelet's Topology Manager (container
+// scope) over topo.numaNodes NUMA nodes, with the device manager as its hint provider.
+func startManager(logger klog.Logger, activePods devicemanager.ActivePodsFunc, topo topologyConfig) (*devicemanager.ManagerImpl, topologymanager.Manager, error) {
+	tm := topologymanager.NewFakeManager(logger)
+	var nodes []cadvisorapi.Node
+	if topo.policy != "" {
+		for i := range max(topo.numaNodes, 1) {
+			nodes = append(nodes, cadvisorapi.Node{Id: i})
+		}
+		var err error
+		if tm, err = topologymanager.NewManager(logger, nodes, topo.policy, topologymanager.ContainerTopologyScope, nil); err != nil {
+			return nil, nil, fmt.Errorf("create topology manager: %w", err)
+		}
 	}
+	m, err := devicemanager.NewManagerImpl(logger, nodes, tm)
+	if err != nil {
+		return nil, nil, fmt.Errorf("create device manager: %w", err)
+	}
+	tm.AddHintProvider(logger, m)
 	ready := config.NewSourcesReady(func(sets.Set[string]) bool { return true })
 	if err := m.Start(logger, activePods, ready, containermap.NewContainerMap(), sets.New[string]()); err != nil {
-		return nil, fmt.Errorf("start device manager: %w", err)
+		return nil, nil, fmt.Errorf("start device manager: %w", err)
 	}
-	return m, nil
+	return m, tm, nil
+}
+
+// admit does what the kubelet's admission does with its Topology Manager: Admit merges the
+// device manager's hints under the policy and, when the pod is admitted, allocates each
+// container's devices (the device manager's Allocate, aligned to the chosen NUMA nodes).
+func admit(ctx context.Context, m *devicemanager.ManagerImpl, tm topologymanager.Manager, pod *corev1.Pod) *Admission {
+	res := tm.Admit(ctx, &lifecycle.PodAdmitAttributes{Pod: pod, Operation: lifecycle.AddOperation})
+	a := &Admission{Admit: res.Admit, Reason: res.Reason, Message: res.Message}
+	if !res.Admit {
+		return a
+	}
+	a.DeviceIDs = map[string]map[string][]string{}
+	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range list {
+			for res, devs := range m.GetDevices(string(pod.UID), c.Name) {
+				if a.DeviceIDs[c.Name] == nil {
+					a.DeviceIDs[c.Name] = map[string][]string{}
+				}
+				a.DeviceIDs[c.Name][res] = sets.List(sets.KeySet(devs))
+			}
+		}
+	}
+	return a
 }
 
 func counts(l corev1.ResourceList) map[string]int64 {

@@ -2,12 +2,14 @@ package kubeletpeer
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -25,8 +27,10 @@ import (
 
 // Environment of the device-manager child process (see RunIfChild).
 const (
-	envChild = "HAMIREG_KUBELETPEER_CHILD"
-	envDir   = "HAMIREG_KUBELETPEER_DIR"
+	envChild          = "HAMIREG_KUBELETPEER_CHILD"
+	envDir            = "HAMIREG_KUBELETPEER_DIR"
+	envTopologyPolicy = "HAMIREG_KUBELETPEER_TOPOLOGY_POLICY"
+	envNUMANodes      = "HAMIREG_KUBELETPEER_NUMA_NODES"
 )
 
 const tempPrefix = "hamireg-kl-"
@@ -43,6 +47,16 @@ type DeviceManagerOptions struct {
 	Dir string
 	// StartTimeout bounds Start and Restart. Default: 30 s.
 	StartTimeout time.Duration
+	// TopologyManagerPolicy, when set, runs the kubelet's Topology Manager
+	// (topologymanager.NewManager, container scope) with this policy ("single-numa-node",
+	// "restricted", "best-effort", "none") beside the device manager, which is its hint
+	// provider, as the kubelet's --topology-manager-policy does; [DeviceManager.Admit] then
+	// admits pods through it. Default "": no Topology Manager (no NUMA constraint, and Admit
+	// is refused).
+	TopologyManagerPolicy string
+	// NUMANodes is the number of NUMA nodes (ids 0 to NUMANodes-1) the Topology Manager and
+	// the device manager see. Default 2 with a TopologyManagerPolicy.
+	NUMANodes int
 }
 
 // Resources is what the device manager reports to node status (GetCapacity).
@@ -143,7 +157,7 @@ func (m *DeviceManager) start(ctx context.Context) error {
 		Name:        "kubelet device manager",
 		Path:        self,
 		Args:        []string{"-test.run=^$"}, // never reached when RunIfChild is called
-		Env:         append(os.Environ(), envChild+"=1", envDir+"="+m.opts.Dir),
+		Env:         append(os.Environ(), envChild+"=1", envDir+"="+m.opts.Dir, envTopologyPolicy+"="+m.opts.TopologyManagerPolicy, envNUMANodes+"="+strconv.Itoa(cmp.Or(m.opts.NUMANodes, 2))),
 		LogPath:     m.LogPath(),
 		Stdin:       cmdR,
 		Stdout:      repW,
@@ -171,6 +185,17 @@ func (m *DeviceManager) start(ctx context.Context) error {
 	return nil
 }
 
+// Admission is the kubelet's admission verdict on a pod under the Topology Manager
+// ([DeviceManager.Admit]): Admit, and else the Reason ("TopologyAffinityError" when no
+// NUMA alignment satisfies the policy) and Message; when admitted, the device ids the device
+// manager allocated, by container and resource (sorted).
+type Admission struct {
+	Admit     bool                           `json:"admit"`
+	Reason    string                         `json:"reason,omitempty"`
+	Message   string                         `json:"message,omitempty"`
+	DeviceIDs map[string]map[string][]string `json:"deviceIDs,omitempty"`
+}
+
 type request struct {
 	Op        string      `json:"op"`
 	Pod       *corev1.Pod `json:"pod,omitempty"`
@@ -182,6 +207,7 @@ type reply struct {
 	Namespace  bool        `json:"namespace,omitempty"` // the error is about the namespace setup
 	Resources  *Resources  `json:"resources,omitempty"`
 	Allocation *Allocation `json:"allocation,omitempty"`
+	Admission  *Admission  `json:"admission,omitempty"`
 }
 
 // Allocation is what the kubelet's device manager gave one container: the device ids it
@@ -291,6 +317,23 @@ func (m *DeviceManager) Allocate(ctx context.Context, pod *corev1.Pod, container
 		return Allocation{}, errors.New("allocate: empty reply")
 	}
 	return *r.Allocation, nil
+}
+
+// Admit does what the kubelet's admission does for pod under the Topology Manager of
+// [DeviceManagerOptions.TopologyManagerPolicy]: the policy merges the device manager's NUMA
+// hints (from the devices' Topology the plugin sent in ListAndWatch) and admits or refuses the
+// pod; an admitted pod's containers get their devices (the device manager's Allocate, aligned
+// to the chosen NUMA nodes, GetPreferredAllocation and the plugin's Allocate included) and the
+// pod counts as active from then on. It is an error without a TopologyManagerPolicy.
+func (m *DeviceManager) Admit(ctx context.Context, pod *corev1.Pod) (Admission, error) {
+	r, err := m.do(ctx, request{Op: "admit", Pod: pod})
+	if err != nil {
+		return Admission{}, err
+	}
+	if r.Admission == nil {
+		return Admission{}, errors.New("admit: empty reply")
+	}
+	return *r.Admission, nil
 }
 
 // Capacity returns ManagerImpl.GetCapacity: what the kubelet would put in the Node's

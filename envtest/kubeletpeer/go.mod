@@ -15,6 +15,7 @@ replace (
 
 require (
 	github.com/go-logr/logr v1.4.3
+	github.com/google/cadvisor/lib v0.60.5
 	github.com/hamireg/hamireg v0.1.0
 	github.com/hamireg/hamireg/envtest v0.1.0
 	go.uber.org/goleak v1.3.0
@@ -58,7 +59,6 @@ require (
 	github.com/go-openapi/swag/typeutils v0.27.1 // indirect
 	github.com/go-openapi/swag/yamlutils v0.27.1 // indirect
 	github.com/godbus/dbus/v5 v5.2.2 // indirect
-	github.com/google/cadvisor/lib v0.60.5 // indirect
 	github.com/google/cel-go v0.29.2 // indirect
 	github.com/google/gnostic-models v0.7.0 // indirect
 	github.com/google/go-cmp v0.7.0 // indirect

@@ -2,6 +2,7 @@ package main
 
 import (
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -30,6 +31,8 @@ func TestManifests(t *testing.T) {
 		crb     *rbacv1.ClusterRoleBinding
 		draRole *rbacv1.ClusterRole
 		draCRB  *rbacv1.ClusterRoleBinding
+		capRole *rbacv1.ClusterRole // deploy/node-capacity.yaml, with --report-node-capacity
+		capCRB  *rbacv1.ClusterRoleBinding
 		classes = map[string]*resourcev1.DeviceClass{}
 	)
 	for _, obj := range manifests.Glob(t, "deploy/*.yaml") {
@@ -39,15 +42,21 @@ func TestManifests(t *testing.T) {
 		case *corev1.ServiceAccount:
 			sa = o
 		case *rbacv1.ClusterRole:
-			if strings.HasSuffix(o.Name, "-dra") {
+			switch {
+			case strings.HasSuffix(o.Name, "-node-capacity"):
+				capRole = o
+			case strings.HasSuffix(o.Name, "-dra"):
 				draRole = o
-			} else {
+			default:
 				role = o
 			}
 		case *rbacv1.ClusterRoleBinding:
-			if strings.HasSuffix(o.Name, "-dra") {
+			switch {
+			case strings.HasSuffix(o.Name, "-node-capacity"):
+				capCRB = o
+			case strings.HasSuffix(o.Name, "-dra"):
 				draCRB = o
-			} else {
+			default:
 				crb = o
 			}
 		case *resourcev1.DeviceClass:
@@ -78,6 +87,22 @@ func TestManifests(t *testing.T) {
 	wantDRARef := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: draRole.Name}
 	if draCRB.RoleRef != wantDRARef || !cmp.Equal(draCRB.Subjects, []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: sa.Namespace}}) {
 		t.Errorf("ClusterRoleBinding %s binds %+v to %+v, want %+v to the ServiceAccount", draCRB.Name, draCRB.RoleRef, draCRB.Subjects, wantDRARef)
+	}
+
+	// --report-node-capacity: its own ClusterRole, which with the main one covers what the
+	// agent needs with Options.NodeCapacity.
+	if capRole == nil || capCRB == nil {
+		t.Fatal("want a ClusterRole and a ClusterRoleBinding named *-node-capacity (deploy/node-capacity.yaml)")
+	}
+	if diff := cmp.Diff(nodeagent.NodeCapacityRules(), capRole.Rules); diff != "" {
+		t.Errorf("ClusterRole %s rules differ from nodeagent.NodeCapacityRules() (-want +got):\n%s", capRole.Name, diff)
+	}
+	if missing := manifests.Uncovered(append(slices.Clone(role.Rules), capRole.Rules...), nodeagent.ClusterRoleRulesFor(nodeagent.Options{NodeCapacity: true})); len(missing) != 0 {
+		t.Errorf("with --report-node-capacity the ClusterRoles miss %v", missing)
+	}
+	wantCapRef := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: capRole.Name}
+	if capCRB.RoleRef != wantCapRef || !cmp.Equal(capCRB.Subjects, []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: sa.Namespace}}) {
+		t.Errorf("ClusterRoleBinding %s binds %+v to %+v, want %+v to the ServiceAccount", capCRB.Name, capCRB.RoleRef, capCRB.Subjects, wantCapRef)
 	}
 
 	if diff := cmp.Diff(nodeagent.ClusterRoleRules(), role.Rules); diff != "" {

@@ -10,6 +10,7 @@
 //	             [--kubelet-root-dir /var/lib/kubelet] [--kubeconfig FILE] [--kube-qps 50] [--kube-burst 100] [-v 2]
 //	             [--topology-score] [--topology-version master|v2.9.0]
 //	             [--device-list-strategy envvar|volume-mounts[,cdi-annotations][,cdi-cri]] [--cdi-kind K] [--cdi-annotation-prefix P]
+//	             [--enable-numa-topology] [--report-node-capacity]
 //	             [--mig [--mig-allowlist FILE] [--mig-model-match word|substring] [--mig-profiles base|all]]
 //	             [--dra [--dra-profile sdk|hami] [--dra-gpus UUID|INDEX,...] [--cdi-dir /var/run/cdi] [--dra-slice-sync-delay 30s]]
 //
@@ -25,6 +26,21 @@
 // CDI spec must exist on the host) for CDI-default runtimes; --cdi-annotation-prefix (env
 // CDI_ANNOTATION_PREFIX, default cdi.k8s.io/) prefixes the annotation key. An unknown value,
 // envvar with volume-mounts, and a CDI strategy with --mig or --dra exit 2 (docs/cdi.md).
+//
+// --enable-numa-topology sends each GPU's NUMA node with its virtual devices to the kubelet,
+// as HAMi v2.10.0 does with enableNumaTopology (node configuration key "enablenumatopology",
+// chart value devicePlugin.enableNumaTopology); off by default, as there. With it, the
+// kubelet's Topology Manager (policies single-numa-node, restricted) aligns a container's GPU
+// with its CPUs and may refuse a pod at admission; a GPU whose NUMA node sysfs does not tell
+// carries none.
+//
+// --report-node-capacity (default: env REPORT_NODE_CAPACITY=true, HAMi's PR #2874) also writes
+// the healthy GPUs' memory (nvidia.com/gpumem, MiB after --device-memory-scaling, as in the
+// register annotation) and cores (nvidia.com/gpucores) into the Node's status capacity and
+// allocatable, patched only when they change, for kubectl describe node, kube-state-metrics
+// and autoscaler node templates. It needs deploy/node-capacity.yaml (patch on nodes/status),
+// and kube-scheduler must keep ignoring the two resources (the extender's managedResources
+// with ignoredByScheduler, as examples/extender/deploy has them).
 //
 // # MIG
 //
@@ -183,6 +199,9 @@ func run(ctx context.Context, args []string, stderr io.Writer, h host) int {
 	simulate := flags.String("simulate", "", "run on go-nvml's simulated dgxa100, dgxh100, dgxh200 or dgxb200 instead of the driver")
 	topoScore := flags.Bool("topology-score", h.getenv("ENABLE_TOPOLOGY_SCORE") == "true",
 		"publish topology scores in hami.io/node-nvidia-score (HAMi: ENABLE_TOPOLOGY_SCORE=true)")
+	numaTopology := flags.Bool("enable-numa-topology", false, "send each GPU's NUMA node to the kubelet's Topology Manager (HAMi: enablenumatopology)")
+	nodeCapacity := flags.Bool("report-node-capacity", h.getenv("REPORT_NODE_CAPACITY") == "true",
+		"write the healthy GPUs' nvidia.com/gpumem and gpucores into the Node's status (HAMi: REPORT_NODE_CAPACITY=true)")
 	topoVersion := flags.String("topology-version", "master", "whose scoring rules: master (NVLinks, then NVSwitch links) or v2.9.0 (direct NVLinks only)")
 	simSeed := flags.String("simulate-uuid-seed", "", "with --simulate, derive the GPUs' UUIDs from this `seed` instead of drawing them, so that a restart sees the same GPUs; \"\" = random")
 	simTopology := flags.String("simulate-topology", string(nvmlsim.TopologyNVSwitch), "interconnect of the --simulate node: nvswitch, hybrid-cube-mesh or pcie")
@@ -315,7 +334,8 @@ func run(ctx context.Context, args []string, stderr io.Writer, h host) int {
 		DRA:            world,
 		MIG:            instances,
 		TopologyScores: *topoScore,
-		Kubelet:        kubeletplugin.Options{PluginDir: kubeletplugin.PluginDirFromRootDir(*rootDir)},
+		NodeCapacity:   *nodeCapacity,
+		Kubelet:        kubeletplugin.Options{PluginDir: kubeletplugin.PluginDirFromRootDir(*rootDir), NUMATopology: *numaTopology},
 		Allocator: nodeagent.HAMiCore{
 			Env:             env,
 			PrepareStateDir: *prepare,

@@ -159,6 +159,9 @@ func TestRunSimulated(t *testing.T) {
 		}
 	}
 	healthy(32)
+	if p, _ := k.State().Resource("nvidia.com/gpu"); p.Devices[0].Topology != nil {
+		t.Errorf("NUMA topology sent without --enable-numa-topology: %v", p.Devices[0])
+	}
 	node, err := cs.CoreV1().Nodes().Get(ctx, "gpu-1", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -176,6 +179,9 @@ func TestRunSimulated(t *testing.T) {
 	xid <- syscall.SIGUSR1
 	healthy(28)
 	healthy(32) // the quiet period passed
+	if node, err := cs.CoreV1().Nodes().Get(ctx, "gpu-1", metav1.GetOptions{}); err != nil || len(node.Status.Capacity) != 0 {
+		t.Errorf("Node status capacity %v (%v) without --report-node-capacity, want none", node.Status.Capacity, err)
+	}
 	cancel()
 	select {
 	case code := <-done:
@@ -189,5 +195,86 @@ func TestRunSimulated(t *testing.T) {
 		if !strings.Contains(stderr.String(), want) {
 			t.Errorf("log does not contain %q:\n%s", want, stderr.String())
 		}
+	}
+}
+
+// TestRunNUMAAndCapacity: --enable-numa-topology sends each GPU's NUMA node (as the register
+// annotation has it) with its devices, and REPORT_NODE_CAPACITY=true writes the healthy GPUs'
+// memory, scaled as in the annotation, and cores into the Node's status.
+func TestRunNUMAAndCapacity(t *testing.T) {
+	t.Parallel()
+	k := kubelettest.Start(t)
+	root, err := os.MkdirTemp("", "dp") //nolint:usetesting // socket paths must stay < 108 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(root) })
+	if err := os.Symlink(k.Dir(), filepath.Join(root, "device-plugins")); err != nil {
+		t.Fatal(err)
+	}
+	cs := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-1"}})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var stderr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"--simulate", "dgxa100", "--device-split-count", "2", "--device-memory-scaling", "1.5", "--kubelet-root-dir", root,
+			"--prepare-state-dir=false", "--enable-numa-topology"}, &stderr,
+			host{getenv: env(map[string]string{"NODE_NAME": "gpu-1", "REPORT_NODE_CAPACITY": "true"}), client: cs})
+	}()
+	wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
+	defer wcancel()
+	st, err := k.WaitFor(wctx, func(s kubelettest.State) bool {
+		p, ok := s.Resource("nvidia.com/gpu")
+		return ok && len(p.Devices) == 16
+	})
+	if err != nil {
+		t.Fatalf("wait for 16 devices: %v\nstderr:\n%s", err, stderr.String())
+	}
+	var node *corev1.Node
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		node, err = cs.CoreV1().Nodes().Get(ctx, "gpu-1", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := node.Status.Capacity["nvidia.com/gpucores"]; ok || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	devs, err := annotation.Decode(node.Annotations[annotation.KeyNVIDIARegister])
+	if err != nil || len(devs) != 8 {
+		t.Fatalf("register annotation: %v %v", devs, err)
+	}
+	numa := map[string]int64{}
+	var mem int64
+	for _, d := range devs {
+		numa[d.ID] = int64(d.Numa)
+		mem += int64(d.Devmem)
+	}
+	p, _ := st.Resource("nvidia.com/gpu")
+	for _, d := range p.Devices {
+		uuid := d.ID[:strings.LastIndexByte(d.ID, '-')] // "<uuid>-<i>"
+		if d.Topology == nil || len(d.Topology.Nodes) != 1 || d.Topology.Nodes[0].ID != numa[uuid] {
+			t.Errorf("device %s topology %v, want NUMA node %d", d.ID, d.Topology, numa[uuid])
+		}
+	}
+	for _, list := range []corev1.ResourceList{node.Status.Capacity, node.Status.Allocatable} {
+		if q := list["nvidia.com/gpumem"]; q.Value() != mem || mem <= 8*40000 {
+			t.Errorf("nvidia.com/gpumem %v, want %d (the annotation's scaled MiB)", q.String(), mem)
+		}
+		if q := list["nvidia.com/gpucores"]; q.Value() != 800 {
+			t.Errorf("nvidia.com/gpucores %v, want 800", q.String())
+		}
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("exit status %d after cancellation, want 0; stderr:\n%s", code, stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("run did not return after cancellation")
 	}
 }

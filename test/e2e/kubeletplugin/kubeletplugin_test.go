@@ -21,7 +21,8 @@ import (
 )
 
 // The kubelet's registration server accepts the plugin: it dials back at <dir>/<Endpoint>,
-// reads the options and streams GPUs x split virtual devices with HAMi's ids and NUMA.
+// reads the options and streams GPUs x split virtual devices with HAMi's ids and, with
+// NUMATopology, their GPU's NUMA node.
 func TestKubeletRegistration(t *testing.T) {
 	t.Parallel()
 	srv, err := kubeletpeer.StartRegistrationServer(t.Context(), harness.ShortTempDir(t))
@@ -29,7 +30,7 @@ func TestKubeletRegistration(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = srv.Stop() })
-	p := startPlugin(t, kubeletplugin.Options{PluginDir: srv.Dir(), SocketName: "hami.sock"}, gpus(true, false))
+	p := startPlugin(t, kubeletplugin.Options{PluginDir: srv.Dir(), SocketName: "hami.sock", NUMATopology: true}, gpus(true, false))
 
 	ev := harness.WaitForEvent(t, srv, "connect", func(e kubeletpeer.Event) bool { return e.Kind == kubeletpeer.EventConnected })
 	if ev.Resource != resource || ev.SocketPath != filepath.Join(srv.Dir(), "hami.sock") || ev.Options.GetPreStartRequired() || ev.Options.GetGetPreferredAllocationAvailable() {

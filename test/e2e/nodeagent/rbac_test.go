@@ -25,8 +25,9 @@ var deployDir = filepath.Join("..", "..", "..", "examples", "deviceplugin", "dep
 
 // TestDeployManifests creates examples/deviceplugin/deploy on the API server and asks it,
 // with SubjectAccessReviews, what the DaemonSet's ServiceAccount may do: exactly the verbs
-// of nodeagent.ClusterRoleRules() (with which every agent of this package runs) and
-// nodedra.ClusterRoleRules() (what --dra adds, in dra.yaml beside the DeviceClasses),
+// of nodeagent.ClusterRoleRules() (with which every agent of this package runs),
+// nodedra.ClusterRoleRules() (what --dra adds, in dra.yaml beside the DeviceClasses) and
+// nodeagent.NodeCapacityRules() (what --report-node-capacity adds, in node-capacity.yaml),
 // and nothing else.
 func TestDeployManifests(t *testing.T) {
 	t.Parallel()
@@ -121,8 +122,11 @@ func TestDeployManifests(t *testing.T) {
 			}
 		}
 	}
+	if !can("patch", "", "nodes", "status") { // node-capacity.yaml
+		t.Error("patch nodes/status denied, want allowed by node-capacity.yaml (nodeagent.NodeCapacityRules)")
+	}
 	for _, d := range []struct{ verb, group, res, sub string }{
-		{"patch", "", "nodes", "status"}, {"update", "", "nodes", "status"},
+		{"update", "", "nodes", "status"}, {"get", "", "nodes", "status"},
 		{"create", "", "pods", "binding"}, {"patch", "", "pods", "status"}, {"create", "", "pods", "eviction"},
 		{"list", "apps", "daemonsets", ""}, {"get", "coordination.k8s.io", "leases", ""},
 		{"create", "events.k8s.io", "events", ""},
