@@ -85,7 +85,7 @@ func TestConformanceScoringWeightsParse(t *testing.T) {
 				} `json:"input"`
 				WantParse *struct {
 					Weights *struct{ Slot, Core, Memory int64 } `json:"weights"`
-					Error   string                               `json:"error"`
+					Error   string                              `json:"error"`
 				} `json:"want_parse"`
 			} `json:"vectors"`
 		}
