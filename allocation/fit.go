@@ -130,7 +130,12 @@ func ratio(a, b int64) float64 {
 // a comma list) every GPU that passes is collected and the GPUs are chosen by their pair scores
 // ([DeviceUsage.PairScores], see [SetPairScores]): the worst connected one for a single GPU,
 // the first best combination in walk order for more; fewer candidates than asked fail with
-// AllocatedCardsInsufficientRequest. What a container takes counts for the next one. With [VersionMaster] init containers
+// AllocatedCardsInsufficientRequest. A GPU's usage score is [ScoringWeights.DeviceScore] with
+// the pod's [KeyDeviceScoringWeights] ([PodScoringWeights]: HAMi v2.10.0; the default weights
+// for v2.9.0 and for a value that does not parse). Beyond HAMi, weights never make a pod
+// unfit where it fits without them: a container that does not fit in the weighted order is
+// tried in the default order, and a pod that still does not fit is fitted again whole in the
+// default order; when both fail, the reason is the weighted fit's. What a container takes counts for the next one. With [VersionMaster] init containers
 // run one at a time before the others, so each is placed against what other pods hold only;
 // with [VersionV290] they add up like regular containers.
 //
