@@ -186,6 +186,18 @@ func TestFitScoringWeights(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("fallback (-default order +got):\n%s", diff)
 	}
+	// NUMA binding: in the weighted order the walk alternates NUMA nodes and no two GPUs of one
+	// NUMA node come together; the default order puts the two idlest (NUMA 0) last.
+	gpu := func(id string, numa int, used, mem int64) DeviceUsage {
+		return DeviceUsage{Device: annotation.Device{ID: id, Count: 10, Devmem: 10000, Devcore: 100, Type: "NVIDIA A10", Numa: numa, Mode: "hami-core", Health: true},
+			Usage: Usage{Used: used, Usedmem: mem}}
+	}
+	numa := []DeviceUsage{gpu("a", 0, 0, 3000), gpu("b", 0, 0, 1000), gpu("c", 1, 8, 2000), gpu("d", 1, 9, 0)}
+	bound := map[string]string{KeyNUMABind: "true", KeyDeviceScoringWeights: "slot=1,core=1,memory=10"}
+	pair := PodRequest{Containers: []Request{{Count: 2, Type: annotation.VendorNVIDIA, Memory: 100, MemoryPercentage: PercentageUnset}}}
+	if pd, reason, ok := Fit(numa, pair, bound, nil, c); !ok || pd[0][0].UUID != "b" || pd[0][1].UUID != "a" {
+		t.Errorf("NUMA-bound pair: %v %q %v, want b and a (the default order)", pd, reason, ok)
+	}
 	// Both orders fail: the weighted order's reason (HAMi's) stands.
 	three := PodRequest{Containers: append(two.Containers, two.Containers[1])}
 	if _, reason, ok := Fit(devices, three, heavy, nil, c); ok || !strings.Contains(reason, ReasonCardInsufficientMemory) {
