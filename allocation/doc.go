@@ -83,6 +83,10 @@
 //     scores: the first GPUs of the walk).
 //   - A GPU count or memory beyond int32 saturates (HAMi wraps it around, so 2^32+1 GPUs ask
 //     for one); usage sums are 64-bit.
+//   - Scoring weights ([KeyDeviceScoringWeights], HAMi v2.10.0; [ParseScoringWeights] with
+//     HAMi's errors) order a node's GPUs bit for bit as HAMi, but never make a pod unfit where
+//     it fits without them: HAMi fits containers greedily, and a weighted order can send the
+//     first container to the GPU a later one needed; [Fit] then tries the default order.
 //
 // [Unresolvable] says which fit reasons removing pods cannot cure (the extender answers those
 // nodes in FailedAndUnresolvableNodes, where kube-scheduler does not preempt); the rule goes by

@@ -1,6 +1,7 @@
 package allocation_test
 
 import (
+	"errors"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -47,4 +48,14 @@ func Example() {
 	// gpu-2: 1/1 CardInsufficientMemory
 	// train GPU-b 3000 30
 	// written back: ";"
+}
+
+func ExampleParseScoringWeights() {
+	w, err := allocation.ParseScoringWeights("slot=1,core=1,memory=3")
+	fmt.Println(w, err)
+	_, err = allocation.ParseScoringWeights("slot=1,core=1,mem=3")
+	fmt.Println(errors.Is(err, allocation.ErrInvalidScoringWeights), err)
+	// Output:
+	// {1 1 3} <nil>
+	// true invalid hami.io/device-scoring-weights annotation "slot=1,core=1,mem=3": unknown weight "mem"
 }

@@ -3,6 +3,7 @@ package allocation
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -72,7 +73,7 @@ func schedule(nodes []Node, req PodRequest, podAnnotations map[string]string, c 
 	binpack := hasPolicy(cmp.Or(Policy(podAnnotations[KeyNodeSchedulerPolicy]), c.NodeSchedulerPolicy), PolicyBinpack)
 	best := 0.0
 	for _, n := range nodes {
-		pd, reason, ok := fitWith(n.Devices, req, podAnnotations, n.Annotations, c, q)
+		pd, reason, ok := fitPod(n.Devices, req, podAnnotations, n.Annotations, c, q)
 		if !ok {
 			d.Failed[n.Name] = reason
 			continue
@@ -129,7 +130,12 @@ func ratio(a, b int64) float64 {
 // a comma list) every GPU that passes is collected and the GPUs are chosen by their pair scores
 // ([DeviceUsage.PairScores], see [SetPairScores]): the worst connected one for a single GPU,
 // the first best combination in walk order for more; fewer candidates than asked fail with
-// AllocatedCardsInsufficientRequest. What a container takes counts for the next one. With [VersionMaster] init containers
+// AllocatedCardsInsufficientRequest. A GPU's usage score is [ScoringWeights.DeviceScore] with
+// the pod's [KeyDeviceScoringWeights] ([PodScoringWeights]: HAMi v2.10.0; the default weights
+// for v2.9.0 and for a value that does not parse). Beyond HAMi, weights never make a pod
+// unfit where it fits without them: a container that does not fit in the weighted order is
+// tried in the default order, and a pod that still does not fit is fitted again whole in the
+// default order; when both fail, the reason is the weighted fit's. What a container takes counts for the next one. With [VersionMaster] init containers
 // run one at a time before the others, so each is placed against what other pods hold only;
 // with [VersionV290] they add up like regular containers.
 //
@@ -140,7 +146,27 @@ func Fit(devices []DeviceUsage, req PodRequest, pod, node map[string]string, c C
 
 // fit is [Fit] with c already completed, for [Schedule] to call once per node.
 func fit(devices []DeviceUsage, req PodRequest, pod, node map[string]string, c Config) (PodDevices, string, bool) {
-	return fitWith(devices, req, pod, node, c, nil)
+	return fitPod(devices, req, pod, node, c, nil)
+}
+
+// fitPod is fitWith with the pod's weights fallback: when the pod's [KeyDeviceScoringWeights]
+// are not the default and the greedy fit in their order fails, the whole pod is fitted again
+// in the default order, so that weights never make a pod unschedulable on a node where it
+// fits without them; when that fails too, the weighted fit's reason stands.
+func fitPod(devices []DeviceUsage, req PodRequest, pod, node map[string]string, c Config, q *quotaCheck) (PodDevices, string, bool) {
+	pd, reason, ok := fitWith(devices, req, pod, node, c, q)
+	if ok {
+		return pd, reason, ok
+	}
+	if w, err := PodScoringWeights(pod, c.Version); err != nil || w == DefaultScoringWeights {
+		return pd, reason, ok
+	}
+	unweighted := maps.Clone(pod)
+	delete(unweighted, KeyDeviceScoringWeights)
+	if pd, _, ok := fitWith(devices, req, unweighted, node, c, q); ok {
+		return pd, "", true
+	}
+	return nil, reason, false
 }
 
 // fitWith is fit with the quota hook of [FitWith] (nil: none).
@@ -212,14 +238,32 @@ type fitter struct {
 	// masterSort orders by usage first and NUMA node second (HAMi master), not NUMA first.
 	masterSort bool
 	quota      *quotaCheck // nil: no quota
+	// weights are the pod's scoring weights once read (nil: not yet, see scoringWeights).
+	weights *ScoringWeights
 }
 
-// container places one container's request on devices, which it sorts in place.
+// container places one container's request on devices, which it sorts in place, in the order
+// of the pod's scoring weights; when that order fails and the weights are not the default,
+// it tries the default order before it gives up (the weights fallback rule, see [Fit]), and
+// gives the weighted order's reason when both fail.
 func (f *fitter) container(devices []DeviceUsage, r Request) (ContainerDevices, string, bool) {
+	w := f.scoringWeights()
+	picked, reason, ok := f.containerOrdered(devices, r, w)
+	if ok || w == DefaultScoringWeights {
+		return picked, reason, ok
+	}
+	if picked, _, ok := f.containerOrdered(devices, r, DefaultScoringWeights); ok {
+		return picked, "", true
+	}
+	return nil, reason, false
+}
+
+// containerOrdered is the walk of [fitter.container] over devices sorted by weights w.
+func (f *fitter) containerOrdered(devices []DeviceUsage, r Request, w ScoringWeights) (ContainerDevices, string, bool) {
 	if int(r.Count) > len(devices) && !f.isMIGRequest(devices, r) {
 		return nil, ReasonNodeInsufficientDevice, false
 	}
-	f.sort(devices, r)
+	f.sort(devices, r, w)
 	numaBind, _ := strconv.ParseBool(f.pod[KeyNUMABind])
 	numaBind = numaBind && f.nvidia
 	reasons := map[string]int{}
@@ -329,20 +373,21 @@ func (f *fitter) collected(picked ContainerDevices) int {
 	return len(picked)
 }
 
-// sort orders devices for the walk, stably (HAMi's sort is not stable beyond 12 devices).
-func (f *fitter) sort(devices []DeviceUsage, r Request) {
+// sort orders devices for the walk by the device score of HAMi's DeviceListsScore.ComputeScore
+// with weights w ([ScoringWeights.DeviceScore], float32 as HAMi), stably (HAMi's sort is not
+// stable beyond 12 devices).
+func (f *fitter) sort(devices []DeviceUsage, r Request, w ScoringWeights) {
 	type scored struct {
 		d     DeviceUsage
-		score float64
+		score float32
 	}
 	s := make([]scored, len(devices))
 	for i, d := range devices {
-		add := Usage{}
+		u := d
 		if r.Type == d.Type { // HAMi adds the request only when the types match: never for a model name
-			add = Usage{Used: int64(r.Count), Usedmem: int64(r.Memory), Usedcores: int64(r.Cores)}
+			u.Usage = d.Add(Usage{Used: int64(r.Count), Usedmem: int64(r.Memory), Usedcores: int64(r.Cores)})
 		}
-		u := d.Add(add)
-		s[i] = scored{d, 10 * (ratio(u.Used, int64(d.Count)) + ratio(u.Usedcores, int64(d.Devcore)) + ratio(u.Usedmem, int64(d.Devmem)))}
+		s[i] = scored{d, w.DeviceScore(u)}
 	}
 	slices.SortStableFunc(s, func(a, b scored) int {
 		switch {
@@ -359,6 +404,20 @@ func (f *fitter) sort(devices []DeviceUsage, r Request) {
 	for i := range s {
 		devices[i] = s[i].d
 	}
+}
+
+// scoringWeights are the pod's [KeyDeviceScoringWeights] under the fitter's version, read
+// once; an invalid value counts as the default (callers that schedule reject it first, see
+// [PodScoringWeights]).
+func (f *fitter) scoringWeights() ScoringWeights {
+	if f.weights == nil {
+		w, err := PodScoringWeights(f.pod, f.c.Version)
+		if err != nil {
+			w = DefaultScoringWeights
+		}
+		f.weights = &w
+	}
+	return *f.weights
 }
 
 // typeFits checks, for NVIDIA, the pod's model lists (a GPU type must contain a listed model, ignoring

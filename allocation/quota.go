@@ -376,7 +376,7 @@ type FitOptions struct {
 // FitWith is [Fit] with the options of o.
 func FitWith(devices []DeviceUsage, req PodRequest, pod, node map[string]string, c Config, o FitOptions) (PodDevices, string, bool) {
 	c = c.orDefaults()
-	return fitWith(devices, req, pod, node, c, o.quotaCheck(req, c))
+	return fitPod(devices, req, pod, node, c, o.quotaCheck(req, c))
 }
 
 // ScheduleWith is [Schedule] with the options of o.

@@ -132,6 +132,10 @@ func (e *Extender) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) (r
 		}
 		return &extenderv1.ExtenderFilterResult{NodeNames: args.NodeNames, Nodes: args.Nodes}
 	}
+	if err := e.checkScoringWeights(pod, args.Nodes == nil); err != nil {
+		logger.V(2).Info("Refused the pod's scoring weights", "pod", klog.KObj(pod), "err", err)
+		return &extenderv1.ExtenderFilterResult{Error: err.Error()}
+	}
 	names := candidates(args)
 	d := e.decide(pod, req, names)
 	if d.node == "" {
@@ -464,4 +468,20 @@ func formatScores(scores map[string]float64) string {
 		parts = append(parts, fmt.Sprintf("%s:%.2f", n, scores[n]))
 	}
 	return strings.Join(parts, ",")
+}
+
+// checkScoringWeights returns HAMi v2.10.0's error for a pod whose
+// allocation.KeyDeviceScoringWeights does not parse ("calcScore failed <parse error> for pod
+// <name>"), before any node is scored, and records it as a Warning FilteringFailed Event when
+// event is set (HAMi records none for a simulation request, whose ExtenderArgs carry Nodes).
+// v2.9.0 ignores the annotation.
+func (e *Extender) checkScoringWeights(pod *corev1.Pod, event bool) error {
+	if _, err := allocation.PodScoringWeights(pod.Annotations, e.opts.Config.Version); err != nil {
+		err = fmt.Errorf("calcScore failed %w for pod %s", err, pod.Name)
+		if event && e.opts.EventRecorder != nil {
+			e.opts.EventRecorder.Event(pod, corev1.EventTypeWarning, EventFilteringFailed, err.Error())
+		}
+		return err
+	}
+	return nil
 }

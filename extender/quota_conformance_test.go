@@ -2,6 +2,7 @@ package extender
 
 import (
 	"encoding/json"
+	"fmt"
 	"maps"
 	"math"
 	"slices"
@@ -87,6 +88,11 @@ type quotaRun struct {
 	OwnEvents     []string // the SDK's own reasons
 	Before, After quotaState
 	Webhook       webhookResult
+	// WebhookUsed and WebhookAsk are the namespace's usage when the webhook ran and what the
+	// webhook counts of the pod (its mutated containers), for the rule's webhook answer.
+	WebhookUsed, WebhookAsk allocation.QuotaAmount
+	// Used is what the namespace's other pods hold before the final filter, as it reads it.
+	Used allocation.QuotaAmount
 }
 
 // TestConformanceQuota replays quota.json through the real informers, Filter and Admit over a
@@ -98,7 +104,10 @@ type quotaRun struct {
 //   - the limits are the tightest of a namespace's ResourceQuota objects, a fractional one
 //     its integer part (HAMi: the object delivered last; deleting either removes the limit;
 //     a fractional one is ignored): HAMi's quota state is compared after applying the rule
-//     to its limits, and when that changes the answer, the answer must follow the rule;
+//     to its limits, and when that changes the answer, the answer must follow the rule: the
+//     filter's fit and the webhook's admission are computed from the rule's limits. A
+//     fractional limit in the input always brings the rule in, since HAMi may hold no entry
+//     for the limit it ignores;
 //   - a re-filtered pod counts once: its filter must answer what a first filter answers
 //     (HAMi v2.9.0 counts it twice).
 //
@@ -126,7 +135,7 @@ func TestConformanceQuota(t *testing.T) {
 					fresh := runQuotaVector(t, v, cfg, false)
 					opts := cmp.FilterPath(func(p cmp.Path) bool {
 						f := p.Last().String()
-						return f == ".Before" || f == ".Webhook" || f == ".OwnEvents"
+						return f == ".Before" || f == ".Webhook" || f == ".OwnEvents" || f == ".WebhookUsed" || f == ".WebhookAsk"
 					}, cmp.Ignore())
 					if diff := cmp.Diff(fresh, got, opts); diff != "" {
 						t.Errorf("a re-filtered pod is not counted once (-first filter +re-filter):\n%s", diff)
@@ -195,6 +204,7 @@ func runQuotaVector(t *testing.T, v quotaVector, cfg allocation.Config, withRefi
 				}
 				if same && !webhookDone {
 					run.Webhook, webhookDone = admitQuota(t, e, pod), true // the webhook runs once, at creation
+					run.WebhookUsed, run.WebhookAsk = webhookView(e, pod)
 				}
 				ensure(p)
 				if res := e.filter(p, s.NodeNames...); res.Error != "" {
@@ -210,6 +220,7 @@ func runQuotaVector(t *testing.T, v quotaVector, cfg allocation.Config, withRefi
 		}
 		if !webhookDone {
 			run.Webhook = admitQuota(t, e, pod)
+			run.WebhookUsed, run.WebhookAsk = webhookView(e, pod)
 		}
 		ensure(pod)
 		if p, err := e.client.CoreV1().Pods(pod.Namespace).Get(e.ctx, pod.Name, metav1.GetOptions{}); err == nil {
@@ -221,6 +232,7 @@ func runQuotaVector(t *testing.T, v quotaVector, cfg allocation.Config, withRefi
 			}
 		}
 		run.Before = quotaStateOf(e, v.WantQuotaBefore)
+		run.Used = e.ext.usage.Quota(pod.Namespace, podKey(pod.Namespace, pod.Name)).Used
 		e.client.ClearActions()
 		res := e.filter(pod, in.NodeNames...)
 		if res.Error != "" {
@@ -266,6 +278,21 @@ func admitQuota(t *testing.T, e *env, pod *corev1.Pod) webhookResult {
 		out.Code, out.Message = resp.Result.Code, resp.Result.Message
 	}
 	return out
+}
+
+// webhookView is the namespace's usage as the webhook reads it and what the webhook counts of
+// pod: its containers after the webhook's defaults (allocation.AdmissionQuotaAsk).
+func webhookView(e *env, pod *corev1.Pod) (used, ask allocation.QuotaAmount) {
+	mutated := pod.DeepCopy()
+	for i := range mutated.Spec.Containers {
+		c := &mutated.Spec.Containers[i]
+		add, _, _ := e.ext.mutateContainer(c)
+		if len(add) > 0 && c.Resources.Limits == nil {
+			c.Resources.Limits = corev1.ResourceList{}
+		}
+		maps.Copy(c.Resources.Limits, add)
+	}
+	return e.ext.usage.Quota(pod.Namespace, "").Used, allocation.AdmissionQuotaAsk(mutated, e.ext.opts.Config)
 }
 
 // quotaStateOf reads the extender's quota state in HAMi's shape for the entries like holds.
@@ -380,14 +407,40 @@ func checkQuotaVector(t *testing.T, v quotaVector, cfg allocation.Config, got qu
 	rule := ruleLimits(v, v290)
 	wantBefore, limitsByRule := byRule(v.WantQuotaBefore, rule)
 	wantAfter, _ := byRule(v.WantQuotaAfter, rule)
+	// HAMi ignores a fractional limit, and may then hold no entry for it at all: the rule
+	// decides wherever the input has one, whatever HAMi's state shows.
+	limitsByRule = limitsByRule || fractionalLimit(v)
 	if limitsByRule {
 		t.Logf("HAMi's limits differ from the SDK's rule (tightest object, integer part): compared after applying it")
 	}
 	if diff := cmp.Diff(wantBefore, got.Before); diff != "" {
 		t.Errorf("quota before the filter (-HAMi by rule +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(v.WantWebhook, got.Webhook); diff != "" && !limitsByRule {
-		t.Errorf("webhook (-HAMi +got):\n%s", diff)
+	ns := cmpOr(v.Input.Pod.Namespace, "default")
+	ruleQuota := func(used allocation.QuotaAmount) allocation.Quota {
+		q := allocation.Quota{Used: used}
+		if r, ok := rule[ns][allocation.DefaultResourceMemory]; ok {
+			q.Limits.Memory = allocation.QuotaLimit{Value: r.Limit, Set: *r.LimitSet}
+		}
+		if r, ok := rule[ns][allocation.DefaultResourceCores]; ok {
+			q.Limits.Cores = allocation.QuotaLimit{Value: r.Limit, Set: *r.LimitSet}
+		}
+		return q
+	}
+	wantWebhook := v.WantWebhook
+	if limitsByRule {
+		// Rule: the webhook denies a pod whose admission ask takes the namespace over the
+		// rule's limits (and otherwise answers as HAMi, whose other denials do not depend on
+		// the limit).
+		wantWebhook = webhookResult{Allowed: true}
+		if v.WantWebhook.Message != "" && v.WantWebhook.Message != "exceeding resource quota" {
+			wantWebhook = v.WantWebhook
+		} else if q := ruleQuota(got.WebhookUsed); len(q.Exceeded(got.WebhookAsk, cfg)) > 0 {
+			wantWebhook = webhookResult{Code: 403, Message: "exceeding resource quota"}
+		}
+	}
+	if diff := cmp.Diff(wantWebhook, got.Webhook); diff != "" {
+		t.Errorf("webhook (-HAMi by rule +got):\n%s", diff)
 	}
 	hamiFits := len(v.WantNodeNames) > 0
 	gotFits := len(got.NodeNames) > 0
@@ -397,15 +450,7 @@ func checkQuotaVector(t *testing.T, v quotaVector, cfg allocation.Config, got qu
 			// Rule: the answer follows the rule's limit. The pod asks at least its nominal
 			// share; it fits iff that fits the namespace's limit.
 			req := allocation.Requests(v.Input.Pod.pod(t), cfg)
-			q := allocation.Quota{Used: allocation.QuotaAmount{}}
-			ns := cmpOr(v.Input.Pod.Namespace, "default")
-			if r, ok := rule[ns][allocation.DefaultResourceMemory]; ok {
-				q.Limits.Memory = allocation.QuotaLimit{Value: r.Limit, Set: *r.LimitSet}
-			}
-			if r, ok := rule[ns][allocation.DefaultResourceCores]; ok {
-				q.Limits.Cores = allocation.QuotaLimit{Value: r.Limit, Set: *r.LimitSet}
-			}
-			q.Used = allocation.QuotaAmount{Memory: got.Before[ns][allocation.DefaultResourceMemory].Used, Cores: got.Before[ns][allocation.DefaultResourceCores].Used}
+			q := ruleQuota(got.Used)
 			if ruleFits := len(q.Exceeded(askOf(req, cfg.Version), cfg)) == 0; ruleFits != gotFits {
 				t.Errorf("fits %v, but by the rule's limits %+v and usage %+v it fits %v", gotFits, q.Limits, q.Used, ruleFits)
 			}
@@ -413,7 +458,6 @@ func checkQuotaVector(t *testing.T, v quotaVector, cfg allocation.Config, got qu
 		case refiltered(v) && !hamiFits:
 			// Rule: counted once. HAMi's refusal must be the double count: the namespace
 			// with the pod counted twice is over, with it counted once it fits.
-			ns := cmpOr(v.Input.Pod.Namespace, "default")
 			e := v.WantQuotaBefore[ns][allocation.DefaultResourceMemory]
 			ask := askOf(allocation.Requests(v.Input.Pod.pod(t), cfg), cfg.Version).Memory
 			if e.Used+ask <= e.Limit || e.Used > e.Limit {
@@ -529,4 +573,66 @@ func ignoredByHAMi(key string) bool {
 	name := strings.TrimPrefix(strings.TrimPrefix(key, "limits."), "requests.")
 	return slices.Contains([]string{allocation.DefaultResourceMemory, allocation.DefaultResourceCores, allocation.DefaultResourceCount,
 		allocation.DefaultResourceMemoryPercentage}, name)
+}
+
+// fractionalLimit reports whether a ResourceQuota of the input (at the start or in a step)
+// has a limit on GPU memory or cores that is not a whole number.
+func fractionalLimit(v quotaVector) bool {
+	for _, q := range append(append([]quotaSpec(nil), v.Input.Quotas...), stepQuotas(v)...) {
+		for _, key := range []string{"limits." + allocation.DefaultResourceMemory, "limits." + allocation.DefaultResourceCores} {
+			if s, ok := q.Hard[key]; ok {
+				if n := resource.MustParse(s); !isWhole(&n) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// TestConformanceQuotaFractionalLimit runs two vectors of quota.json's shape, written as HAMi
+// answers them (it ignores a fractional limit, holding no limit for it), through the same
+// harness as TestConformanceQuota: the harness must derive the filter's and the webhook's
+// answers from the SDK's rule (the integer part is the limit). A pod asking 3000 MiB under
+// "2500.5" is denied and fits nowhere; one asking 2000 MiB is admitted and placed as by HAMi.
+func TestConformanceQuotaFractionalLimit(t *testing.T) {
+	t.Parallel()
+	const shape = `{"name": "%s", "input": {"config": {"gpu_scheduler_policy": "spread", "node_scheduler_policy": "binpack", "memory_factor": 1},
+	  "quotas": [{"name": "gpu-quota", "namespace": "team-a", "hard": {"limits.nvidia.com/gpumem": "2500.5"}}],
+	  "nodes": [{"name": "node1", "devices": [
+	    {"id": "GPU-0a1b2c3d-0000-1111-2222-333344445555", "index": 0, "count": 10, "devmem": 23028, "devcore": 100, "type": "NVIDIA A10", "mode": "hami-core", "health": true},
+	    {"id": "GPU-1a1b2c3d-0000-1111-2222-333344445555", "index": 1, "count": 10, "devmem": 23028, "devcore": 100, "type": "NVIDIA A10", "mode": "hami-core", "health": true}]}],
+	  "pod": {"name": "p", "namespace": "team-a", "containers": [{"name": "c0", "limits": {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "30", "nvidia.com/gpumem": "%d"}}]},
+	  "node_names": ["node1"]},
+	 "want_events": ["Normal FilteringSucceed find fit node(node1), 0 nodes not fit, 1 nodes fit(node1:0.00)"],
+	 "want_failed_nodes": {}, "want_fit_reason": {}, "want_node_names": ["node1"],
+	 "want_patches": [{"body": {"metadata": {"annotations": {
+	   "hami.io/vgpu-devices-allocated": "GPU-1a1b2c3d-0000-1111-2222-333344445555,NVIDIA,%[2]d,30:;",
+	   "hami.io/vgpu-devices-to-allocate": "GPU-1a1b2c3d-0000-1111-2222-333344445555,NVIDIA,%[2]d,30:;",
+	   "hami.io/vgpu-node": "node1", "hami.io/vgpu-time": "{unix_now}"}, "labels": {"hami.io/vgpu-node": "node1"}}}}],
+	 "want_quota_before": {},
+	 "want_quota_after": {"team-a": {"nvidia.com/gpucores": {"limit": 0, "used": 30}, "nvidia.com/gpumem": {"limit": 0, "used": %[2]d}}},
+	 "want_webhook": {"allowed": true}}`
+	for _, folder := range vectors.Folders(t) {
+		version := vectors.Pick(folder, allocation.VersionMaster, allocation.VersionV290)
+		for _, tc := range []struct {
+			name string
+			mem  int
+			fits bool
+		}{{"fractional_limit_integer_part_exceeded", 3000, false}, {"fractional_limit_integer_part_fits", 2000, true}} {
+			t.Run(folder.Name()+"/"+tc.name, func(t *testing.T) {
+				t.Parallel()
+				var v quotaVector
+				if err := json.Unmarshal(fmt.Appendf(nil, shape, tc.name, tc.mem), &v); err != nil {
+					t.Fatal(err)
+				}
+				cfg := v.Input.Config.config(version)
+				got := runQuotaVector(t, v, cfg, true)
+				checkQuotaVector(t, v, cfg, got)
+				if fits := len(got.NodeNames) > 0; fits != tc.fits || got.Webhook.Allowed != tc.fits {
+					t.Errorf("fits %v, admitted %v; the integer part of the limit says %v", fits, got.Webhook.Allowed, tc.fits)
+				}
+			})
+		}
+	}
 }

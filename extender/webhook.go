@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
+
+	"github.com/hamireg/hamireg/allocation"
 )
 
 // Webhook constants.
@@ -69,7 +71,9 @@ func (e *Extender) serveWebhook(w http.ResponseWriter, r *http.Request) {
 // where it asks for whole GPUs without cores, and CUDA_TASK_PRIORITY from nvidia.com/priority.
 // Everything else is allowed unchanged: other objects, pods without such a container, pods of
 // another scheduler, privileged containers. Denied: a pod without containers ("pod has no
-// containers"), a GPU pod with spec.nodeName ("pod has node assigned"), and, as HAMi's
+// containers"), a GPU pod whose allocation.KeyDeviceScoringWeights does not parse (with
+// HAMi v2.10.0's parse error, as HAMi's webhook after PR #2827; the filter refuses it too),
+// a GPU pod with spec.nodeName ("pod has node assigned"), and, as HAMi's
 // fitResourceQuota, a GPU pod that would take its namespace over a ResourceQuota limit on
 // GPU memory or cores ("exceeding resource quota", counted as allocation.AdmissionQuotaAsk
 // counts the mutated pod against what the namespace's pods hold). The patch is a JSON patch
@@ -117,6 +121,9 @@ func (e *Extender) Admit(ctx context.Context, req *admissionv1.AdmissionRequest)
 	}
 	if !gpu {
 		return allow
+	}
+	if _, err := allocation.PodScoringWeights(pod.Annotations, e.opts.Config.Version); err != nil {
+		return deny(err.Error())
 	}
 	if pod.Spec.NodeName != "" {
 		return deny("pod has node assigned")

@@ -741,3 +741,23 @@ func TestHandshakeAndMetrics(t *testing.T) {
 		t.Errorf("handshake %q with mode off, want none", h)
 	}
 }
+
+// TestInvalidScoringWeightsUnresolvable: a pod asking for GPUs whose
+// hami.io/device-scoring-weights does not parse is rejected at PreFilter with HAMi v2.10.0's
+// parse error; a pod asking for none skips the plugin whatever the annotation says.
+func TestInvalidScoringWeightsUnresolvable(t *testing.T) {
+	t.Parallel()
+	p := &Plugin{s: settings{vendors: []vendorConfig{{vendor: annotation.NVIDIA(), cfg: allocation.Config{Version: allocation.VersionMaster}}}}}
+	pod := gpuPod("p", map[string]string{"nvidia.com/gpu": "1"})
+	pod.Annotations = map[string]string{allocation.KeyDeviceScoringWeights: "slot=1,core=1,mem=3"}
+	_, st := p.PreFilter(t.Context(), newCycleState(), pod, nil)
+	want := `invalid hami.io/device-scoring-weights annotation "slot=1,core=1,mem=3": unknown weight "mem"`
+	if st.Code() != fwk.UnschedulableAndUnresolvable || st.Message() != want {
+		t.Fatalf("PreFilter %v, want UnschedulableAndUnresolvable %q", st, want)
+	}
+	cpu := gpuPod("cpu", cpuLimits)
+	cpu.Annotations = pod.Annotations
+	if _, st := p.PreFilter(t.Context(), newCycleState(), cpu, nil); st.Code() != fwk.Skip {
+		t.Errorf("PreFilter of a pod without devices %v, want Skip", st)
+	}
+}

@@ -21,7 +21,8 @@ var errNoState = errors.New("no HAMiGPU cycle state")
 
 // PreFilter reads what the pod asks. A pod that asks for no configured vendor's devices skips
 // the plugin (its Filter, extensions and Score); one that asks for two vendors is
-// unschedulable and unresolvable. Otherwise it writes the cycle's state: the request, the node
+// unschedulable and unresolvable, and so is one whose allocation.KeyDeviceScoringWeights does
+// not parse (HAMi v2.10.0's parse error; v2.9.0 ignores the annotation). Otherwise it writes the cycle's state: the request, the node
 // cache's snapshot, the namespace's quota read once.
 func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	i, req, two := p.vendorOf(pod)
@@ -30,6 +31,9 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 	}
 	if i < 0 {
 		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	if _, err := allocation.PodScoringWeights(pod.Annotations, p.s.vendors[i].cfg.Version); err != nil {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error()) // HAMi v2.10.0's parse error
 	}
 	if err := p.sh.waitSynced(ctx); err != nil {
 		return nil, fwk.AsStatus(err)
