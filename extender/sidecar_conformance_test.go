@@ -5,12 +5,16 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
 
+	gocmp "github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	resourcehelper "k8s.io/component-helpers/resource"
 
 	"github.com/hamireg/hamireg/allocation"
+	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/internal/vectors"
 )
 
@@ -221,5 +225,60 @@ func checkKubernetesRule(t *testing.T, v sidecarVector, cfg allocation.Config, g
 	}
 	if len(got.Patches) != 1 || !strings.Contains(got.Patches[0], `"hami.io/vgpu-devices-allocated":"`+want.String()+`"`) {
 		t.Errorf("patches %q, want the devices %q", got.Patches, want.String())
+	}
+}
+
+// TestMetricsInitContainerSharedGPU: HAMi v2.10.0's node gauges show a pod whose init
+// container and app container share a GPU at its per-GPU peak (CollapseInitContainerUsage:
+// memory and cores max(largest init entry, sum of app entries), slots max(1, app entries)),
+// which the SDK's default accounting with HAMi master gives as well (the Kubernetes rule
+// without sidecars); v2.9.0 sums them.
+func TestMetricsInitContainerSharedGPU(t *testing.T) {
+	t.Parallel()
+	const gpu, mem, cores = allocation.DefaultResourceCount, allocation.DefaultResourceMemory, allocation.DefaultResourceCores
+	const uuid = "GPU-0node1-0000-1111-2222-333344445555"
+	for name, tc := range map[string]struct {
+		version          allocation.Version
+		accounting       allocation.Accounting
+		mem, cores, used int64
+	}{
+		"master":                  {version: allocation.VersionMaster, mem: 10000, cores: 30, used: 1},
+		"master/hami":             {version: allocation.VersionMaster, accounting: allocation.AccountingHAMi, mem: 10000, cores: 30, used: 1},
+		"master/kubernetes":       {version: allocation.VersionMaster, accounting: allocation.AccountingKubernetes, mem: 10000, cores: 30, used: 1},
+		"v2.9.0":                  {version: allocation.VersionV290, mem: 16000, cores: 50, used: 2},
+		"v2.9.0/kubernetes (SDK)": {version: allocation.VersionV290, accounting: allocation.AccountingKubernetes, mem: 10000, cores: 30, used: 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				node := gpuNode("node1", annotation.Encode([]annotation.Device{{ID: uuid, Count: 10, Devmem: 23028, Devcore: 100,
+					Type: "NVIDIA A10", Mode: "hami-core", Health: true}}), 1)
+				pod := vectorPod{Name: "init-and-app", Phase: corev1.PodRunning,
+					Annotations: map[string]string{allocation.KeyNode: "node1",
+						annotation.KeyNVIDIAAllocated: uuid + ",NVIDIA,10000,30:;" + uuid + ",NVIDIA,6000,20:;"},
+					InitContainers: []vectorContainer{{Name: "init", Limits: map[string]string{gpu: "1", mem: "10000", cores: "30"}}},
+					Containers:     []vectorContainer{{Name: "app", Limits: map[string]string{gpu: "1", mem: "6000", cores: "20"}}},
+				}.pod(t)
+				reg := prometheus.NewRegistry()
+				e := setupWithNodes(t, Options{Config: allocation.Config{Version: tc.version, Accounting: tc.accounting}, Registerer: reg,
+					BuildInfo: normalisedBuildInfo}, node, pod)
+				e.run()
+				body, _ := scrape(t, hamiOnly(reg))
+				want := map[string]string{
+					"hami_gpu_memory_allocated_bytes": formatValue(float64(tc.mem) * (1 << 20)),
+					"hami_gpu_core_allocated_ratio":   formatValue(float64(tc.cores)),
+					"hami_gpu_shared_count":           formatValue(float64(tc.used)),
+				}
+				got := map[string]string{}
+				for line := range strings.SplitSeq(body, "\n") {
+					if s, ok := parseSeries(line); ok && want[s.name] != "" && s.label("device_uuid", "deviceuuid") == uuid {
+						got[s.name] = s.value
+					}
+				}
+				if diff := gocmp.Diff(want, got); diff != "" {
+					t.Errorf("node gauges (-want +got):\n%s\n%s", diff, body)
+				}
+			})
+		})
 	}
 }
