@@ -75,15 +75,17 @@ const (
 	KindSidecar
 )
 
-// String returns "app", "init" or "sidecar".
+// String returns "app", "init" or "sidecar" ("unknown" for another value).
 func (k ContainerKind) String() string {
 	switch k {
+	case KindApp:
+		return "app"
 	case KindInit:
 		return "init"
 	case KindSidecar:
 		return "sidecar"
 	}
-	return "app"
+	return "unknown"
 }
 
 // Kind returns the kind of container i of r (init containers first).

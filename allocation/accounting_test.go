@@ -62,8 +62,7 @@ func TestEffectiveUsageIsTheKubernetesRule(t *testing.T) {
 		got := allocation.EffectiveUsage(pd, kinds, false, cfg)
 		for _, gpu := range gpus {
 			p := pod.DeepCopy()
-			all := append(p.Spec.InitContainers[:len(p.Spec.InitContainers):len(p.Spec.InitContainers)], p.Spec.Containers...)
-			for i := range all {
+			for i := range len(p.Spec.InitContainers) + len(p.Spec.Containers) {
 				var u allocation.Usage
 				for _, d := range pd[i] {
 					if d.UUID == gpu {

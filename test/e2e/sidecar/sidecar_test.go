@@ -57,13 +57,12 @@ func newStack(t *testing.T) *stack {
 }
 
 // gpuNode creates a Node with one registered GPU (split 10, devmem MiB), labelled for test.
-func gpuNode(t *testing.T, test string) string {
+func gpuNode(t *testing.T, test string) {
 	t.Helper()
 	name := harness.UniqueName("node")
 	alloc := int64(10)
 	cp.CreateAPINode(t, name, harness.APINodeOptions{Labels: map[string]string{harness.TestLabel: test}, GPUAllocatable: &alloc,
 		Devices: []annotation.Device{{ID: "GPU-" + name, Count: 10, Devmem: devmem, Devcore: 100, Type: "NVIDIA-NVIDIA A10", Mode: "hami-core", Health: true}}})
-	return name
 }
 
 // namespace creates a namespace (deleted when t ends) with a ResourceQuota on GPU memory when
