@@ -2,6 +2,7 @@ package allocation
 
 import (
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -205,6 +206,8 @@ func EffectiveUsage(pd PodDevices, kinds []ContainerKind, initDone bool, c Confi
 		return KindApp
 	}
 	switch {
+	case !slices.ContainsFunc(kinds, func(k ContainerKind) bool { return k != KindApp }):
+		return pd.Usage() // app containers only: every rule is the sum
 	case c.EffectiveAccounting() == AccountingKubernetes:
 		return kubernetesUsage(pd, kind, initDone)
 	case c.Version == VersionV290:
