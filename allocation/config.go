@@ -59,6 +59,11 @@ type Config struct {
 	GPUSchedulerPolicy, NodeSchedulerPolicy Policy
 	// Version selects HAMi v2.9.0's or master's rules where they differ.
 	Version Version
+	// Accounting selects how init containers and native sidecars count in the fit, the
+	// stored usage, the quota and at admission. Empty means [AccountingKubernetes] with
+	// [VersionMaster] and [AccountingHAMi] (HAMi v2.9.0's plain sum) with [VersionV290];
+	// see [Config.EffectiveAccounting].
+	Accounting Accounting
 	// Vendor is the vendor word of the devices fitted (the request's and the devices' Type,
 	// HAMi's CommonWord). Empty means [annotation.VendorNVIDIA]. Another vendor gets the generic
 	// fit (see [ConfigFor]); build its Config with ConfigFor.
@@ -89,5 +94,5 @@ func (c Config) WithDefaults() (Config, error) {
 	case c.Version != VersionMaster && c.Version != VersionV290:
 		return c, fmt.Errorf("allocation config: unknown HAMi version %d: %w", c.Version, ErrInvalidConfig)
 	}
-	return c, nil
+	return c, c.validAccounting()
 }

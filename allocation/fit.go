@@ -135,9 +135,15 @@ func ratio(a, b int64) float64 {
 // for v2.9.0 and for a value that does not parse). Beyond HAMi, weights never make a pod
 // unfit where it fits without them: a container that does not fit in the weighted order is
 // tried in the default order, and a pod that still does not fit is fitted again whole in the
-// default order; when both fail, the reason is the weighted fit's. What a container takes counts for the next one. With [VersionMaster] init containers
-// run one at a time before the others, so each is placed against what other pods hold only;
-// with [VersionV290] they add up like regular containers.
+// default order; when both fail, the reason is the weighted fit's.
+//
+// What a container takes counts for the next one, except for
+// init containers, which run one at a time before the others and end ([Config.Accounting]):
+// with [AccountingKubernetes] a regular init container is placed against what other pods hold
+// plus the native sidecars declared before it, and sidecars add up like regular containers;
+// with [AccountingHAMi] and [VersionMaster] every init container, sidecars included, is placed
+// against what other pods hold only (HAMi v2.10.0); with [AccountingHAMi] and [VersionV290]
+// they all add up like regular containers.
 //
 // devices is not modified. node holds the node's annotations.
 func Fit(devices []DeviceUsage, req PodRequest, pod, node map[string]string, c Config) (PodDevices, string, bool) {
@@ -185,15 +191,22 @@ func fitWith(devices []DeviceUsage, req PodRequest, pod, node map[string]string,
 	}
 	cur := slices.Clone(devices)
 	out := make(PodDevices, len(req.Containers))
+	mode := c.EffectiveAccounting()
 	for i, r := range req.Containers {
 		out[i] = ContainerDevices{}
 		if r.Count <= 0 {
 			continue
 		}
-		on := cur
-		initByItself := c.Version == VersionMaster && i < req.Init
-		if initByItself {
-			on = slices.Clone(devices)
+		// Where the container is placed: on what other pods hold and what the pod's
+		// containers running beside it took (cur, and it takes its share there), or, for a
+		// container that runs before the others and ends, on a copy it leaves behind.
+		on, byItself := cur, false
+		switch kind := req.Kind(i); {
+		case kind == KindApp:
+		case mode == AccountingKubernetes && kind == KindInit:
+			on, byItself = slices.Clone(cur), true // beside the sidecars declared before it
+		case mode == AccountingHAMi && c.Version == VersionMaster:
+			on, byItself = slices.Clone(devices), true // HAMi v2.10.0: every init container alone
 		}
 		if f.quota != nil {
 			f.quota.placed = out[:i]
@@ -203,7 +216,7 @@ func fitWith(devices []DeviceUsage, req PodRequest, pod, node map[string]string,
 			return nil, reason, false
 		}
 		out[i] = picked
-		if !initByItself {
+		if !byItself {
 			take(cur, picked)
 		}
 	}

@@ -317,7 +317,10 @@ func QuotaUsage(pd PodDevices, init int, v Version) QuotaAmount {
 }
 
 // AdmissionQuotaAsk is what HAMi's admission webhook counts of pod against its namespace's
-// quota, pod as mutated (counts and cores defaults filled in). [VersionV290]: the regular
+// quota, pod as mutated (counts and cores defaults filled in). With [AccountingKubernetes]
+// ([Config.EffectiveAccounting]) every container's memory and cores × its count ([Requests])
+// aggregate by the Kubernetes rule: max(Σ apps + Σ sidecars, max over init containers of
+// InitUse) (see [AccountingKubernetes]). With [AccountingHAMi], HAMi's: [VersionV290]: the regular
 // containers whose count is exactly 1, with their raw memory (limits, else requests)
 // × MemoryFactor and raw cores. [VersionMaster]: every container's memory and cores × its
 // count ([Requests]), the init containers as the largest of them against the regular
@@ -326,6 +329,9 @@ func AdmissionQuotaAsk(pod *corev1.Pod, c Config) QuotaAmount {
 	c = c.orDefaults()
 	if pod == nil {
 		return QuotaAmount{}
+	}
+	if c.EffectiveAccounting() == AccountingKubernetes {
+		return admissionAsk(Requests(pod, c))
 	}
 	if c.Version == VersionV290 {
 		var out QuotaAmount
@@ -367,7 +373,8 @@ type FitOptions struct {
 	// fitQuota does: after the health, cordon, type, NUMA, UUID, slot and exclusive checks and
 	// before the GPU's own memory and cores, the pod's memory and cores if it took this GPU
 	// (this GPU, the GPUs already taken for the container, and the earlier containers of the
-	// pod, counted by [QuotaUsage]) plus Quota.Used must stay within the limits; a GPU that
+	// pod, counted by [EffectiveUsage] under the Config's accounting) plus Quota.Used must
+	// stay within the limits; a GPU that
 	// does not counts as [ReasonResourceQuotaNotFit]. A memory percentage is resolved on each
 	// GPU first. Nil, or limits that restrict nothing, means no check.
 	Quota *Quota
@@ -389,7 +396,7 @@ func (o FitOptions) quotaCheck(req PodRequest, c Config) *quotaCheck {
 	if o.Quota == nil || !o.Quota.Limits.Any(c.Version) {
 		return nil
 	}
-	return &quotaCheck{q: *o.Quota, c: c, init: req.Init}
+	return &quotaCheck{q: *o.Quota, c: c, kinds: req.Kinds()}
 }
 
 // quotaCheck is the fit's quota hook: the fit sets placed to the pod's containers placed so
@@ -397,7 +404,7 @@ func (o FitOptions) quotaCheck(req PodRequest, c Config) *quotaCheck {
 type quotaCheck struct {
 	q      Quota
 	c      Config
-	init   int
+	kinds  []ContainerKind
 	placed PodDevices
 }
 
@@ -409,5 +416,5 @@ func (q *quotaCheck) fits(picked ContainerDevices, d ContainerDevice) bool {
 	cur := make(ContainerDevices, len(picked), len(picked)+1)
 	copy(cur, picked)
 	pd = append(pd, append(cur, d))
-	return len(q.q.Exceeded(QuotaUsage(pd, q.init, q.c.Version), q.c)) == 0
+	return len(q.q.Exceeded(UsageQuota(EffectiveUsage(pd, q.kinds, false, q.c)), q.c)) == 0
 }

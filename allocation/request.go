@@ -25,10 +25,14 @@ type Request struct {
 	MemoryPercentage int32
 	// Cores is the core percentage on each GPU.
 	Cores int32
+	// Sidecar is true for a native sidecar: an init container with restartPolicy Always
+	// (only meaningful among the [PodRequest]'s first Init containers; see [PodRequest.Kind]).
+	Sidecar bool
 }
 
 // PodRequest is what a pod asks, container by container: init containers first, then the
 // regular containers, in the order of the pod spec (the order of the pod device entries).
+// Which init containers are native sidecars is in [Request.Sidecar] ([PodRequest.Kind]).
 type PodRequest struct {
 	Containers []Request
 	// Init is how many of Containers are init containers.
@@ -50,7 +54,8 @@ func (r PodRequest) Any() bool {
 // for nothing even if it names memory or cores (the admission webhook fills the count in).
 // Memory is multiplied by c.MemoryFactor; a container that asks for neither memory nor a
 // percentage gets c.DefaultMemory or, when that is 0, percentage 100; cores default to
-// c.DefaultCores. With [VersionMaster] a memory value that is not a non-negative 32-bit integer
+// c.DefaultCores. An init container with restartPolicy Always is marked [Request.Sidecar].
+// With [VersionMaster] a memory value that is not a non-negative 32-bit integer
 // makes the container ask for nothing, a percentage above 100 is 100 and one at or below 0 is
 // unset; with [VersionV290] a value that is not an integer is ignored. c is completed with
 // [Config.WithDefaults]; an invalid c reads as the chart's defaults.
@@ -62,7 +67,9 @@ func Requests(pod *corev1.Pod, c Config) PodRequest {
 	r := PodRequest{Init: len(pod.Spec.InitContainers)}
 	r.Containers = make([]Request, 0, len(pod.Spec.InitContainers)+len(pod.Spec.Containers))
 	for i := range pod.Spec.InitContainers {
-		r.Containers = append(r.Containers, containerRequest(&pod.Spec.InitContainers[i], c))
+		req := containerRequest(&pod.Spec.InitContainers[i], c)
+		req.Sidecar = isSidecar(&pod.Spec.InitContainers[i])
+		r.Containers = append(r.Containers, req)
 	}
 	for i := range pod.Spec.Containers {
 		r.Containers = append(r.Containers, containerRequest(&pod.Spec.Containers[i], c))

@@ -44,7 +44,7 @@ func ConfigFor(v annotation.Vendor, base Config) (Config, error) {
 		return Config{}, fmt.Errorf("allocation config: vendor %s has no ResourceName (the extended resource its pods ask for): %w", v.Name, ErrInvalidConfig)
 	}
 	c := Config{Vendor: v.Name, ResourceCount: v.ResourceName, ResourceMemory: v.ResourceMemoryName, ResourceCores: v.ResourceCoreName,
-		GPUSchedulerPolicy: base.GPUSchedulerPolicy, NodeSchedulerPolicy: base.NodeSchedulerPolicy, Version: base.Version}
+		GPUSchedulerPolicy: base.GPUSchedulerPolicy, NodeSchedulerPolicy: base.NodeSchedulerPolicy, Version: base.Version, Accounting: base.Accounting}
 	return c.WithDefaults()
 }
 
@@ -62,7 +62,7 @@ func (c Config) genericDefaults() (Config, error) {
 	case c.Version != VersionMaster && c.Version != VersionV290:
 		return c, fmt.Errorf("allocation config: unknown HAMi version %d: %w", c.Version, ErrInvalidConfig)
 	}
-	return c, nil
+	return c, c.validAccounting()
 }
 
 // hamiVendor reports whether v is one of the vendors HAMi fits with its own rules, by name,

@@ -33,6 +33,15 @@ type vectorContainer struct {
 	Name     string            `json:"name"`
 	Limits   map[string]string `json:"limits"`
 	Requests map[string]string `json:"requests"`
+	// RestartPolicy is an init container's restartPolicy ("Always": a native sidecar).
+	RestartPolicy string `json:"restart_policy"`
+}
+
+// vectorStatus is an entry of pod.status.initContainerStatuses.
+type vectorStatus struct {
+	Name     string `json:"name"`
+	State    string `json:"state"` // running, terminated, waiting
+	ExitCode int32  `json:"exit_code"`
 }
 
 type vectorPod struct {
@@ -42,6 +51,7 @@ type vectorPod struct {
 	Phase          corev1.PodPhase   `json:"phase"`
 	Containers     []vectorContainer `json:"containers"`
 	InitContainers []vectorContainer `json:"init_containers"`
+	InitStatuses   []vectorStatus    `json:"init_container_statuses"`
 }
 
 func (p vectorPod) pod(t *testing.T) *corev1.Pod {
@@ -57,7 +67,12 @@ func (p vectorPod) pod(t *testing.T) *corev1.Pod {
 		return out
 	}
 	ctr := func(c vectorContainer) corev1.Container {
-		return corev1.Container{Name: c.Name, Resources: corev1.ResourceRequirements{Limits: list(c.Limits), Requests: list(c.Requests)}}
+		out := corev1.Container{Name: c.Name, Resources: corev1.ResourceRequirements{Limits: list(c.Limits), Requests: list(c.Requests)}}
+		if c.RestartPolicy != "" {
+			policy := corev1.ContainerRestartPolicy(c.RestartPolicy)
+			out.RestartPolicy = &policy
+		}
+		return out
 	}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: cmpOr(p.Namespace, "default"), UID: types.UID("uid-" + p.Name),
 		Annotations: p.Annotations}, Status: corev1.PodStatus{Phase: cmpOr(p.Phase, corev1.PodPending)}}
@@ -66,6 +81,18 @@ func (p vectorPod) pod(t *testing.T) *corev1.Pod {
 	}
 	for _, c := range p.Containers {
 		pod.Spec.Containers = append(pod.Spec.Containers, ctr(c))
+	}
+	for _, st := range p.InitStatuses {
+		cs := corev1.ContainerStatus{Name: st.Name}
+		switch st.State {
+		case "running":
+			cs.State.Running = &corev1.ContainerStateRunning{}
+		case "terminated":
+			cs.State.Terminated = &corev1.ContainerStateTerminated{ExitCode: st.ExitCode}
+		default:
+			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: st.State}
+		}
+		pod.Status.InitContainerStatuses = append(pod.Status.InitContainerStatuses, cs)
 	}
 	return pod
 }

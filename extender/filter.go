@@ -379,7 +379,7 @@ func requestKey(req allocation.PodRequest, annotations map[string]string) string
 	b := make([]byte, 0, 64+32*len(annotations))
 	b = strconv.AppendInt(b, int64(req.Init), 10)
 	for _, r := range req.Containers {
-		b = fmt.Appendf(b, "|%d,%s,%d,%d,%d", r.Count, r.Type, r.Memory, r.MemoryPercentage, r.Cores)
+		b = fmt.Appendf(b, "|%d,%s,%d,%d,%d,%t", r.Count, r.Type, r.Memory, r.MemoryPercentage, r.Cores, r.Sidecar)
 	}
 	for _, k := range slices.Sorted(maps.Keys(annotations)) {
 		if slices.Contains(writtenKeys, k) {

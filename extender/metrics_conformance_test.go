@@ -200,7 +200,9 @@ func (e *env) pod2(namespace, name string) *corev1.Pod {
 	return p
 }
 
-// podsUsage sums what pods hold per GPU, from their hami.io/vgpu-devices-allocated.
+// podsUsage sums what pods hold per GPU, from their hami.io/vgpu-devices-allocated, each pod
+// counted by the version's default accounting (allocation.PodUsage: an init container's share
+// collapses with the app containers' on a GPU they share).
 func podsUsage(t *testing.T, pods []*corev1.Pod, version allocation.Version) map[string]allocation.Usage {
 	t.Helper()
 	out := map[string]allocation.Usage{}
@@ -209,7 +211,7 @@ func podsUsage(t *testing.T, pods []*corev1.Pod, version allocation.Version) map
 		if err != nil || !ok {
 			t.Fatalf("pod %s: devices %v %v", p.Name, ok, err)
 		}
-		for gpu, u := range pd.Usage() {
+		for gpu, u := range allocation.PodUsage(pd, p, allocation.Config{Version: version}) {
 			out[gpu] = out[gpu].Add(u)
 		}
 	}

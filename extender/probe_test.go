@@ -222,7 +222,7 @@ func scheduleFromAPI(t *testing.T, e *env, pod *corev1.Pod, req allocation.PodRe
 		if used[node] == nil {
 			used[node] = map[string]allocation.Usage{}
 		}
-		for gpu, u := range pd.Usage() {
+		for gpu, u := range allocation.PodUsage(pd, p, e.ext.opts.Config) { // what the tracker stores
 			used[node][gpu] = used[node][gpu].Add(u)
 		}
 	}

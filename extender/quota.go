@@ -33,20 +33,10 @@ func quotaKey(q allocation.Quota) string {
 	return fmt.Sprintf("|quota=%+v", q)
 }
 
-// askOf is what a request asks at least against a quota: every container's memory and cores
-// × its count, init containers as the version counts them (a percentage counts 0: it
-// depends on the GPU).
+// askOf is what a request asks at least against a quota under version v's default
+// accounting (allocation.AskQuota).
 func askOf(req allocation.PodRequest, v allocation.Version) allocation.QuotaAmount {
-	var app, init allocation.QuotaAmount
-	for i, r := range req.Containers {
-		a := allocation.QuotaAmount{Memory: int64(r.Memory) * int64(r.Count), Cores: int64(r.Cores) * int64(r.Count)}
-		if i < req.Init && v != allocation.VersionV290 {
-			init = allocation.QuotaAmount{Memory: max(init.Memory, a.Memory), Cores: max(init.Cores, a.Cores)}
-			continue
-		}
-		app = app.Add(a)
-	}
-	return allocation.QuotaAmount{Memory: max(app.Memory, init.Memory), Cores: max(app.Cores, init.Cores)}
+	return allocation.AskQuota(req, allocation.Config{Version: v})
 }
 
 // explainQuota adds to every reason with HAMi's ResourceQuotaNotFit which quota, how much is
@@ -66,7 +56,7 @@ func (e *Extender) explainQuota(pod *corev1.Pod, req allocation.PodRequest, d de
 	}
 	_, pods := e.usage.NamespaceUsage(pod.Namespace)
 	delete(pods, podKey(pod.Namespace, pod.Name))
-	detail := quotaDetail(pod.Namespace, *d.quota, askOf(req, e.opts.Config.Version), pods, e.opts.Config)
+	detail := quotaDetail(pod.Namespace, *d.quota, allocation.AskQuota(req, e.opts.Config), pods, e.opts.Config)
 	for _, node := range nodes {
 		d.failed[node] += "; " + detail
 	}

@@ -32,7 +32,11 @@
 // Usage is read as HAMi's scheduler reads it: from the pod's hami.io/vgpu-node annotation and
 // the vendor's allocated device list, while the pod has not Succeeded or Failed, and, for
 // MIG, the placements of its hami.io/vgpu-mig-allocations reservation ([View.MIG],
-// [Tracker.MIG]). Where HAMi is wrong, the tracker differs (each in a test):
+// [Tracker.MIG]). A pod's init containers and native sidecars count by Config.Accounting
+// (allocation.EffectiveUsage): by default the Kubernetes rule per GPU, shrinking to the app
+// containers and sidecars once every regular init container exited 0; with
+// allocation.AccountingHAMi exactly as HAMi's version counts them. Where HAMi is wrong, the
+// tracker differs (each in a test):
 //
 //   - A pod assumed with MIG devices holds their placements at once (HAMi's cache keeps the
 //     chosen devices without the reservation, and the next filter marks the GPU unhealthy).

@@ -18,9 +18,10 @@ type Options struct {
 	// Vendor names the pod annotation of the allocated devices usage is read from. The zero
 	// value means annotation.NVIDIA().
 	Vendor annotation.Vendor
-	// Config gives the HAMi version whose rules apply (device list decoding, quota usage of
-	// init containers, a limit of 0) and the resource names of the quota keys. The zero value
-	// is HAMi's chart, master.
+	// Config gives the HAMi version whose rules apply (device list decoding, a limit of 0),
+	// the accounting of init containers and native sidecars (Config.Accounting, see
+	// allocation.EffectiveUsage) and the resource names of the quota keys. The zero value is
+	// HAMi's chart, master, with the Kubernetes rule for init containers and sidecars.
 	Config allocation.Config
 	// DecodeFailed, when set, is called (outside the tracker's lock, on the informer's
 	// goroutine) for a pod whose device annotation does not decode; the pod then holds
@@ -50,6 +51,8 @@ type Placement struct {
 type podEntry struct {
 	namespace         string
 	informed, assumed *Placement
+	// shrunk is true once the pod's init phase was seen over (HAMi v2.10.0 keeps it so).
+	shrunk bool
 }
 
 func (p *podEntry) effective() *Placement {
@@ -119,7 +122,17 @@ func Key(namespace, name string) string {
 // nothing: no node, Succeeded or Failed, no or undecodable device list. A pod whose bind
 // failed keeps holding its devices until a scheduler places it again (Assume replaces them)
 // or it is deleted, as HAMi counts it: every HAMi component then sees the same usage.
+//
+// What it holds of each GPU and against its quota is [allocation.PodUsage] under the
+// tracker's accounting: its init containers and native sidecars counted by their kinds
+// (the pod's spec), and its steady state once its init phase is over
+// ([allocation.InitDone]). The tracker itself, with [allocation.AccountingHAMi] and HAMi
+// master, shrinks a pod only on an update, once and for good, as HAMi v2.10.0 does.
 func (t *Tracker) PlacementOf(pod *corev1.Pod) (Placement, bool) {
+	return t.placementOf(pod, allocation.InitDone(pod, t.cfg))
+}
+
+func (t *Tracker) placementOf(pod *corev1.Pod, initDone bool) (Placement, bool) {
 	node, ok := allocation.PodNode(pod)
 	if !ok {
 		return Placement{}, false
@@ -140,37 +153,76 @@ func (t *Tracker) PlacementOf(pod *corev1.Pod) (Placement, bool) {
 			t.decodeFailed(pod, err)
 		}
 	}
-	return t.placement(node, pd, len(pod.Spec.InitContainers))
+	return t.placement(node, pd, pod, initDone)
 }
 
-func (t *Tracker) placement(node string, pd allocation.PodDevices, init int) (Placement, bool) {
-	used := pd.Usage()
+func (t *Tracker) placement(node string, pd allocation.PodDevices, pod *corev1.Pod, initDone bool) (Placement, bool) {
+	used := allocation.EffectiveUsage(pd, allocation.Kinds(pod), initDone, t.cfg)
 	if len(used) == 0 {
 		return Placement{}, false
 	}
-	return Placement{Node: node, GPUs: used, Quota: allocation.QuotaUsage(pd, init, t.cfg.Version), Devices: pd, MIG: pd.MIGUsage()}, true
+	return Placement{Node: node, GPUs: used, Quota: allocation.UsageQuota(used), Devices: pd, MIG: pd.MIGUsage()}, true
+}
+
+// hamiShrink reports whether the tracker shrinks pods only on updates, for good (HAMi v2.10.0).
+func (t *Tracker) hamiShrink() bool {
+	return t.cfg.EffectiveAccounting() == allocation.AccountingHAMi && t.cfg.Version == allocation.VersionMaster
 }
 
 // Changed reports whether an update from o to n touches what the tracker reads: the phase, the
-// node, the bind phase, the vendor's allocated devices and the MIG reservation. An informer's
-// update handler can skip the others.
+// node, the bind phase, the vendor's allocated devices, the MIG reservation, and whether the
+// pod's init phase is over (allocation.InitDone; with AccountingHAMi and HAMi master: n's is
+// over and the tracker has not shrunk the pod yet). An informer's update handler can skip the
+// others.
 func (t *Tracker) Changed(o, n *corev1.Pod) bool {
-	return o.Status.Phase != n.Status.Phase || o.Spec.NodeName != n.Spec.NodeName ||
+	return t.initChanged(o, n) || o.Status.Phase != n.Status.Phase || o.Spec.NodeName != n.Spec.NodeName ||
 		o.Annotations[allocation.KeyNode] != n.Annotations[allocation.KeyNode] ||
 		o.Annotations[allocation.KeyBindPhase] != n.Annotations[allocation.KeyBindPhase] ||
 		o.Annotations[t.vendor.AllocatedKey] != n.Annotations[t.vendor.AllocatedKey] ||
 		o.Annotations[mig.KeyAllocations] != n.Annotations[mig.KeyAllocations]
 }
 
-// Observe applies a pod add or update from an informer. A pod that holds nothing by its
-// annotations keeps what was assumed for it (the informer has not caught up with the
-// scheduler's patch yet), unless it terminated.
-func (t *Tracker) Observe(pod *corev1.Pod) {
-	terminated := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
-	p, ok := t.PlacementOf(pod)
-	key := Key(pod.Namespace, pod.Name)
+// initChanged is Changed's test of the init phase.
+func (t *Tracker) initChanged(o, n *corev1.Pod) bool {
+	if len(n.Spec.InitContainers) == 0 {
+		return false
+	}
+	if !t.hamiShrink() {
+		return allocation.InitDone(o, t.cfg) != allocation.InitDone(n, t.cfg)
+	}
+	if !allocation.InitDone(n, t.cfg) {
+		return false
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	cur := t.pods[Key(n.Namespace, n.Name)]
+	return cur == nil || !cur.shrunk
+}
+
+// Observe applies a pod add or update from an informer. A pod that holds nothing by its
+// annotations keeps what was assumed for it (the informer has not caught up with the
+// scheduler's patch yet), unless it terminated. What the pod holds follows its init phase
+// (see [Tracker.PlacementOf]).
+func (t *Tracker) Observe(pod *corev1.Pod) {
+	terminated := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+	key := Key(pod.Namespace, pod.Name)
+	initDone := allocation.InitDone(pod, t.cfg)
+	if t.hamiShrink() && len(pod.Spec.InitContainers) > 0 {
+		// HAMi v2.10.0 shrinks a pod it knows on an update (onUpdatePod), never on an add,
+		// and never grows it back.
+		t.mu.Lock()
+		cur := t.pods[key]
+		initDone = cur != nil && (cur.shrunk || initDone)
+		t.mu.Unlock()
+	}
+	p, ok := t.placementOf(pod, initDone)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	defer func() {
+		if cur := t.pods[key]; cur != nil && ok {
+			cur.shrunk = initDone
+		}
+	}()
 	if terminated {
 		t.setLocked(key, pod.Namespace, nil, nil)
 		return
@@ -432,7 +484,8 @@ func (v *View) Assume(pod *corev1.Pod, node string, pd allocation.PodDevices) (u
 	if cur := t.pods[key]; cur != nil {
 		informed, prev = cur.informed, cur.assumed
 	}
-	p, ok := t.placement(node, pd, len(pod.Spec.InitContainers))
+	initDone := allocation.InitDone(pod, t.cfg) && !t.hamiShrink()
+	p, ok := t.placement(node, pd, pod, initDone)
 	var assumed *Placement
 	if ok {
 		assumed = &p
