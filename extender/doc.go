@@ -22,13 +22,12 @@
 //     node fit (allocation.Unresolvable: no registered devices, or only reasons about the GPUs
 //     themselves such as CardTypeMismatch or NodeInsufficientDevice), so that kube-scheduler
 //     does not preempt there, else in FailedNodes. This is the filter of NodeNames
-//     (nodeCacheCapable: true, the chart's setting).
-//
-//     A filter with whole Node objects in ExtenderArgs.Nodes (the Cluster Autoscaler
-//     simulating a node, kube-scheduler with nodeCacheCapable: false) is a simulation, as in
-//     HAMi v2.10.0: each request Node is fitted from its own annotations with nothing held on
-//     it (Options.SimulationLiveUsage counts the live pods on a registered live node) and the
-//     namespace's live quota; nothing is written or assumed. Every request Node that fits is
+//     (nodeCacheCapable: true, the chart's setting). A filter with whole Node objects in
+//     ExtenderArgs.Nodes (the Cluster Autoscaler simulating a node, kube-scheduler with
+//     nodeCacheCapable: false) is a simulation, as in HAMi v2.10.0: each request Node is
+//     fitted from its own annotations with nothing held on it (Options.SimulationLiveUsage
+//     counts the live pods on a registered live node) and the namespace's live quota;
+//     nothing is written or assumed. Every request Node that fits is
 //     answered (HAMi: one of them), the others are in FailedNodes with HAMi's reason, and a
 //     register annotation that does not decode is [ReasonRegisterUnparsable] (HAMi: "node
 //     unregistered").

@@ -181,7 +181,7 @@ func TestSimulationNeverPanics(t *testing.T) {
 		e := start(t, Options{}, registered("n", 1, 23028), pod)
 		for name, nodes := range map[string]*corev1.NodeList{
 			"nil items": {}, "empty items": {Items: []corev1.Node{}},
-			"nameless":  {Items: []corev1.Node{{}, {}}},
+			"nameless": {Items: []corev1.Node{{}, {}}},
 		} {
 			e.client.ClearActions()
 			res := e.ext.Filter(e.ctx, &extenderArgs{Pod: pod, Nodes: nodes})
