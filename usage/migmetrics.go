@@ -142,8 +142,8 @@ func migInstanceFamily(master bool) family {
 // from pods sorted by key. Master: one series per reserved instance whose runtime identity is
 // recorded, on a registered GPU in MIG mode of the pod's node, value 1. v2.9.0: per registered
 // GPU in MIG mode that a pod holds a "[t-p]" device of, one series per position of the
-// geometry of the first such device (by pod key, then entry) whose template exists, value 1
-// when a device holds that position, else 0.
+// geometry of the first such device (by pod key, then entry), value 1 when a device holds that
+// position, else 0; a device naming a geometry the GPU's model does not have is left out.
 func (h *hamiCollector) collectMIG(ch chan<- prometheus.Metric, devices map[string]map[string]annotation.Device, pods []migHolder) {
 	emitted := map[string]bool{} // HAMi's identity of a series: one series per label set
 	send := func(d *prometheus.Desc, v float64, labels ...string) {
@@ -188,6 +188,10 @@ func (h *hamiCollector) collectMIG(ch chan<- prometheus.Metric, devices map[stri
 				if err != nil || !suffixed || !ok || d.Mode != allocation.ModeMIG {
 					continue
 				}
+				geometries := geometryFor(h.geometries, d.Type)
+				if template >= len(geometries) {
+					continue // a geometry the GPU does not have: not a position of it
+				}
 				k := gpuKey{p.node, gpu}
 				u := uses[k]
 				if u == nil {
@@ -196,9 +200,7 @@ func (h *hamiCollector) collectMIG(ch chan<- prometheus.Metric, devices map[stri
 					order = append(order, k)
 				}
 				if u.names == nil {
-					if geometries := geometryFor(h.geometries, d.Type); template < len(geometries) {
-						u.names, _ = expand(geometries[template])
-					}
+					u.names, _ = expand(geometries[template])
 				}
 				u.used = append(u.used, position)
 			}
