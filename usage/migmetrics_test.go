@@ -101,3 +101,35 @@ func TestMetricsMIGInstances(t *testing.T) {
 		})
 	}
 }
+
+// TestMetricsMIGGeometriesOption: v2.9.0's instance names come from MetricsOptions.MIGGeometries
+// when set (a cluster's own knownMigGeometries), matched by model substring.
+func TestMetricsMIGGeometriesOption(t *testing.T) {
+	t.Parallel()
+	gpus := []annotation.Device{{ID: "g0", Count: 4, Devmem: 24576, Devcore: 100, Type: "NVIDIA A30", Mode: allocation.ModeMIG, Health: true}}
+	nodes := func() iter.Seq2[string, []annotation.Device] {
+		return func(yield func(string, []annotation.Device) bool) { yield("n1", gpus) }
+	}
+	cfg := allocation.Config{Version: allocation.VersionV290}
+	tr := New(Options{Config: cfg})
+	tr.Observe(placed("a", "g0[0-1],NVIDIA,12288,50:;"))
+	custom := []MIGGeometries{{Models: []string{"A30"}, Geometries: [][]MIGTemplate{{{Name: "2g.12gb", Memory: 12288, Core: 50, Count: 2}}}}}
+	c := NewHAMiCollector(tr, nodes, MetricsOptions{Config: cfg, Legacy: true, MIGGeometries: custom})
+	text, err := testutil.CollectAndFormat(c, expfmt.TypeTextPlain, "hami_node_gpu_mig_instance_info", "nodeGPUMigInstance")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"# HELP hami_node_gpu_mig_instance_info GPU Sharing mode. 0 for hami-core, 1 for mig, 2 for mps",
+		"# TYPE hami_node_gpu_mig_instance_info gauge",
+		`hami_node_gpu_mig_instance_info{device_index="0",device_uuid="g0",mig_name="2g.12gb-0",node="n1",zone="vGPU"} 0`,
+		`hami_node_gpu_mig_instance_info{device_index="0",device_uuid="g0",mig_name="2g.12gb-1",node="n1",zone="vGPU"} 1`,
+		"# HELP nodeGPUMigInstance GPU Sharing mode. 0 for hami-core, 1 for mig, 2 for mps",
+		"# TYPE nodeGPUMigInstance gauge",
+		`nodeGPUMigInstance{deviceidx="0",deviceuuid="g0",migname="2g.12gb-0",nodeid="n1",zone="vGPU"} 0`,
+		`nodeGPUMigInstance{deviceidx="0",deviceuuid="g0",migname="2g.12gb-1",nodeid="n1",zone="vGPU"} 1`,
+	}
+	if diff := gocmp.Diff(want, strings.Split(strings.TrimSpace(string(text)), "\n")); diff != "" {
+		t.Errorf("MIG instance families (-want +got):\n%s", diff)
+	}
+}
