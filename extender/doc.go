@@ -21,8 +21,16 @@
 //     FailedScheduling event: in FailedAndUnresolvableNodes when removing pods cannot make the
 //     node fit (allocation.Unresolvable: no registered devices, or only reasons about the GPUs
 //     themselves such as CardTypeMismatch or NodeInsufficientDevice), so that kube-scheduler
-//     does not preempt there, else in FailedNodes. Both nodeCacheCapable true (NodeNames) and false (Nodes) are
-//     served.
+//     does not preempt there, else in FailedNodes. This is the filter of NodeNames
+//     (nodeCacheCapable: true, the chart's setting). A filter with whole Node objects in
+//     ExtenderArgs.Nodes (the Cluster Autoscaler simulating a node, kube-scheduler with
+//     nodeCacheCapable: false) is a simulation, as in HAMi v2.10.0: each request Node is
+//     fitted from its own annotations with nothing held on it (Options.SimulationLiveUsage
+//     counts the live pods on a registered live node) and the namespace's live quota;
+//     nothing is written or assumed. Every request Node that fits is
+//     answered (HAMi: one of them), the others are in FailedNodes with HAMi's reason, and a
+//     register annotation that does not decode is [ReasonRegisterUnparsable] (HAMi: "node
+//     unregistered").
 //   - POST /bind: [Extender.Bind]. The node lock (package nodelock) when a regular container
 //     asks for a GPU, then the pods/binding carrying hami.io/bind-phase "allocating" and
 //     hami.io/bind-time as annotations (the API server writes them onto the pod with

@@ -108,7 +108,23 @@ func (e *Extender) serveFilter(w http.ResponseWriter, r *http.Request) {
 }
 
 // Filter answers kube-scheduler's filter call as HAMi does. A pod that asks for no GPU passes
-// every candidate untouched. Otherwise every candidate is fitted (the registered ones from one
+// every candidate untouched (NodeNames and Nodes as they came).
+//
+// With ExtenderArgs.Nodes (whole Node objects: what the Cluster Autoscaler sends for a node it
+// simulates, and kube-scheduler with nodeCacheCapable: false), the filter is a simulation, as
+// in HAMi v2.10.0 and whatever NodeNames holds: each request Node is fitted from its own
+// annotations (register annotation, hami.io/device-cordon, topology scores; no handshake),
+// with nothing held on it (Options.SimulationLiveUsage counts the live pods on a request Node
+// that is a registered live node) and the namespace's live quota. Nothing is written or
+// assumed: no pod patch, no Event, no change to the usage, the quota state or the node cache,
+// also for a pod that already holds a reservation. The answer is every request Node that fits
+// (deep copies, best first by the node policy, ties by name; HAMi returns one of them) in
+// Nodes, and the others in FailedNodes (never nil) with HAMi's reason: "node unregistered"
+// for a Node without the register annotation or without devices, the fit reason words
+// otherwise, each followed by why; a register annotation that does not decode is
+// [ReasonRegisterUnparsable] and the error (HAMi: "node unregistered"). NodeNames is absent.
+//
+// Otherwise (NodeNames) every candidate is fitted (the registered ones from one
 // snapshot of the node cache, with what pods hold of their GPUs), the node HAMi's policies
 // choose is the only one answered, and the pod is patched with HAMi's filter annotations
 // (spec §4.1) before the answer; its usage counts for the next filter at once. When no node
@@ -136,6 +152,9 @@ func (e *Extender) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) (r
 		logger.V(2).Info("Refused the pod's scoring weights", "pod", klog.KObj(pod), "err", err)
 		return &extenderv1.ExtenderFilterResult{Error: err.Error()}
 	}
+	if args.Nodes != nil {
+		return e.simulate(ctx, pod, req, args.Nodes)
+	}
 	names := candidates(args)
 	d := e.decide(pod, req, names)
 	if d.node == "" {
@@ -153,36 +172,16 @@ func (e *Extender) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) (r
 		e.opts.EventRecorder.Eventf(pod, corev1.EventTypeNormal, EventFilteringSucceed, "find fit node(%s), %d nodes not fit, %d nodes fit(%s)",
 			d.node, d.notFit, len(d.scores), formatScores(d.scores))
 	}
-	res = &extenderv1.ExtenderFilterResult{}
-	if args.NodeNames != nil {
-		res.NodeNames = &[]string{d.node}
-	}
-	if args.Nodes != nil {
-		res.Nodes = &corev1.NodeList{}
-		for i := range args.Nodes.Items {
-			if args.Nodes.Items[i].Name == d.node {
-				res.Nodes.Items = append(res.Nodes.Items, args.Nodes.Items[i])
-				break
-			}
-		}
-	}
-	return res
+	return &extenderv1.ExtenderFilterResult{NodeNames: &[]string{d.node}}
 }
 
-// candidates are the names of the nodes kube-scheduler asks about: NodeNames with
-// nodeCacheCapable, else the names of Nodes.
+// candidates are the names of the nodes kube-scheduler asks about (nodeCacheCapable: true);
+// none when NodeNames is absent.
 func candidates(args *extenderv1.ExtenderArgs) []string {
-	if args.NodeNames != nil {
-		return *args.NodeNames
-	}
-	if args.Nodes == nil {
+	if args.NodeNames == nil {
 		return nil
 	}
-	names := make([]string, len(args.Nodes.Items))
-	for i := range args.Nodes.Items {
-		names[i] = args.Nodes.Items[i].Name
-	}
-	return names
+	return *args.NodeNames
 }
 
 // decision is a filter's outcome.

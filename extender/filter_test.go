@@ -135,8 +135,8 @@ func isEmpty(v any) bool {
 	return false
 }
 
-// TestFilterNodesNotCacheCapable: with nodeCacheCapable false kube-scheduler sends Nodes, and
-// the answer is the chosen Node object.
+// TestFilterNodesNotCacheCapable: with nodeCacheCapable false kube-scheduler sends Nodes: a
+// simulation, answered with the Node objects that fit, and the pod is not patched.
 func TestFilterNodesNotCacheCapable(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -146,6 +146,10 @@ func TestFilterNodesNotCacheCapable(t *testing.T) {
 		res := e.ext.Filter(e.ctx, &extenderArgs{Pod: pod, Nodes: &corev1.NodeList{Items: []corev1.Node{*a, *b}}})
 		if res.Error != "" || res.NodeNames != nil || res.Nodes == nil || len(res.Nodes.Items) != 1 || res.Nodes.Items[0].Name != "b" {
 			t.Fatalf("result = %+v", res)
+		}
+		synctest.Wait()
+		if got := e.pod("p").Annotations[allocation.KeyNode]; got != "" {
+			t.Errorf("a simulation patched the pod: %s = %q", allocation.KeyNode, got)
 		}
 	})
 }

@@ -49,6 +49,9 @@ const (
 	filterUnschedulable = "unschedulable"
 	filterNoGPU         = "no_gpu"
 	filterError         = "error"
+	// filterSimulated is a simulation (ExtenderArgs.Nodes) that found request Nodes that fit
+	// (one that found none is unschedulable).
+	filterSimulated = "simulated"
 )
 
 // metrics are the extender's collectors: HAMi's families and its own operational ones. A nil
@@ -76,7 +79,7 @@ func newMetrics(reg prometheus.Registerer, e *Extender) (*metrics, error) {
 			usage.MetricsOptions{Vendor: o.Vendor.Name, Config: o.Config, Legacy: o.LegacyMetrics}),
 		filterDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "hamireg", Subsystem: "extender", Name: "filter_duration_seconds",
-			Help:    "Time a filter call took, by result: placed, unschedulable (no candidate fits), no_gpu (the pod asks for none), error (the pod patch failed).",
+			Help:    "Time a filter call took, by result: placed, unschedulable (no candidate fits), no_gpu (the pod asks for none), error (the pod patch failed), simulated (whole Nodes in the request, some fit, nothing placed).",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
 		}, []string{"result"}),
 		bindDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -99,7 +102,7 @@ func newMetrics(reg prometheus.Registerer, e *Extender) (*metrics, error) {
 			Help: "Pod device annotations (hami.io/vgpu-devices-allocated) that did not decode: the pod's usage is not counted.",
 		}),
 	}
-	for _, r := range []string{filterPlaced, filterUnschedulable, filterNoGPU, filterError} {
+	for _, r := range []string{filterPlaced, filterUnschedulable, filterNoGPU, filterError, filterSimulated} {
 		m.filterDuration.WithLabelValues(r)
 	}
 	for _, r := range []string{"ok", "error"} {
@@ -141,6 +144,8 @@ func (m *metrics) filtered(start time.Time, pod *corev1.Pod, cfg allocation.Conf
 		result = filterError
 	case !allocation.Requests(pod, cfg).Any():
 		result = filterNoGPU
+	case res.Nodes != nil: // only a simulation answers Nodes for a GPU pod
+		result = filterSimulated
 	case res.NodeNames == nil && res.Nodes == nil:
 		result = filterUnschedulable
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/hamireg/hamireg/allocation"
@@ -97,6 +98,14 @@ func TestMetricsOperational(t *testing.T) {
 		e.filter(big, "node1")
 		cpu := gpuPod("cpu", map[string]string{"cpu": "1"})
 		e.filter(cpu, "node1")
+		// A simulation that finds a fitting template, and one that finds none.
+		tmpl := *registered("tmpl", 1, 23028)
+		if res := e.ext.Filter(e.ctx, &extenderArgs{Pod: big, Nodes: &corev1.NodeList{Items: []corev1.Node{tmpl}}}); res.Nodes != nil {
+			t.Fatalf("2 GPUs fit a 1-GPU template: %+v", res)
+		}
+		if res := e.ext.Filter(e.ctx, &extenderArgs{Pod: pod, Nodes: &corev1.NodeList{Items: []corev1.Node{tmpl}}}); res.Nodes == nil {
+			t.Fatalf("simulation: %+v", res)
+		}
 		synctest.Wait()
 		if err := e.ext.Bind(e.ctx, &bindingArgs{PodName: "train", PodNamespace: "default", PodUID: pod.UID, Node: "node1"}); err != nil {
 			t.Fatal(err)
@@ -118,7 +127,8 @@ func TestMetricsOperational(t *testing.T) {
 		}
 		want := map[string]uint64{
 			"hamireg_extender_filter_duration_seconds{result=placed}":        1,
-			"hamireg_extender_filter_duration_seconds{result=unschedulable}": 1,
+			"hamireg_extender_filter_duration_seconds{result=unschedulable}": 2,
+			"hamireg_extender_filter_duration_seconds{result=simulated}":     1,
 			"hamireg_extender_filter_duration_seconds{result=no_gpu}":        1,
 			"hamireg_extender_filter_duration_seconds{result=error}":         0,
 			"hamireg_extender_bind_duration_seconds{result=ok}":              1,

@@ -94,6 +94,15 @@ type Options struct {
 	// BuildInfo labels hami_build_info. The zero value means [DefaultBuildInfo]: the SDK's
 	// build.
 	BuildInfo BuildInfo
+	// SimulationLiveUsage changes what a filter with ExtenderArgs.Nodes (a simulation, see
+	// [Extender.Filter]) counts on a request Node that is a registered live node, the same
+	// name and the same UID as a Node of the node cache: what the live pods hold there (less
+	// what the pod itself holds), so that a caller with nodeCacheCapable: false is not told a
+	// full node fits. The devices still come from the request's Node. False (the zero value)
+	// means HAMi v2.10.0's rule: every request Node is simulated empty. Request Nodes that are
+	// not live nodes are simulated empty either way, and the namespace's live quota applies
+	// either way.
+	SimulationLiveUsage bool
 }
 
 func (o Options) withDefaults() (Options, error) {

@@ -93,9 +93,11 @@ type hamiCollector struct {
 	legacy  bool
 	// quotas, when set (tests), gives the quota families' entries instead of the tracker.
 	quotas func() []QuotaUsage
+	// geometries are HAMi v2.9.0's knownMigGeometries, for its MIG instance names.
+	geometries []MIGGeometries
 
-	memLimit, coreLimit, memAlloc, shared, coreAlloc, overview, memRatio, vgpuMem, vgpuCore, quotaUsed family
-	quotaLimit                                                                                         *prometheus.Desc
+	memLimit, coreLimit, memAlloc, shared, coreAlloc, overview, memRatio, vgpuMem, vgpuCore, quotaUsed, migInstance family
+	quotaLimit                                                                                                      *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*hamiCollector)(nil)
@@ -109,6 +111,11 @@ type MetricsOptions struct {
 	Config allocation.Config
 	// Legacy also serves HAMi's legacy metric names beside the current ones.
 	Legacy bool
+	// MIGGeometries are the knownMigGeometries of HAMi v2.9.0's scheduler, which name the MIG
+	// instances of hami_node_gpu_mig_instance_info with v2.9.0's labels (a pod's
+	// "[<template>-<position>]" devices index them). Nil means [ChartMIGGeometries]; master
+	// does not read them.
+	MIGGeometries []MIGGeometries
 }
 
 // Registered yields each node registered for the vendor with its devices, in the order of its
@@ -119,12 +126,30 @@ type Registered func() iter.Seq2[string, []annotation.Device]
 // hami_vgpu_*, hami_resource_quota_*; byte-exact per HAMi version), computed at scrape time
 // from the registered nodes and what t counts on them. The extender and the scheduler plugin
 // both register one over their tracker, so both report the same families by the same rules.
+//
+// hami_node_gpu_mig_instance_info (legacy nodeGPUMigInstance) has each version's labels. HAMi
+// master (v2.10.0): {node, device_uuid, device_index, mig_uuid, profile, gpu_instance_id,
+// compute_instance_id, placement_start, placement_size} = 1 for every MIG reservation of a pod
+// (hami.io/vgpu-mig-allocations) whose runtime identity the node recorded, on a registered
+// GPU in MIG mode; legacy migname "<profile>-<gpuInstanceID>". A reservation not realised
+// yet has no series. v2.9.0: {node, device_uuid, device_index, mig_name} per position of the
+// geometry a registered MIG GPU's pods use ("[<template>-<position>]" devices, geometries from
+// MetricsOptions.MIGGeometries), mig_name "<profile>-<position>", 1 when a pod holds the
+// position, else 0; when the pods of one GPU name different geometries, the first pod by
+// namespace/name decides (HAMi: whichever its map yields first), and a device naming no
+// geometry or position is left out (HAMi panics). Without any such series the family is
+// absent, HELP and TYPE included.
 func NewHAMiCollector(t *Tracker, nodes Registered, opts MetricsOptions) prometheus.Collector {
 	cfg, err := opts.Config.WithDefaults()
 	if err != nil {
 		cfg, _ = allocation.Config{Version: opts.Config.Version}.WithDefaults()
 	}
-	return newHAMiCollector(nodes, t, cmp.Or(opts.Vendor, annotation.VendorNVIDIA), cfg, opts.Legacy)
+	h := newHAMiCollector(nodes, t, cmp.Or(opts.Vendor, annotation.VendorNVIDIA), cfg, opts.Legacy)
+	h.geometries = opts.MIGGeometries
+	if h.geometries == nil {
+		h.geometries = ChartMIGGeometries()
+	}
+	return h
 }
 
 func newHAMiCollector(nodes Registered, u *Tracker, vendor string, cfg allocation.Config, legacy bool) *hamiCollector {
@@ -165,6 +190,7 @@ func newHAMiCollector(nodes Registered, u *Tracker, vendor string, cfg allocatio
 			"vGPUCoreAllocated", "vGPU core allocated from a container", legacyCtr),
 		quotaUsed: newFamily("hami_resource_quota_used", "resourcequota usage for a certain device", []string{"namespace", "quota_name", "limit"},
 			"QuotaUsed", "resourcequota usage for a certain device", []string{"quotanamespace", "quotaName", "limit"}),
+		migInstance: migInstanceFamily(master),
 	}
 	if master {
 		h.quotaLimit = prometheus.NewDesc("hami_resource_quota_limit", "resourcequota limit for a certain device",
@@ -174,7 +200,7 @@ func newHAMiCollector(nodes Registered, u *Tracker, vendor string, cfg allocatio
 }
 
 func (h *hamiCollector) families() []family {
-	return []family{h.memLimit, h.coreLimit, h.memAlloc, h.shared, h.coreAlloc, h.overview, h.memRatio, h.vgpuMem, h.vgpuCore, h.quotaUsed}
+	return []family{h.memLimit, h.coreLimit, h.memAlloc, h.shared, h.coreAlloc, h.overview, h.memRatio, h.vgpuMem, h.vgpuCore, h.quotaUsed, h.migInstance}
 }
 
 // Describe implements prometheus.Collector.
@@ -213,8 +239,9 @@ type podSeries struct {
 }
 
 // metricsState is what a scrape reads from the usage tracker, in one lock section: what pods
-// hold per node and GPU, the container series, and the quota entries.
-func metricsState(u *Tracker, c allocation.Config) (nodes map[string]map[string]allocation.Usage, series []podSeries, quotas []QuotaUsage) {
+// hold per node and GPU, the container series, the quota entries, and the pods' devices and
+// MIG reservations, sorted by pod key.
+func metricsState(u *Tracker, c allocation.Config) (nodes map[string]map[string]allocation.Usage, series []podSeries, quotas []QuotaUsage, migPods []migHolder) {
 	view := u.Lock()
 	defer view.Unlock()
 	nodes = map[string]map[string]allocation.Usage{}
@@ -227,7 +254,11 @@ func metricsState(u *Tracker, c allocation.Config) (nodes map[string]map[string]
 			ns, name = "", key
 		}
 		series = append(series, containerSeries(ns, name, pl, c.Version)...)
+		if len(pl.MIGAllocations) > 0 || (c.Version != allocation.VersionMaster && len(pl.Devices) > 0) {
+			migPods = append(migPods, migHolder{key: key, node: pl.Node, devices: pl.Devices, allocs: pl.MIGAllocations})
+		}
 	}
+	slices.SortFunc(migPods, func(a, b migHolder) int { return strings.Compare(a.key, b.key) })
 	memKey, coresKey := allocation.QuotaKeys(c)
 	for ns := range view.Namespaces() {
 		// HAMi keeps an entry per resource for every namespace whose pods it counted (limit 0
@@ -241,7 +272,7 @@ func metricsState(u *Tracker, c allocation.Config) (nodes map[string]map[string]
 				Limit: ns.Limits.Cores.Value, LimitSet: ns.Limits.Cores.Set, Used: ns.Used.Cores})
 		}
 	}
-	return nodes, series, quotas
+	return nodes, series, quotas, migPods
 }
 
 // containerSeries are one pod's container gauges. v2.9.0: one series per container entry and
@@ -276,8 +307,16 @@ func containerSeries(ns, name string, pl *Placement, ver allocation.Version) []p
 // Collect implements prometheus.Collector.
 func (h *hamiCollector) Collect(ch chan<- prometheus.Metric) {
 	master := h.version == allocation.VersionMaster
-	nodes, series, quotas := metricsState(h.usage, h.config)
+	nodes, series, quotas, migPods := metricsState(h.usage, h.config)
+	registered := map[string]map[string]annotation.Device{} // for the MIG instances
 	for node, devices := range h.nodes() {
+		if len(migPods) > 0 {
+			byID := make(map[string]annotation.Device, len(devices))
+			for _, d := range devices {
+				byID[d.ID] = d
+			}
+			registered[node] = byID
+		}
 		for _, d := range devices {
 			use := nodes[node][d.ID]
 			idx := strconv.FormatUint(uint64(d.Index), 10)
@@ -310,6 +349,7 @@ func (h *hamiCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 	}
+	h.collectMIG(ch, registered, migPods)
 	for _, s := range series {
 		h.emit(ch, h.vgpuMem, float64(s.mem)*mib, s.namespace, s.node, s.name, s.container, s.uuid)
 		h.emit(ch, h.vgpuCore, float64(s.cores), s.namespace, s.node, s.name, s.container, s.uuid)

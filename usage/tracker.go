@@ -44,6 +44,9 @@ type Placement struct {
 	// MIG are the MIG placements the pod holds, by GPU UUID ([allocation.PodDevices.MIGUsage]
 	// of Devices); nil when none.
 	MIG map[string][]mig.Placement
+	// MIGAllocations is the pod's MIG reservation (mig.KeyAllocations) with the runtime
+	// identity the node recorded, when it decodes and applies to Devices; nil otherwise.
+	MIGAllocations []mig.Allocation
 }
 
 // podEntry is one pod's contribution: what the informer last showed, else what a scheduler
@@ -144,16 +147,24 @@ func (t *Tracker) placementOf(pod *corev1.Pod, initDone bool) (Placement, bool) 
 	if err != nil || !ok {
 		return Placement{}, false
 	}
+	var reservation []mig.Allocation
 	if value, has := pod.Annotations[mig.KeyAllocations]; has {
 		allocs, err := mig.DecodeAllocations(value)
 		if err == nil {
 			pd, err = allocation.WithMIG(pd, allocs)
 		}
+		if err == nil {
+			reservation = allocs
+		}
 		if err != nil && t.decodeFailed != nil {
 			t.decodeFailed(pod, err)
 		}
 	}
-	return t.placement(node, pd, pod, initDone)
+	p, ok := t.placement(node, pd, pod, initDone)
+	if ok {
+		p.MIGAllocations = reservation
+	}
+	return p, ok
 }
 
 func (t *Tracker) placement(node string, pd allocation.PodDevices, pod *corev1.Pod, initDone bool) (Placement, bool) {
