@@ -127,7 +127,7 @@ func (p *Plugin) fit(s *cycleState, pod *corev1.Pod, nodeInfo fwk.NodeInfo, q *a
 		}
 		pd, _, ok := allocation.Fit(devices(), req, np.Annotations, node.Annotations, p.s.vendors[i].cfg)
 		if ok {
-			u.add(pd.Usage(), pd.MIGUsage())
+			u.add(allocation.PodUsage(pd, np, p.s.vendors[i].cfg), pd.MIGUsage())
 		}
 	}
 	devs := devices()
@@ -191,7 +191,7 @@ func requestKey(vendor int, cfg allocation.Config, req allocation.PodRequest, an
 	b := make([]byte, 0, 256+32*len(annotations))
 	b = fmt.Appendf(b, "%d|%+v|%d", vendor, cfg, req.Init) // profiles may differ in policies and defaults
 	for _, r := range req.Containers {
-		b = fmt.Appendf(b, "|%d,%s,%d,%d,%d", r.Count, r.Type, r.Memory, r.MemoryPercentage, r.Cores)
+		b = fmt.Appendf(b, "|%d,%s,%d,%d,%d,%t", r.Count, r.Type, r.Memory, r.MemoryPercentage, r.Cores, r.Sidecar)
 	}
 	for _, k := range slices.Sorted(maps.Keys(annotations)) {
 		if slices.Contains(writtenKeys, k) || strings.HasSuffix(k, "-devices-allocated") || strings.HasSuffix(k, "-devices-to-allocate") {

@@ -200,7 +200,7 @@ func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod
 	}
 	undo := v.Assume(pod, nodeName, o.devices)
 	v.Unlock()
-	res := &reservation{uid: pod.UID, node: nodeName, vendor: s.vendor, devices: o.devices, used: o.devices.Usage(), mig: o.devices.MIGUsage(), undo: undo}
+	res := &reservation{uid: pod.UID, node: nodeName, vendor: s.vendor, devices: o.devices, used: allocation.PodUsage(o.devices, pod, s.cfg), mig: o.devices.MIGUsage(), undo: undo}
 	p.sh.res.add(res)
 	s.reserved = res
 	p.sh.quotaRej.forget(pod)
