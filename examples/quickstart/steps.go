@@ -48,6 +48,9 @@ func (q *quickstart) run(ctx context.Context) error {
 	if err := q.demo(ctx); err != nil {
 		return err
 	}
+	if err := q.autoscaler(ctx); err != nil {
+		return err
+	}
 	if err := q.quota(ctx); err != nil {
 		return err
 	}
