@@ -34,6 +34,8 @@ type Extender struct {
 	// Node and pod informers.
 	lockQueue *nodelock.Queue
 	usage     *usageIndex
+	// allocationKeys are the pod annotations the webhook guards (AllocationAnnotationKeys).
+	allocationKeys []string
 	// metrics are the Prometheus collectors (Options.Registerer); nil records nothing.
 	metrics *metrics
 
@@ -81,7 +83,7 @@ func New(client kubernetes.Interface, c *schedcache.Cache, opts Options) (*Exten
 		return nil, fmt.Errorf("new extender: %w", err)
 	}
 	e := &Extender{client: client, cache: c, opts: opts, ready: make(chan struct{}),
-		usage: newUsageIndex(opts.Vendor, opts.Config)}
+		usage: newUsageIndex(opts.Vendor, opts.Config), allocationKeys: AllocationAnnotationKeys(opts.Vendor)}
 	pods := opts.Pods
 	if pods == nil {
 		e.ownPods = true
