@@ -304,3 +304,49 @@ func TestBindWaitEndsWithItsContext(t *testing.T) {
 		}
 	})
 }
+
+// A bind naming a pod that does not exist, with the UID of a pod that holds GPUs (HAMi #3030),
+// or naming that pod with another UID, leaves its reservation alone; only a reservation cached
+// under the request's own name, whose pod the API server no longer has, is dropped.
+func TestBindForeignPodKeepsReservations(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		held := placedPod("held", "n", "GPU-n-0,NVIDIA,1000,10:;")
+		e := start(t, Options{}, registered("n", 1, 23028), held)
+		before, ok := e.ext.usage.Pod("default/held")
+		if !ok {
+			t.Fatal("the placed pod holds nothing")
+		}
+		for _, args := range []*bindingArgs{
+			{PodName: "ghost", PodNamespace: "default", PodUID: held.UID, Node: "n"},
+			{PodName: "held", PodNamespace: "other", PodUID: held.UID, Node: "n"},
+			{PodName: "held", PodNamespace: "default", PodUID: "forged", Node: "n"},
+		} {
+			if err := e.ext.Bind(e.ctx, args); !errors.Is(err, ErrPodNotFound) {
+				t.Errorf("Bind(%+v) = %v, want ErrPodNotFound", args, err)
+			}
+			if got, ok := e.ext.usage.Pod("default/held"); !ok || !cmp.Equal(got.GPUs, before.GPUs) {
+				t.Errorf("after Bind(%+v): reservation %v, %v; want %v", args, got.GPUs, ok, before.GPUs)
+			}
+		}
+		if n := e.ext.usage.Node("n")["GPU-n-0"]; n.Usedmem != 1000 {
+			t.Errorf("node usage after = %+v", n)
+		}
+
+		// A reservation assumed for a pod deleted before the informer showed it placed.
+		gone := gpuPod("gone", map[string]string{"nvidia.com/gpu": "1"})
+		e.ext.usage.Assume(gone, "n", before.Devices)
+		if _, ok := e.ext.usage.Pod("default/gone"); !ok {
+			t.Fatal("assumed nothing")
+		}
+		if err := e.ext.Bind(e.ctx, &bindingArgs{PodName: "gone", PodNamespace: "default", PodUID: gone.UID, Node: "n"}); !errors.Is(err, ErrPodNotFound) {
+			t.Errorf("Bind(gone) = %v", err)
+		}
+		if _, ok := e.ext.usage.Pod("default/gone"); ok {
+			t.Error("the reservation of a pod the API server does not have was kept")
+		}
+		if _, ok := e.ext.usage.Pod("default/held"); !ok {
+			t.Error("another pod's reservation was dropped")
+		}
+	})
+}
