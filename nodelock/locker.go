@@ -65,9 +65,10 @@ type Options struct {
 	// someone else's lock at a release, an unreadable value, which needs managedFields) is
 	// read again with a GET before it is answered. Default: nil, every read is a GET.
 	Nodes corev1listers.NodeLister
-	// Pods, when set, is an informer's lister that tells whether a lock's owner exists: a pod
-	// found there counts as existing without a request, one not found there is looked up
-	// with a GET (the informer may not have delivered it yet). Default: nil, a GET.
+	// Pods, when set, is an informer's lister that tells whether a lock's owner still holds
+	// it: a pod found there is judged from that copy without a request (its phase and
+	// creation time, see the package documentation's Takeover), one not found there is
+	// looked up with a GET (the informer may not have delivered it yet). Default: nil, a GET.
 	Pods corev1listers.PodLister
 }
 
