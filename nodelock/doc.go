@@ -146,6 +146,7 @@
 //     key that the API server recorded in metadata.managedFields (the value was written at
 //     or before it), and at once when no write is recorded; until then it returns
 //     [ErrLocked] wrapping the [*MalformedError].
+//
 //   - A takeover is one conditional write that replaces the old value, so a lock that
 //     another scheduler took in the meantime is never lost. HAMi removes the old lock and
 //     then sets its own; its forced removal reads the Node again on every try and removes
