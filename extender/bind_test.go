@@ -350,3 +350,39 @@ func TestBindForeignPodKeepsReservations(t *testing.T) {
 		}
 	})
 }
+
+// A bind waiting for a node lock is woken when the lock's owner finishes (phase Failed, as an
+// admission failure leaves it) and takes the lock over at once, not after the 5-minute expiry.
+func TestBindWokenByTheOwnerFinishing(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		node := registered("n", 1, 23028)
+		node.Annotations[nodelock.Key] = lockOf("other", t0.Add(-time.Minute))
+		other, pod := placedPod("other", "n", "GPU-n-0,NVIDIA,1000,10:;"), gpuPod("p", map[string]string{"nvidia.com/gpu": "1"})
+		e := start(t, Options{NodeLockWait: 5 * time.Second}, other, node, pod)
+		done := make(chan error, 1)
+		go func() {
+			done <- e.ext.Bind(e.ctx, &bindingArgs{PodName: "p", PodNamespace: "default", PodUID: pod.UID, Node: "n"})
+		}()
+		synctest.Wait()
+		if len(done) != 0 {
+			t.Fatalf("Bind returned while the owner runs: %v", <-done)
+		}
+		failed := other.DeepCopy()
+		failed.Status.Phase = corev1.PodFailed
+		if _, err := e.client.CoreV1().Pods("default").UpdateStatus(e.ctx, failed, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if len(done) == 0 {
+			t.Fatal("Bind still waiting after the lock's owner failed")
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		n, _ := e.client.CoreV1().Nodes().Get(e.ctx, "n", metaGet)
+		if got := n.Annotations[nodelock.Key]; !strings.HasSuffix(got, ",default,p") {
+			t.Errorf("lock %q, want p's", got)
+		}
+	})
+}

@@ -133,6 +133,11 @@ func trimPod(obj any) (any, error) {
 	return obj, nil
 }
 
+// finished reports whether a pod's phase is Succeeded or Failed.
+func finished(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+}
+
 // trimQuota drops what the quota state does not read.
 func trimQuota(obj any) (any, error) {
 	if q, ok := obj.(*corev1.ResourceQuota); ok {
@@ -156,6 +161,11 @@ func (e *Extender) Run(ctx context.Context) error {
 	reg, err := cache.NewTypedSharedIndexInformer[*corev1.Pod](e.pods).AddTypedEventHandler(cache.TypedResourceEventHandlerFuncs[*corev1.Pod]{
 		AddFunc: e.usage.Observe,
 		UpdateFunc: func(o, p *corev1.Pod) {
+			if finished(p) && !finished(o) {
+				// A finished pod gives up its node lock (nodelock's Takeover): wake the binds
+				// waiting there.
+				defer e.lockQueue.PodGone(p)
+			}
 			if !e.usage.Changed(o, p) {
 				return // status and other updates: nothing usage reads changed
 			}
