@@ -182,7 +182,6 @@ func TestAttacks(t *testing.T) {
 	})
 }
 
-
 // TestAutoscalerFilterWritesNothing: a /filter with whole Node objects in ExtenderArgs.Nodes
 // (what the Cluster Autoscaler sends when it simulates a node) changes nothing: the API server
 // sees no write (a watch on the pod, the namespace's Events and the node from the

@@ -33,7 +33,6 @@ import (
 )
 
 const (
-	schedulerName = extender.DefaultSchedulerName
 	// attackerRole lets the attacker's ServiceAccount do to pods what a namespace's user may.
 	attackerRole = "e2e-attacker"
 	deployDir    = "../../../examples/extender/deploy"
@@ -44,8 +43,11 @@ const (
 // it with its client certificate, and the extender's webhook, which the API server calls with
 // its client certificate, registered for the node's namespace.
 type stack struct {
-	g            *harness.GPUNode
-	ns           string
+	g  *harness.GPUNode
+	ns string
+	// scheduler is the stack's scheduler name (profile and --scheduler-name): tests in
+	// parallel must not take each other's pods.
+	scheduler    string
 	url, metrics string
 	attacker     kubernetes.Interface
 }
@@ -59,10 +61,11 @@ func newStack(t *testing.T) *stack {
 	s.g = cp.StartGPUNode(t, harness.GPUNodeOptions{Bin: progs.DevicePlugin})
 	s.g.MakeReady(t)
 	s.ns = s.g.Namespace
+	s.scheduler = harness.UniqueName("hami-scheduler")
 	port, mport := harness.FreePort(t), harness.FreePort(t)
 	s.url, s.metrics = fmt.Sprintf("https://127.0.0.1:%d", port), fmt.Sprintf("http://127.0.0.1:%d", mport)
 	startExtender(t, []string{"--http_bind", fmt.Sprintf("127.0.0.1:%d", port), "--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", mport),
-		"--kubeconfig", cp.Kubeconfig(), "--leader-elect=false", "-v", "2", cp.LabelNodes(t, s.g),
+		"--kubeconfig", cp.Kubeconfig(), "--leader-elect=false", "-v", "2", cp.LabelNodes(t, s.g), "--scheduler-name", s.scheduler,
 		"--cert_file", certs.serverCert, "--key_file", certs.serverKey,
 		"--client_ca_file", certs.clientCA, "--allowed_client_names", cnScheduler + "," + cnAPIServer,
 		// The node agent runs as <ns>/hami-device-plugin here; the extender as the admin
@@ -136,6 +139,10 @@ func (s *stack) schedulerConfig(t *testing.T, port int) *kubeschedulerconfigv1.K
 	tc.CertFile, tc.KeyFile, tc.CAFile = certs.client[cnScheduler].cert, certs.client[cnScheduler].key, certs.servingCA
 	f := false
 	cfg.LeaderElection.LeaderElect = &f
+	if len(cfg.Profiles) != 1 {
+		t.Fatalf("scheduler-config.yaml: %d profiles, want 1", len(cfg.Profiles))
+	}
+	cfg.Profiles[0].SchedulerName = &s.scheduler
 	return cfg
 }
 
@@ -219,7 +226,7 @@ func forgedPod(name, gpu, node string) *corev1.Pod {
 func (s *stack) gpuPod(name string, mem, cores int64) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.ns},
-		Spec: corev1.PodSpec{SchedulerName: schedulerName, Containers: []corev1.Container{{Name: "cuda", Image: "registry.invalid/cuda:0",
+		Spec: corev1.PodSpec{SchedulerName: s.scheduler, Containers: []corev1.Container{{Name: "cuda", Image: "registry.invalid/cuda:0",
 			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
 				harness.GPUResource:   *resource.NewQuantity(1, resource.DecimalSI),
 				"nvidia.com/gpumem":   *resource.NewQuantity(mem, resource.DecimalSI),
