@@ -93,6 +93,7 @@ func (e *Extender) guardAllocation(req *admissionv1.AdmissionRequest) *admission
 			}
 			return deny(fmt.Sprintf("user %q may not change the scheduler-owned annotation %s: only the scheduler and the node agent write it", req.UserInfo.Username, k))
 		}
+	case admissionv1.Delete, admissionv1.Connect: // a deletion writes no annotation
 	}
 	return nil
 }

@@ -160,7 +160,7 @@ func TestClientCertificates(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		defer conn.Close()
+		defer func() { _ = conn.Close() }()
 		// TLS 1.3 reports the server's refusal of the client certificate at the first read.
 		if _, err := io.WriteString(conn, "GET /filter HTTP/1.0\r\n\r\n"); err != nil {
 			return err
