@@ -27,12 +27,11 @@ import (
 func TestAttacks(t *testing.T) {
 	t.Parallel()
 	s := newStack(t)
-	ctx := harness.Context(t)
 	pods := cp.AdminClient().CoreV1().Pods(s.ns)
 	audit(t, "start")
 
 	// The victim: a pod the scheduler placed and the node agent allocated.
-	if _, err := pods.Create(ctx, s.gpuPod("victim", 30000, 60), metav1.CreateOptions{}); err != nil {
+	if _, err := pods.Create(t.Context(), s.gpuPod("victim", 30000, 60), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	victim := s.admit(t, "victim", 2*time.Minute)
@@ -45,7 +44,7 @@ func TestAttacks(t *testing.T) {
 	t.Run("forged annotations at create", func(t *testing.T) {
 		// Issue #3041: another scheduler, HAMi's opt-out label, the victim's GPU at 40 GB.
 		for who, c := range map[string]kubernetes.Interface{"attacker": s.attacker, "cluster admin": cp.AdminClient()} {
-			_, err := c.CoreV1().Pods(s.ns).Create(ctx, forgedPod("forged", vgpu, s.g.Name), metav1.CreateOptions{})
+			_, err := c.CoreV1().Pods(s.ns).Create(t.Context(), forgedPod("forged", vgpu, s.g.Name), metav1.CreateOptions{})
 			if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), `admission webhook "vgpu.hami.io" denied the request: pod carries the scheduler-owned annotation hami.io/bind-phase`) {
 				t.Errorf("%s creating a forged pod: %v, want the webhook's denial naming hami.io/bind-phase", who, err)
 			}
@@ -54,18 +53,18 @@ func TestAttacks(t *testing.T) {
 		for _, key := range []string{annotation.KeyNVIDIAToAllocate, allocation.KeyNode, "hami.io/vgpu-mig-allocations"} {
 			p := s.plainPod("one-key")
 			p.Annotations = map[string]string{key: "x"}
-			if _, err := s.attacker.CoreV1().Pods(s.ns).Create(ctx, p, metav1.CreateOptions{}); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), key) {
+			if _, err := s.attacker.CoreV1().Pods(s.ns).Create(t.Context(), p, metav1.CreateOptions{}); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), key) {
 				t.Errorf("pod with %s: %v, want denied naming it", key, err)
 			}
 		}
-		if _, err := pods.Get(ctx, "forged", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		if _, err := pods.Get(t.Context(), "forged", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			t.Errorf("forged pod exists: %v", err)
 		}
 		audit(t, "forged creates")
 	})
 
 	t.Run("forged annotations at update", func(t *testing.T) {
-		mine, err := s.attacker.CoreV1().Pods(s.ns).Create(ctx, s.plainPod("mallory"), metav1.CreateOptions{})
+		mine, err := s.attacker.CoreV1().Pods(s.ns).Create(t.Context(), s.plainPod("mallory"), metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -77,21 +76,21 @@ func TestAttacks(t *testing.T) {
 		}
 		forged := forgedPod("", vgpu, s.g.Name).Annotations
 		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": forged}})
-		_, err = s.attacker.CoreV1().Pods(s.ns).Patch(ctx, mine.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+		_, err = s.attacker.CoreV1().Pods(s.ns).Patch(t.Context(), mine.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 		deny("adding them to its own pod", err)
-		_, err = s.attacker.CoreV1().Pods(s.ns).Patch(ctx, "victim", types.MergePatchType,
+		_, err = s.attacker.CoreV1().Pods(s.ns).Patch(t.Context(), "victim", types.MergePatchType,
 			[]byte(`{"metadata":{"annotations":{"hami.io/vgpu-devices-allocated":null,"hami.io/vgpu-node":null}}}`), metav1.PatchOptions{})
 		deny("removing the victim's (its GPU would count as free)", err)
-		_, err = s.attacker.CoreV1().Pods(s.ns).Patch(ctx, "victim", types.MergePatchType,
+		_, err = s.attacker.CoreV1().Pods(s.ns).Patch(t.Context(), "victim", types.MergePatchType,
 			[]byte(`{"metadata":{"annotations":{"hami.io/bind-phase":"failed"}}}`), metav1.PatchOptions{})
 		deny("changing the victim's bind-phase", err)
 		// Other annotations are the user's; the trusted identities may change these.
-		if _, err := s.attacker.CoreV1().Pods(s.ns).Patch(ctx, "victim", types.MergePatchType,
+		if _, err := s.attacker.CoreV1().Pods(s.ns).Patch(t.Context(), "victim", types.MergePatchType,
 			[]byte(`{"metadata":{"annotations":{"team":"a"}}}`), metav1.PatchOptions{}); err != nil {
 			t.Errorf("another annotation: %v", err)
 		}
 		bindTime := victim.Annotations[allocation.KeyBindTime] + "0"
-		if _, err := pods.Patch(ctx, "victim", types.MergePatchType,
+		if _, err := pods.Patch(t.Context(), "victim", types.MergePatchType,
 			[]byte(`{"metadata":{"annotations":{"hami.io/bind-time":"`+bindTime+`"}}}`), metav1.PatchOptions{}); err != nil {
 			t.Errorf("system:masters changing bind-time: %v", err)
 		}
@@ -129,7 +128,7 @@ func TestAttacks(t *testing.T) {
 		}
 		// The victim's GPU still counts: a pod that needs more than is left of it goes
 		// elsewhere (another GPU of the node).
-		if _, err := pods.Create(ctx, s.gpuPod("second", 30000, 60), metav1.CreateOptions{}); err != nil {
+		if _, err := pods.Create(t.Context(), s.gpuPod("second", 30000, 60), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		second := s.admit(t, "second", 2*time.Minute)
@@ -154,21 +153,21 @@ func TestAttacks(t *testing.T) {
 	t.Run("finished lock owner", func(t *testing.T) {
 		// The lock's owner failed (as the kubelet's admission leaves a pod) a second after
 		// taking it: the next pod binds without waiting for the 5-minute expiry.
-		owner, err := pods.Create(ctx, s.plainPod("owner"), metav1.CreateOptions{})
+		owner, err := pods.Create(t.Context(), s.plainPod("owner"), metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		owner.Status.Phase = corev1.PodFailed
-		if _, err := pods.UpdateStatus(ctx, owner, metav1.UpdateOptions{}); err != nil {
+		if _, err := pods.UpdateStatus(t.Context(), owner, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		lock := nodelock.NewLock(time.Now(), types.NamespacedName{Namespace: s.ns, Name: "owner"}).String()
 		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{nodelock.Key: lock}}})
-		if _, err := cp.AdminClient().CoreV1().Nodes().Patch(ctx, s.g.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		if _, err := cp.AdminClient().CoreV1().Nodes().Patch(t.Context(), s.g.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		start := time.Now()
-		if _, err := pods.Create(ctx, s.gpuPod("next", 1000, 10), metav1.CreateOptions{}); err != nil {
+		if _, err := pods.Create(t.Context(), s.gpuPod("next", 1000, 10), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		s.admit(t, "next", time.Minute)

@@ -294,7 +294,7 @@ func (s *stack) post(t *testing.T, kp keyPair, route string, body any) ([]byte, 
 	if err != nil {
 		return nil, 0, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	out, err := io.ReadAll(resp.Body)
 	return out, resp.StatusCode, err
 }
@@ -307,7 +307,7 @@ func (s *stack) podSeries(t *testing.T, pod string) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
 		t.Fatal(err)
