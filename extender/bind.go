@@ -88,6 +88,14 @@ func (e *Extender) Bind(ctx context.Context, args *extenderv1.ExtenderBindingArg
 }
 
 // pod returns the pod to bind: from the informer, else (not delivered yet) from the API.
+//
+// A bind names its pod by namespace and name, and the UID only confirms it: a request is
+// never matched to a cached reservation by UID (HAMi v2.10.0's Bind frees the reservation of
+// whatever pod has the UID sent when the name does not exist, HAMi #3030). The only
+// reservation a bind may drop is the one cached under the request's own namespace/name, and
+// only once the API server answers NotFound for that name (dropGone); a pod that exists
+// under the name with another UID keeps what it holds (the pod informer replaces or removes
+// it).
 func (e *Extender) pod(ctx context.Context, args *extenderv1.ExtenderBindingArgs) (*corev1.Pod, error) {
 	pod, err := e.podLister.Pods(args.PodNamespace).Get(args.PodName)
 	if apierrors.IsNotFound(err) {
@@ -95,6 +103,7 @@ func (e *Extender) pod(ctx context.Context, args *extenderv1.ExtenderBindingArgs
 	}
 	switch {
 	case apierrors.IsNotFound(err):
+		e.dropGone(ctx, args.PodNamespace, args.PodName)
 		return nil, fmt.Errorf("bind %s/%s: %w", args.PodNamespace, args.PodName, ErrPodNotFound)
 	case err != nil:
 		return nil, fmt.Errorf("bind %s/%s: get pod: %w", args.PodNamespace, args.PodName, err)
@@ -161,4 +170,24 @@ func (e *Extender) rollback(ctx context.Context, pod *corev1.Pod, node, bindTime
 	}}}); err != nil {
 		logger.Error(err, "Failed to mark the bind failed", "pod", klog.KObj(pod))
 	}
+}
+
+// dropGone drops what the usage holds under namespace/name once the API server confirms that
+// no pod of that name exists: a reservation assumed at filter for a pod deleted before the
+// informer delivered it. Nothing is cached under the name (every request naming a pod that
+// never existed): nothing to do, no request. Otherwise the API is asked again while the
+// filter's lock is held, so that a pod created under the name meanwhile, and filtered, keeps
+// its reservation: its filter assumes only after this drop.
+func (e *Extender) dropGone(ctx context.Context, namespace, name string) {
+	key := podKey(namespace, name)
+	if _, held := e.usage.Pod(key); !held {
+		return
+	}
+	e.filterMu.Lock()
+	defer e.filterMu.Unlock()
+	if _, err := e.client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		return
+	}
+	e.usage.Delete(key)
+	klog.FromContext(ctx).V(2).Info("Dropped the reservation of a pod that no longer exists", "pod", klog.KRef(namespace, name))
 }

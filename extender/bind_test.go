@@ -304,3 +304,85 @@ func TestBindWaitEndsWithItsContext(t *testing.T) {
 		}
 	})
 }
+
+// A bind naming a pod that does not exist, with the UID of a pod that holds GPUs (HAMi #3030),
+// or naming that pod with another UID, leaves its reservation alone; only a reservation cached
+// under the request's own name, whose pod the API server no longer has, is dropped.
+func TestBindForeignPodKeepsReservations(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		held := placedPod("held", "n", "GPU-n-0,NVIDIA,1000,10:;")
+		e := start(t, Options{}, registered("n", 1, 23028), held)
+		before, ok := e.ext.usage.Pod("default/held")
+		if !ok {
+			t.Fatal("the placed pod holds nothing")
+		}
+		for _, args := range []*bindingArgs{
+			{PodName: "ghost", PodNamespace: "default", PodUID: held.UID, Node: "n"},
+			{PodName: "held", PodNamespace: "other", PodUID: held.UID, Node: "n"},
+			{PodName: "held", PodNamespace: "default", PodUID: "forged", Node: "n"},
+		} {
+			if err := e.ext.Bind(e.ctx, args); !errors.Is(err, ErrPodNotFound) {
+				t.Errorf("Bind(%+v) = %v, want ErrPodNotFound", args, err)
+			}
+			if got, ok := e.ext.usage.Pod("default/held"); !ok || !cmp.Equal(got.GPUs, before.GPUs) {
+				t.Errorf("after Bind(%+v): reservation %v, %v; want %v", args, got.GPUs, ok, before.GPUs)
+			}
+		}
+		if n := e.ext.usage.Node("n")["GPU-n-0"]; n.Usedmem != 1000 {
+			t.Errorf("node usage after = %+v", n)
+		}
+
+		// A reservation assumed for a pod deleted before the informer showed it placed.
+		gone := gpuPod("gone", map[string]string{"nvidia.com/gpu": "1"})
+		e.ext.usage.Assume(gone, "n", before.Devices)
+		if _, ok := e.ext.usage.Pod("default/gone"); !ok {
+			t.Fatal("assumed nothing")
+		}
+		if err := e.ext.Bind(e.ctx, &bindingArgs{PodName: "gone", PodNamespace: "default", PodUID: gone.UID, Node: "n"}); !errors.Is(err, ErrPodNotFound) {
+			t.Errorf("Bind(gone) = %v", err)
+		}
+		if _, ok := e.ext.usage.Pod("default/gone"); ok {
+			t.Error("the reservation of a pod the API server does not have was kept")
+		}
+		if _, ok := e.ext.usage.Pod("default/held"); !ok {
+			t.Error("another pod's reservation was dropped")
+		}
+	})
+}
+
+// A bind waiting for a node lock is woken when the lock's owner finishes (phase Failed, as an
+// admission failure leaves it) and takes the lock over at once, not after the 5-minute expiry.
+func TestBindWokenByTheOwnerFinishing(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		node := registered("n", 1, 23028)
+		node.Annotations[nodelock.Key] = lockOf("other", t0.Add(-time.Minute))
+		other, pod := placedPod("other", "n", "GPU-n-0,NVIDIA,1000,10:;"), gpuPod("p", map[string]string{"nvidia.com/gpu": "1"})
+		e := start(t, Options{NodeLockWait: 5 * time.Second}, other, node, pod)
+		done := make(chan error, 1)
+		go func() {
+			done <- e.ext.Bind(e.ctx, &bindingArgs{PodName: "p", PodNamespace: "default", PodUID: pod.UID, Node: "n"})
+		}()
+		synctest.Wait()
+		if len(done) != 0 {
+			t.Fatalf("Bind returned while the owner runs: %v", <-done)
+		}
+		failed := other.DeepCopy()
+		failed.Status.Phase = corev1.PodFailed
+		if _, err := e.client.CoreV1().Pods("default").UpdateStatus(e.ctx, failed, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if len(done) == 0 {
+			t.Fatal("Bind still waiting after the lock's owner failed")
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		n, _ := e.client.CoreV1().Nodes().Get(e.ctx, "n", metaGet)
+		if got := n.Annotations[nodelock.Key]; !strings.HasSuffix(got, ",default,p") {
+			t.Errorf("lock %q, want p's", got)
+		}
+	})
+}

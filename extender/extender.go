@@ -34,6 +34,8 @@ type Extender struct {
 	// Node and pod informers.
 	lockQueue *nodelock.Queue
 	usage     *usageIndex
+	// allocationKeys are the pod annotations the webhook guards (AllocationAnnotationKeys).
+	allocationKeys []string
 	// metrics are the Prometheus collectors (Options.Registerer); nil records nothing.
 	metrics *metrics
 
@@ -81,7 +83,7 @@ func New(client kubernetes.Interface, c *schedcache.Cache, opts Options) (*Exten
 		return nil, fmt.Errorf("new extender: %w", err)
 	}
 	e := &Extender{client: client, cache: c, opts: opts, ready: make(chan struct{}),
-		usage: newUsageIndex(opts.Vendor, opts.Config)}
+		usage: newUsageIndex(opts.Vendor, opts.Config), allocationKeys: AllocationAnnotationKeys(opts.Vendor)}
 	pods := opts.Pods
 	if pods == nil {
 		e.ownPods = true
@@ -131,6 +133,11 @@ func trimPod(obj any) (any, error) {
 	return obj, nil
 }
 
+// finished reports whether a pod's phase is Succeeded or Failed.
+func finished(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+}
+
 // trimQuota drops what the quota state does not read.
 func trimQuota(obj any) (any, error) {
 	if q, ok := obj.(*corev1.ResourceQuota); ok {
@@ -154,6 +161,11 @@ func (e *Extender) Run(ctx context.Context) error {
 	reg, err := cache.NewTypedSharedIndexInformer[*corev1.Pod](e.pods).AddTypedEventHandler(cache.TypedResourceEventHandlerFuncs[*corev1.Pod]{
 		AddFunc: e.usage.Observe,
 		UpdateFunc: func(o, p *corev1.Pod) {
+			if finished(p) && !finished(o) {
+				// A finished pod gives up its node lock (nodelock's Takeover): wake the binds
+				// waiting there.
+				defer e.lockQueue.PodGone(p)
+			}
 			if !e.usage.Changed(o, p) {
 				return // status and other updates: nothing usage reads changed
 			}

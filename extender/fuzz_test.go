@@ -16,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
+	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/schedcache"
 )
 
@@ -117,6 +118,9 @@ func FuzzWebhookRequest(f *testing.F) {
 		review(fuzzPod), review(`{"spec":{"containers":[{"name":"a"},{"name":"b","env":[],"resources":{"limits":{"nvidia.com/gpucores":"1","nvidia.com/priority":"2"}}}]}}`),
 		review(`{"spec":{"containers":[{"name":"a","resources":{}}]}}`), review(`{"spec":{"nodeName":"n","containers":[{"resources":{"limits":{"nvidia.com/gpumem-percentage":"100"}}}]}}`),
 		review(`{"spec":{"containers":[]}}`), review(`"pod"`), `{"request":null}`, `{}`,
+		review(`{"metadata":{"annotations":{"hami.io/vgpu-node":"n","hami.io/bind-phase":"allocating"}},"spec":{"schedulerName":"x","containers":[{"name":"a"}]}}`),
+		`{"request":{"uid":"u","kind":{"kind":"Pod"},"operation":"UPDATE","userInfo":{"username":"alice"},"object":{"metadata":{"annotations":{"hami.io/vgpu-node":"n"}}},"oldObject":{"metadata":{}}}}`,
+		`{"request":{"uid":"u","kind":{"kind":"Pod"},"operation":"UPDATE","userInfo":{"groups":["system:masters"]},"object":{"metadata":{}},"oldObject":{"metadata":{"annotations":{"hami.io/bind-time":"1"}}}}}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -133,10 +137,21 @@ func FuzzWebhookRequest(f *testing.F) {
 			}
 			return
 		}
+		var in admissionv1.AdmissionReview
+		// Nobody creates a pod that carries an allocation annotation.
+		if json.Unmarshal(body, &in) == nil && in.Request != nil && in.Request.Kind.Kind == "Pod" &&
+			(in.Request.Operation == "" || in.Request.Operation == admissionv1.Create) && res.Response.Allowed {
+			if ann, err := podAnnotations(in.Request.Object.Raw); err == nil {
+				for _, k := range AllocationAnnotationKeys(annotation.NVIDIA()) {
+					if _, ok := ann[k]; ok {
+						t.Fatalf("pod created with %s allowed: %q", k, body)
+					}
+				}
+			}
+		}
 		if res.Response.Patch == nil {
 			return
 		}
-		var in admissionv1.AdmissionReview
 		if err := json.Unmarshal(body, &in); err != nil {
 			t.Fatalf("a patch for a body that does not decode: %q", body)
 		}

@@ -3,6 +3,7 @@ package extender
 import (
 	"cmp"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -91,6 +92,16 @@ type Options struct {
 	// LegacyMetrics adds HAMi's legacy names (GPUDeviceMemoryLimit, nodeGPUOverview,
 	// vGPUMemoryAllocated, QuotaUsed, …) beside the current ones: HAMi's --legacy-metrics.
 	LegacyMetrics bool
+	// TrustedUsers are the users (the admission request's userInfo.username) allowed to add,
+	// change or remove a pod's scheduler-owned allocation annotations ([AllocationAnnotationKeys])
+	// through the webhook: the scheduler's and the node agent's identities. Nil means
+	// [DefaultTrustedUsers] (the ServiceAccounts kube-system/hami-scheduler and
+	// kube-system/hami-device-plugin of the deploy folders); an empty, non-nil list trusts no
+	// user. Nobody may create a pod that carries them.
+	TrustedUsers []string
+	// TrustedGroups are the groups whose members are trusted as TrustedUsers are. Nil means
+	// [DefaultTrustedGroups] (system:masters); an empty, non-nil list trusts no group.
+	TrustedGroups []string
 	// BuildInfo labels hami_build_info. The zero value means [DefaultBuildInfo]: the SDK's
 	// build.
 	BuildInfo BuildInfo
@@ -133,6 +144,15 @@ func (o Options) withDefaults() (Options, error) {
 	o.MaxBodyBytes = cmp.Or(o.MaxBodyBytes, DefaultMaxBodyBytes)
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
+	}
+	if o.TrustedUsers == nil {
+		o.TrustedUsers = slices.Clone(DefaultTrustedUsers)
+	}
+	if o.TrustedGroups == nil {
+		o.TrustedGroups = slices.Clone(DefaultTrustedGroups)
+	}
+	if slices.Contains(o.TrustedUsers, "") || slices.Contains(o.TrustedGroups, "") {
+		return o, fmt.Errorf("validate options: an empty trusted user or group would trust anonymous requests; remove it: %w", ErrInvalidOptions)
 	}
 	return o, nil
 }

@@ -65,15 +65,26 @@ func (e *Extender) serveWebhook(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// Admit mutates a pod on admission as HAMi's webhook does (spec §3): a pod with a container
+// Admit guards the allocation protocol and mutates a pod on admission as HAMi's webhook does.
+//
+// First, for every pod whatever its scheduler name or labels: a CREATE of a pod that carries a
+// scheduler-owned allocation annotation ([AllocationAnnotationKeys]) is denied with a message
+// naming the annotation, and an UPDATE that adds, changes or removes one is denied unless the
+// request's user is one of Options.TrustedUsers or in one of Options.TrustedGroups (the
+// scheduler's and the node agent's ServiceAccounts by default): a device plugin serves the
+// devices those annotations name, so a pod that wrote its own would get a GPU nobody counted
+// (HAMi #3041). Other UPDATEs, and every other operation, are allowed unchanged.
+//
+// Then, at CREATE (spec §3): a pod with a container
 // that asks for an NVIDIA resource gets spec.schedulerName = Options.SchedulerName, the GPU
 // count Config.DefaultGPUNum where it asks for memory or cores only, nvidia.com/gpucores 100
 // where it asks for whole GPUs without cores, and CUDA_TASK_PRIORITY from nvidia.com/priority.
 // Everything else is allowed unchanged: other objects, pods without such a container, pods of
-// another scheduler, privileged containers. Denied: a pod without containers ("pod has no
-// containers"), a GPU pod whose allocation.KeyDeviceScoringWeights does not parse (with
-// HAMi v2.10.0's parse error, as HAMi's webhook after PR #2827; the filter refuses it too),
-// a GPU pod with spec.nodeName ("pod has node assigned"), and, as HAMi's
+// another scheduler, pods labelled hami.io/webhook=ignore (HAMi's opt-out, which HAMi's chart
+// puts in the webhook's objectSelector), privileged containers. Denied: a pod without
+// containers ("pod has no containers"), a GPU pod whose allocation.KeyDeviceScoringWeights
+// does not parse (with HAMi v2.10.0's parse error, as HAMi's webhook after PR #2827; the
+// filter refuses it too), a GPU pod with spec.nodeName ("pod has node assigned"), and, as HAMi's
 // fitResourceQuota, a GPU pod that would take its namespace over a ResourceQuota limit on
 // GPU memory or cores ("exceeding resource quota", counted as allocation.AdmissionQuotaAsk
 // counts the mutated pod against what the namespace's pods hold). The patch is a JSON patch
@@ -83,12 +94,23 @@ func (e *Extender) serveWebhook(w http.ResponseWriter, r *http.Request) {
 func (e *Extender) Admit(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	e.stats.admissions.Add(1)
 	allow := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
-	if req.Kind.Kind != "Pod" || (req.Operation != "" && req.Operation != admissionv1.Create) {
+	if req.Kind.Kind != "Pod" {
+		return allow
+	}
+	// Trust first, for every pod whatever its scheduler or labels (see guardAllocation).
+	if denied := e.guardAllocation(req); denied != nil {
+		logDenied(klog.FromContext(ctx), req, denied)
+		return denied
+	}
+	if req.Operation != "" && req.Operation != admissionv1.Create {
 		return allow
 	}
 	var pod corev1.Pod
 	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
 		return &admissionv1.AdmissionResponse{UID: req.UID, Result: &metav1.Status{Code: http.StatusBadRequest, Message: "decode pod: " + err.Error()}}
+	}
+	if pod.Labels[LabelWebhookIgnore] == "ignore" { // HAMi's opt-out, of the mutation only
+		return allow
 	}
 	deny := func(msg string) *admissionv1.AdmissionResponse {
 		return &admissionv1.AdmissionResponse{UID: req.UID, Result: &metav1.Status{Code: http.StatusForbidden, Reason: metav1.StatusReasonForbidden, Message: msg}}

@@ -157,13 +157,15 @@ func cutEllipsis(s string) (string, bool) {
 	return s, false
 }
 
-// TestAdmitOtherObjects: only pod creations are looked at.
+// TestAdmitOtherObjects: only pod creations are mutated; an update that leaves the allocation
+// annotations alone is allowed unchanged.
 func TestAdmitOtherObjects(t *testing.T) {
 	t.Parallel()
 	e := newWebhookExtender(t, Options{})
 	for _, req := range []*admissionv1.AdmissionRequest{
 		{UID: "a", Kind: metav1.GroupVersionKind{Kind: "Deployment"}, Operation: admissionv1.Create},
-		{UID: "b", Kind: metav1.GroupVersionKind{Kind: "Pod"}, Operation: admissionv1.Update, Object: runtime.RawExtension{Raw: []byte("{")}},
+		{UID: "b", Kind: metav1.GroupVersionKind{Kind: "Pod"}, Operation: admissionv1.Update, Object: runtime.RawExtension{Raw: []byte(`{"spec":{}}`)},
+			OldObject: runtime.RawExtension{Raw: []byte(`{}`)}},
 	} {
 		if resp := e.Admit(t.Context(), req); !resp.Allowed || resp.Patch != nil || resp.UID != req.UID {
 			t.Errorf("%s: %+v", req.Kind.Kind, resp)

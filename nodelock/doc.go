@@ -9,8 +9,8 @@
 // owner. [Parse] reads both exactly as HAMi does (three comma-separated parts, or one) and
 // [Lock.String] writes them; this package writes the time in UTC, HAMi in its local zone,
 // and each reads the other's. A lock is expired when it is older than the timeout (HAMi's
-// --node-lock-timeout, 5 min: [DefaultTimeout]); an expired lock, or one whose pod no longer
-// exists, may be taken over by anyone. Every write is a JSON merge patch of this one key
+// --node-lock-timeout, 5 min: [DefaultTimeout]); an expired lock, or one whose owner no
+// longer holds it (see Takeover), may be taken over by anyone. Every write is a JSON merge patch of this one key
 // carrying the resourceVersion that was read:
 //
 //	{"metadata":{"annotations":{"hami.io/mutex.lock":"<value>"},"resourceVersion":"<rv>"}}
@@ -28,9 +28,28 @@
 // ([Locker.Release]), or on an Allocate error. When the bind fails, the scheduler removes
 // it. Release only removes the caller's own lock; [Locker.ForceRelease] removes any;
 // [Locker.ReleaseIf] removes a lock only while its value is still the one a person was shown
-// (a repair of a stale lock; otherwise [ErrChanged]). The
-// value names a pod by namespace and name only, so a pod deleted and created again under
-// the same name (a StatefulSet's) counts as the lock's owner, as in HAMi.
+// (a repair of a stale lock; otherwise [ErrChanged]). The value names a pod by namespace and
+// name only, so a pod deleted and created again under the same name counts as the lock's
+// owner only while it was created before the lock (see Takeover).
+//
+// # Takeover
+//
+// [Locker.Acquire] takes over, at once and whatever the lock's age, a lock whose owner no
+// longer holds it:
+//
+//   - the owner pod does not exist (GET answers NotFound), as HAMi does;
+//   - the owner finished: phase Succeeded or Failed (an admission failure at the kubelet, an
+//     eviction, a completed pod). Its device plugin will never allocate it, and HAMi blocks
+//     the node until the 5-minute expiry (HAMi PR #3047, not in v2.10.0);
+//   - the pod of that name was created after the lock time: another pod under the same name
+//     (a StatefulSet's pod deleted and created again), which kube-scheduler has not bound.
+//     The creation time is the API server's and the lock time the writer's clock, both in
+//     whole seconds; a pod created in the lock's second still counts as the owner.
+//
+// The takeover is one merge patch conditional on the resourceVersion read, like every write,
+// and the value written is an ordinary lock: the wire format does not change. The reason is
+// logged ("Took over node lock", reason "owner pod not found", "owner pod finished", "owner
+// pod created after the lock: another pod under the same name").
 //
 // # Waiting for a lock
 //
@@ -117,6 +136,9 @@
 //
 // Only where HAMi gets stuck for good or loses a lock; the wire format is the same.
 //
+//   - A finished owner (Succeeded, Failed) or another pod created under the owner's name after
+//     the lock gives the lock up at once (see Takeover); HAMi v2.10.0 waits for the timeout.
+//
 //   - An unreadable lock value (say "not-a-time,default") does not block a node forever.
 //     HAMi's LockNode returns the parse error on every bind and its device plugin fails
 //     every Allocate, until someone deletes the annotation by hand. Acquire takes such a
@@ -124,6 +146,7 @@
 //     key that the API server recorded in metadata.managedFields (the value was written at
 //     or before it), and at once when no write is recorded; until then it returns
 //     [ErrLocked] wrapping the [*MalformedError].
+//
 //   - A takeover is one conditional write that replaces the old value, so a lock that
 //     another scheduler took in the meantime is never lost. HAMi removes the old lock and
 //     then sets its own; its forced removal reads the Node again on every try and removes

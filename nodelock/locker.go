@@ -65,9 +65,10 @@ type Options struct {
 	// someone else's lock at a release, an unreadable value, which needs managedFields) is
 	// read again with a GET before it is answered. Default: nil, every read is a GET.
 	Nodes corev1listers.NodeLister
-	// Pods, when set, is an informer's lister that tells whether a lock's owner exists: a pod
-	// found there counts as existing without a request, one not found there is looked up
-	// with a GET (the informer may not have delivered it yet). Default: nil, a GET.
+	// Pods, when set, is an informer's lister that tells whether a lock's owner still holds
+	// it: a pod found there is judged from that copy without a request (its phase and
+	// creation time, see the package documentation's Takeover), one not found there is
+	// looked up with a GET (the informer may not have delivered it yet). Default: nil, a GET.
 	Pods corev1listers.PodLister
 }
 
@@ -121,8 +122,10 @@ func (l *Locker) Timeout() time.Duration { return l.timeout }
 //
 //   - without a lock, writes "<now>,<namespace>,<pod>";
 //   - with pod's own unexpired lock, succeeds without a write (HAMi master's re-lock);
-//   - with a lock older than the timeout, or one whose pod no longer exists (GET pod answers
-//     NotFound), takes it over, logging who held it;
+//   - with a lock older than the timeout, or one whose owner no longer holds it, takes it
+//     over, logging who held it and why: the owner pod does not exist (GET pod answers
+//     NotFound), it finished (phase Succeeded or Failed), or the pod of that name was created
+//     after the lock time (another pod under the same name);
 //   - with an unreadable value, takes it over once the latest write of the key that the API
 //     server recorded (managedFields) is older than the timeout, at once when none is recorded;
 //   - otherwise returns a [*LockedError] (errors.Is [ErrLocked]) whose message starts with
@@ -198,14 +201,13 @@ func (l *Locker) tryAcquire(ctx context.Context, logger klog.Logger, node string
 	case age > l.timeout:
 		reason = "expired"
 	case parseErr == nil && named && owner != pod:
-		gone, err := l.podGone(ctx, owner)
-		if err != nil {
+		var err error
+		if reason, err = l.ownerGone(ctx, owner, held.Time); err != nil {
 			return err
 		}
-		if !gone {
+		if reason == "" {
 			return locked
 		}
-		reason = "owner pod not found"
 	default: // a lock without an owner to check, or unreadable, and not expired
 		return locked
 	}
@@ -395,22 +397,48 @@ func (l *Locker) getNode(ctx context.Context, node string) (*corev1.Node, error)
 	return n, nil
 }
 
-// podGone reports whether the pod does not exist.
-func (l *Locker) podGone(ctx context.Context, pod types.NamespacedName) (bool, error) {
+// Reasons a lock's owner no longer holds it, as logged at a takeover.
+const (
+	reasonOwnerNotFound = "owner pod not found"
+	reasonOwnerFinished = "owner pod finished"
+	reasonOwnerReplaced = "owner pod created after the lock: another pod under the name"
+)
+
+// ownerGone returns why the pod a lock taken at lockTime names no longer holds it, "" when
+// it does: the pod does not exist, it finished (phase Succeeded or Failed: it will never be
+// allocated), or the pod of that name was created after the lock was taken (it is another
+// pod under the same name, which kube-scheduler has not bound yet). A copy in Options.Pods
+// decides the same way without a request (each answer holds for any later state of the pod:
+// a phase never leaves Succeeded or Failed, a creation time never changes); a pod not found
+// there is looked up with a GET.
+func (l *Locker) ownerGone(ctx context.Context, owner types.NamespacedName, lockTime time.Time) (string, error) {
 	if l.pods != nil {
-		if _, err := l.pods.Pods(pod.Namespace).Get(pod.Name); err == nil {
-			return false, nil
+		if p, err := l.pods.Pods(owner.Namespace).Get(owner.Name); err == nil {
+			return ownerState(p, lockTime), nil
 		}
 	}
-	_, err := l.client.Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+	p, err := l.client.Pods(owner.Namespace).Get(ctx, owner.Name, metav1.GetOptions{})
 	switch {
 	case err == nil:
-		return false, nil
+		return ownerState(p, lockTime), nil
 	case apierrors.IsNotFound(err):
-		return true, nil
+		return reasonOwnerNotFound, nil
 	default:
-		return false, &APIError{Verb: "get", Resource: "pod", Name: pod.String(), Err: err}
+		return "", &APIError{Verb: "get", Resource: "pod", Name: owner.String(), Err: err}
 	}
+}
+
+// ownerState is ownerGone for a pod that exists. The creation time is the API server's, the
+// lock time the locker's clock, both in whole seconds: a pod created in the second of the
+// lock, or with a clock behind the locker's, still counts as the owner.
+func ownerState(p *corev1.Pod, lockTime time.Time) string {
+	switch {
+	case p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed:
+		return reasonOwnerFinished
+	case !p.CreationTimestamp.IsZero() && p.CreationTimestamp.Time.Truncate(time.Second).After(lockTime):
+		return reasonOwnerReplaced
+	}
+	return ""
 }
 
 // lockPatch is the merge patch of the lock key, in HAMi's field order:

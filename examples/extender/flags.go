@@ -19,6 +19,9 @@ import (
 // flags are HAMi's scheduler flags that this program reads, with HAMi's names and defaults.
 type flags struct {
 	httpBind, certFile, keyFile, kubeconfig     string
+	clientCAFile                                string
+	allowedClientNames                          []string
+	trustedUsers, trustedGroups                 []string
 	metricsBind                                 string
 	legacyMetrics                               bool
 	schedulerName, leaseName, leaseNamespace    string
@@ -40,6 +43,10 @@ func newFlags(fs *pflag.FlagSet) *flags {
 	fs.BoolVar(&f.legacyMetrics, "legacy-metrics", false, "also serve HAMi's legacy metric names (GPUDeviceMemoryLimit, nodeGPUOverview, vGPUMemoryAllocated, QuotaUsed, …) beside the current ones")
 	fs.StringVar(&f.certFile, "cert_file", "", "TLS certificate (HTTPS, as the webhook needs); empty serves plain HTTP")
 	fs.StringVar(&f.keyFile, "key_file", "", "TLS private key")
+	fs.StringVar(&f.clientCAFile, "client_ca_file", "", "CA bundle (PEM) that clients' certificates must chain to: with it, /filter, /bind and /webhook accept only clients presenting such a certificate (kube-scheduler's extender tlsConfig, the API server's webhook client certificate), refused at the TLS handshake otherwise; needs --cert_file; the probes are then served on --metrics-bind-address")
+	fs.StringSliceVar(&f.allowedClientNames, "allowed_client_names", nil, "common names a client certificate may have (comma-separated, e.g. kube-scheduler's and the API server's); empty: any certificate of --client_ca_file")
+	fs.StringSliceVar(&f.trustedUsers, "trusted_users", extender.DefaultTrustedUsers, "users (admission userInfo.username) the webhook lets change a pod's allocation annotations: the scheduler's and the node agent's ServiceAccounts; empty (--trusted_users=): none")
+	fs.StringSliceVar(&f.trustedGroups, "trusted_groups", extender.DefaultTrustedGroups, "groups whose members the webhook lets change a pod's allocation annotations; empty (--trusted_groups=): none")
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file; empty means in-cluster")
 	fs.StringVar(&f.schedulerName, "scheduler-name", extender.DefaultSchedulerName, "scheduler name the webhook gives GPU pods")
 	fs.BoolVar(&f.forceOverwriteDefaultScheduler, "force-overwrite-default-scheduler", true, "the webhook overwrites schedulerName default-scheduler")

@@ -81,14 +81,18 @@ func run(ctx context.Context, client, eventClient kubernetes.Interface, f *flags
 	// HAMi's /metrics: a registry of its own (no Go or process collectors, as HAMi), HAMi's
 	// families beside the SDK's hamireg_* ones.
 	reg := prometheus.NewRegistry()
+	tlsCfg, err := f.tlsConfig()
+	if err != nil {
+		return err
+	}
 	ext, err := extender.New(client, cache, extender.Options{Config: f.config(), Vendor: f.vendor(), SchedulerName: f.schedulerName,
-		Registerer: reg, LegacyMetrics: f.legacyMetrics,
+		Registerer: reg, LegacyMetrics: f.legacyMetrics, TrustedUsers: nonNil(f.trustedUsers), TrustedGroups: nonNil(f.trustedGroups),
 		KeepDefaultScheduler: !f.forceOverwriteDefaultScheduler, NodeLockTimeout: f.nodeLockTimeout, NodeLockWait: f.nodeLockWait, EventRecorder: recorder,
 		Pods: factory.Core().V1().Pods(), Nodes: factory.Core().V1().Nodes().Lister()})
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: ext.Handler(), BaseContext: func(net.Listener) context.Context { return ctx }}
+	srv := &http.Server{Handler: ext.Handler(), TLSConfig: tlsCfg, BaseContext: func(net.Listener) context.Context { return ctx }}
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
 	var wg sync.WaitGroup
@@ -102,6 +106,9 @@ func run(ctx context.Context, client, eventClient kubernetes.Interface, f *flags
 	if metricsLn != nil {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		// The probes here too: the kubelet presents no client certificate.
+		mux.Handle(extender.PathHealthz, ext.Handler())
+		mux.Handle(extender.PathReadyz, ext.Handler())
 		msrv := &http.Server{Handler: mux, BaseContext: func(net.Listener) context.Context { return ctx }}
 		wg.Go(func() {
 			if err := msrv.Serve(metricsLn); !errors.Is(err, http.ErrServerClosed) {
@@ -111,7 +118,8 @@ func run(ctx context.Context, client, eventClient kubernetes.Interface, f *flags
 		wg.Go(func() { <-ctx.Done(); _ = msrv.Shutdown(context.WithoutCancel(ctx)) })
 		klog.FromContext(ctx).Info("Metrics listening", "address", metricsLn.Addr().String())
 	}
-	klog.FromContext(ctx).Info("Scheduler extender listening", "address", ln.Addr().String(), "tls", f.certFile != "")
+	klog.FromContext(ctx).Info("Scheduler extender listening", "address", ln.Addr().String(), "tls", f.certFile != "",
+		"clientCertificates", tlsCfg != nil, "allowedClientNames", f.allowedClientNames)
 	if f.certFile != "" {
 		err = srv.ServeTLS(ln, f.certFile, f.keyFile)
 	} else {
@@ -124,4 +132,13 @@ func run(ctx context.Context, client, eventClient kubernetes.Interface, f *flags
 		return nil
 	}
 	return err
+}
+
+// nonNil is s, or an empty list for nil: an empty flag (--trusted_users=) trusts nobody, where a
+// nil Option would mean the defaults.
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
 }

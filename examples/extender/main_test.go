@@ -129,9 +129,31 @@ func TestManifests(t *testing.T) {
 			t.Errorf("%s is not a managed resource ignored by the scheduler (%v)", name, managed)
 		}
 	}
-	if wh := find[*admissionMutating](objs, "hami-webhook"); wh == nil || len(wh.Webhooks) != 1 || wh.Webhooks[0].ClientConfig.Service == nil ||
+	wh := find[*admissionMutating](objs, "hami-webhook")
+	if wh == nil || len(wh.Webhooks) != 1 || wh.Webhooks[0].ClientConfig.Service == nil ||
 		wh.Webhooks[0].ClientConfig.Service.Path == nil || *wh.Webhooks[0].ClientConfig.Service.Path != extender.PathWebhook {
-		t.Errorf("webhook configuration %+v", wh)
+		t.Fatalf("webhook configuration %+v", wh)
+	}
+	// Trust: every pod's creations and updates are sent, whatever its labels.
+	hook := wh.Webhooks[0]
+	if hook.ObjectSelector != nil && (len(hook.ObjectSelector.MatchLabels) > 0 || len(hook.ObjectSelector.MatchExpressions) > 0) {
+		t.Errorf("webhook objectSelector %+v lets a pod skip the allocation annotation guard", hook.ObjectSelector)
+	}
+	if len(hook.Rules) != 1 || !slices.Contains(hook.Rules[0].Operations, admissionregistrationv1.Create) ||
+		!slices.Contains(hook.Rules[0].Operations, admissionregistrationv1.Update) || !slices.Equal(hook.Rules[0].Resources, []string{"pods"}) {
+		t.Errorf("webhook rules %+v, want pods CREATE and UPDATE", hook.Rules)
+	}
+	// The client certificates: kube-scheduler presents one, the probes are on a port without.
+	if f.clientCAFile == "" || !slices.Equal(f.allowedClientNames, []string{"kube-scheduler", "kube-apiserver"}) {
+		t.Errorf("--client_ca_file %q, --allowed_client_names %v", f.clientCAFile, f.allowedClientNames)
+	}
+	if x.TLSConfig == nil || x.TLSConfig.Insecure || x.TLSConfig.CertFile == "" || x.TLSConfig.KeyFile == "" || x.TLSConfig.CAFile == "" {
+		t.Errorf("extender tlsConfig %+v, want a verified server and a client certificate", x.TLSConfig)
+	}
+	for _, p := range []*corev1.Probe{ext.LivenessProbe, ext.ReadinessProbe} {
+		if p != nil && p.HTTPGet != nil && p.HTTPGet.Port.String() != "metrics" {
+			t.Errorf("probe on port %s: the kubelet has no client certificate for --http_bind", p.HTTPGet.Port.String())
+		}
 	}
 }
 

@@ -265,7 +265,7 @@ func standInPod(name string, template corev1.PodTemplateSpec, node string) *core
 }
 
 // startExtender runs examples/extender with the Deployment's arguments (plain HTTP on a free
-// loopback port instead of TLS on 443), as the ServiceAccount hami-scheduler and with the
+// loopback port instead of TLS on 443 with client certificates), as the ServiceAccount hami-scheduler and with the
 // scheduler Pod's host name, which its leader election follows.
 func (q *quickstart) startExtender(ctx context.Context) error {
 	t := time.Now()
@@ -291,8 +291,9 @@ func (q *quickstart) startExtender(ctx context.Context) error {
 	metricsSet := false
 	for _, a := range ctr.Args {
 		switch {
-		case strings.HasPrefix(a, "--http_bind=") || strings.HasPrefix(a, "--cert_file=") || strings.HasPrefix(a, "--key_file="):
-			continue
+		case strings.HasPrefix(a, "--http_bind=") || strings.HasPrefix(a, "--cert_file=") || strings.HasPrefix(a, "--key_file=") ||
+			strings.HasPrefix(a, "--client_ca_file=") || strings.HasPrefix(a, "--allowed_client_names="):
+			continue // plain HTTP here: no serving certificate, so no client certificates either
 		case strings.HasPrefix(a, "--metrics-bind-address="): // the Pod's :9395, a free loopback port here
 			metricsSet = true
 			if a != "--metrics-bind-address=" { // empty: no /metrics

@@ -42,10 +42,10 @@ const (
 )
 
 // schedulerConfig is deploy/scheduler-config.yaml's KubeSchedulerConfiguration for this test
-// cluster: the extender at https://127.0.0.1:port (TLS as in the file), the Lease in
+// cluster: the extender at https://127.0.0.1:port (verified with caPEM), the Lease in
 // namespace ns, and short leader-election durations; profiles, extender verbs and managed
 // resources are the file's.
-func schedulerConfig(tb testing.TB, ns string, port int) *kubeschedulerconfigv1.KubeSchedulerConfiguration {
+func schedulerConfig(tb testing.TB, ns string, port int, caPEM []byte) *kubeschedulerconfigv1.KubeSchedulerConfiguration {
 	tb.Helper()
 	cm := manifest[*corev1.ConfigMap](tb, "scheduler-config.yaml", "hami-scheduler-config")
 	cfg, err := manifests.SchedulerConfig(cm)
@@ -56,6 +56,10 @@ func schedulerConfig(tb testing.TB, ns string, port int) *kubeschedulerconfigv1.
 		tb.Fatalf("deploy/scheduler-config.yaml: want one extender and leader election: %+v", cfg)
 	}
 	cfg.Extenders[0].URLPrefix = "https://127.0.0.1:" + strconv.Itoa(port)
+	// The file's tlsConfig names the pod's Secrets: verify the test's serving certificate
+	// instead, without a client certificate (these extenders require none; test/e2e/attack
+	// covers them).
+	cfg.Extenders[0].TLSConfig = &kubeschedulerconfigv1.ExtenderTLSConfig{CAData: caPEM}
 	le := &cfg.LeaderElection
 	le.ResourceNamespace = ns
 	le.LeaseDuration = metav1.Duration{Duration: leaseDuration}
@@ -122,7 +126,7 @@ func TestTwoReplicasOnlyLeaderWritesFailover(t *testing.T) {
 	}
 
 	startScheduler := func(p *pair) {
-		s, err := cp.StartScheduler(ctx, envtest.SchedulerOptions{Config: schedulerConfig(t, ns, p.port), Hostname: p.host})
+		s, err := cp.StartScheduler(ctx, envtest.SchedulerOptions{Config: schedulerConfig(t, ns, p.port, cert.caPEM), Hostname: p.host})
 		if err != nil {
 			t.Fatalf("start kube-scheduler %s: %v", p.host, err)
 		}

@@ -186,6 +186,13 @@ func extenderArgs(tb testing.TB, set map[string]string) []string {
 	if _, ok := set["metrics-bind-address"]; !ok { // the Deployment's :9395 is one port for every test binary at once
 		set["metrics-bind-address"] = "127.0.0.1:" + strconv.Itoa(harness.FreePort(tb))
 	}
+	// The Deployment's client CA is a Secret's file: these tests call the extender without
+	// client certificates (test/e2e/attack covers them).
+	for _, name := range []string{"client_ca_file", "allowed_client_names"} {
+		if _, ok := set[name]; !ok {
+			set[name] = ""
+		}
+	}
 	var out []string
 	done := map[string]bool{}
 	for _, a := range args {

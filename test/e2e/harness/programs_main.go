@@ -25,10 +25,17 @@ type Programs struct {
 // watches); both programs are built, with the race detector when race is set (the package's
 // race build tag), and use gets the control plane and the programs.
 func MainWithPrograms(m *testing.M, race bool, use func(*ControlPlane, Programs)) {
+	MainWithProgramsOptions(m, race, envtest.Options{}, use)
+}
+
+// MainWithProgramsOptions is MainWithPrograms with the control plane's options, e.g. more
+// kube-apiserver flags (an admission configuration), which come after --request-timeout=5s.
+func MainWithProgramsOptions(m *testing.M, race bool, opts envtest.Options, use func(*ControlPlane, Programs)) {
 	if code, child := kubeletpeer.RunIfChild(context.Background()); child {
 		os.Exit(code)
 	}
-	Main(m, envtest.Options{APIServerFlags: []string{"--request-timeout=5s"}}, func(c *ControlPlane) {
+	opts.APIServerFlags = append([]string{"--request-timeout=5s"}, opts.APIServerFlags...)
+	Main(m, opts, func(c *ControlPlane) {
 		var p Programs
 		p.DevicePlugin, p.DevicePluginErr = BuildProgram(filepath.Join(c.Dir(), "deviceplugin"), "./examples/deviceplugin", race)
 		p.Extender, p.ExtenderErr = BuildProgram(filepath.Join(c.Dir(), "extender"), "./examples/extender", race)
