@@ -17,7 +17,11 @@
 //  2. creates a pod asking for 2 GPUs with 10 GiB and 30 % cores each, with the annotation
 //     hami.io/gpu-scheduler-policy: topology-aware, and shows kube-scheduler's choice (the
 //     best-scored pair), the pod annotations, the environment the device plugin returned to
-//     the kubelet's Allocate, and the node lock released;
+//     the kubelet's Allocate, and the node lock released; then asks the extender's /filter
+//     the way a Cluster Autoscaler simulating a scale-up does (whole Node objects in
+//     ExtenderArgs.Nodes: a template of the node and one without the register annotation)
+//     for a pod no node of the cluster can hold, and shows the template fit, the other
+//     "node unregistered", and that nothing was written (the pod's resourceVersion, no Events);
 //  3. creates a namespace with a ResourceQuota of 20000 MiB of GPU memory
 //     (limits.nvidia.com/gpumem), a pod under it, which is placed, and one over it, which
 //     stays Pending with the extender's FilteringFailed and ResourceQuotaNotFit Events;
