@@ -17,7 +17,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
-	"k8s.io/client-go/tools/record"
 
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/internal/vectors"
@@ -161,17 +160,7 @@ func runQuotaVector(t *testing.T, v quotaVector, cfg allocation.Config, withRefi
 	var run quotaRun
 	synctest.Test(t, func(t *testing.T) {
 		in := v.Input
-		objs := nodeObjects(in.Nodes)
-		for _, q := range in.Quotas {
-			objs = append(objs, q.object())
-		}
-		for _, p := range in.ExistingPods {
-			objs = append(objs, p.pod(t))
-		}
-		rec := record.NewFakeRecorder(1000)
-		e := setupWithNodes(t, Options{Config: cfg, EventRecorder: rec}, objs...)
-		e.rec = rec
-		e.run()
+		e := vectorCluster(t, cfg, in.Nodes, in.Quotas, in.ExistingPods)
 		pod := in.Pod.pod(t)
 		created := map[string]bool{}
 		ensure := func(p *corev1.Pod) {

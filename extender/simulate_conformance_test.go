@@ -21,7 +21,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	k8stesting "k8s.io/client-go/testing"
-	"k8s.io/client-go/tools/record"
 
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
@@ -209,17 +208,7 @@ func runSimVector(t *testing.T, v simVector, cfg allocation.Config, viaHTTP bool
 	var run simRun
 	synctest.Test(t, func(t *testing.T) {
 		in := v.Input
-		objs := nodeObjects(in.Nodes)
-		for _, q := range in.Quotas {
-			objs = append(objs, q.object())
-		}
-		for _, p := range in.ExistingPods {
-			objs = append(objs, p.pod(t))
-		}
-		rec := record.NewFakeRecorder(1000)
-		e := setupWithNodes(t, Options{Config: cfg, EventRecorder: rec}, objs...)
-		e.rec = rec
-		e.run()
+		e := vectorCluster(t, cfg, in.Nodes, in.Quotas, in.ExistingPods)
 		pod := in.Pod.pod(t)
 		created := false
 		for _, s := range in.Steps {

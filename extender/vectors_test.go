@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
@@ -79,4 +80,22 @@ func nodeObjects(nodes []vectorNode) []runtime.Object {
 		objs = append(objs, node)
 	}
 	return objs
+}
+
+// vectorCluster starts the extender on a vector's cluster as HAMi's vector harness builds it:
+// the registered nodes, the ResourceQuotas and the existing pods, every Event recorded in e.rec.
+func vectorCluster(t *testing.T, cfg allocation.Config, nodes []vectorNode, quotas []quotaSpec, pods []vectorPod) *env {
+	t.Helper()
+	objs := nodeObjects(nodes)
+	for _, q := range quotas {
+		objs = append(objs, q.object())
+	}
+	for _, p := range pods {
+		objs = append(objs, p.pod(t))
+	}
+	rec := record.NewFakeRecorder(1000)
+	e := setupWithNodes(t, Options{Config: cfg, EventRecorder: rec}, objs...)
+	e.rec = rec
+	e.run()
+	return e
 }

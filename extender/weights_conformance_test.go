@@ -12,7 +12,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	k8stesting "k8s.io/client-go/testing"
-	"k8s.io/client-go/tools/record"
 
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
@@ -75,14 +74,7 @@ func runWeightsVector(t *testing.T, v weightsVector, cfg allocation.Config) weig
 	var run weightsRun
 	synctest.Test(t, func(t *testing.T) {
 		in := v.Input
-		objs := nodeObjects(in.Nodes)
-		for _, p := range in.ExistingPods {
-			objs = append(objs, p.pod(t))
-		}
-		rec := record.NewFakeRecorder(1000)
-		e := setupWithNodes(t, Options{Config: cfg, EventRecorder: rec}, objs...)
-		e.rec = rec
-		e.run()
+		e := vectorCluster(t, cfg, in.Nodes, nil, in.ExistingPods)
 		pod := in.Pod.pod(t)
 		run.Webhook = admitQuota(t, e, pod)
 		e.create(pod)
