@@ -24,12 +24,21 @@ import (
 func fuzzHandler(f *testing.F) (context.Context, http.Handler) {
 	f.Helper()
 	client := fake.NewClientset(registered("n", 2, 23028), gpuNode("x", "[null]", 1), gpuPod("p", map[string]string{"nvidia.com/gpu": "1"}))
+	ctx, e := fuzzExtender(f, client, Options{MaxBodyBytes: 1 << 16})
+	return ctx, e.Handler()
+}
+
+// fuzzExtender is a ready extender over client (its node cache and pod informer from client),
+// stopped and joined at the end of the fuzz target.
+func fuzzExtender(f *testing.F, client *fake.Clientset, opts Options) (context.Context, *Extender) {
+	f.Helper()
 	factory := informers.NewSharedInformerFactory(client, 0)
 	c, err := schedcache.New(factory.Core().V1().Nodes(), schedcache.Options{})
 	if err != nil {
 		f.Fatal(err)
 	}
-	e, err := New(client, c, Options{Pods: factory.Core().V1().Pods(), MaxBodyBytes: 1 << 16})
+	opts.Pods = factory.Core().V1().Pods()
+	e, err := New(client, c, opts)
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -49,7 +58,7 @@ func fuzzHandler(f *testing.F) (context.Context, http.Handler) {
 	case <-time.After(30 * time.Second):
 		f.Fatal("extender not ready")
 	}
-	return ctx, e.Handler()
+	return ctx, e
 }
 
 const fuzzPod = `{"metadata":{"namespace":"default","name":"p","uid":"uid-p"},"spec":{"containers":[{"name":"c","resources":{"limits":{"nvidia.com/gpu":"1","nvidia.com/gpumem":"3000"}}}]}}`

@@ -53,21 +53,8 @@ type webhookResult struct {
 }
 
 type quotaVector struct {
-	Name  string `json:"name"`
-	Input struct {
-		Config       vectorConfig `json:"config"`
-		Quotas       []quotaSpec  `json:"quotas"`
-		Nodes        []vectorNode `json:"nodes"`
-		ExistingPods []vectorPod  `json:"existing_pods"`
-		Steps        []struct {
-			Op        string     `json:"op"`
-			Pod       *vectorPod `json:"pod"`
-			Quota     *quotaSpec `json:"quota"`
-			NodeNames []string   `json:"node_names"`
-		} `json:"steps"`
-		Pod       vectorPod `json:"pod"`
-		NodeNames []string  `json:"node_names"`
-	} `json:"input"`
+	Name            string            `json:"name"`
+	Input           quotaInput        `json:"input"`
 	WantFitReason   map[string]string `json:"want_fit_reason"`
 	WantNodeNames   []string          `json:"want_node_names"`
 	WantFailedNodes map[string]string `json:"want_failed_nodes"`
@@ -76,6 +63,24 @@ type quotaVector struct {
 	WantQuotaBefore quotaState        `json:"want_quota_before"`
 	WantQuotaAfter  quotaState        `json:"want_quota_after"`
 	WantWebhook     webhookResult     `json:"want_webhook"`
+}
+
+// quotaInput is the input of HAMi's Filter vectors (quota.json's harness, shared by the
+// simulation, weights and sidecar files): the cluster, earlier steps, the pod and the
+// candidate node names.
+type quotaInput struct {
+	Config       vectorConfig `json:"config"`
+	Quotas       []quotaSpec  `json:"quotas"`
+	Nodes        []vectorNode `json:"nodes"`
+	ExistingPods []vectorPod  `json:"existing_pods"`
+	Steps        []struct {
+		Op        string     `json:"op"`
+		Pod       *vectorPod `json:"pod"`
+		Quota     *quotaSpec `json:"quota"`
+		NodeNames []string   `json:"node_names"`
+	} `json:"steps"`
+	Pod       vectorPod `json:"pod"`
+	NodeNames []string  `json:"node_names"`
 }
 
 // quotaRun is what the extender did with a vector.

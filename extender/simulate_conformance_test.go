@@ -32,18 +32,7 @@ import (
 type simVector struct {
 	Name  string `json:"name"`
 	Input struct {
-		Config       vectorConfig `json:"config"`
-		Quotas       []quotaSpec  `json:"quotas"`
-		Nodes        []vectorNode `json:"nodes"`
-		ExistingPods []vectorPod  `json:"existing_pods"`
-		Steps        []struct {
-			Op        string     `json:"op"`
-			Pod       *vectorPod `json:"pod"`
-			Quota     *quotaSpec `json:"quota"`
-			NodeNames []string   `json:"node_names"`
-		} `json:"steps"`
-		Pod          vectorPod    `json:"pod"`
-		NodeNames    []string     `json:"node_names"`
+		quotaInput
 		RequestNodes []vectorNode `json:"request_nodes"`
 	} `json:"input"`
 	WantResult *struct {

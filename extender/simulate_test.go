@@ -1,23 +1,18 @@
 package extender
 
 import (
-	"context"
 	"errors"
 	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
-	"k8s.io/klog/v2"
 
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
-	"github.com/hamireg/hamireg/schedcache"
 )
 
 // simulate calls Filter with whole Nodes and fails the test on any API write or Event.
@@ -212,31 +207,7 @@ func FuzzSimulationNode(f *testing.F) {
 		f.Add(s[0], s[1])
 	}
 	client := fake.NewClientset(registered("n", 1, 23028))
-	factory := informers.NewSharedInformerFactory(client, 0)
-	c, err := schedcache.New(factory.Core().V1().Nodes(), schedcache.Options{})
-	if err != nil {
-		f.Fatal(err)
-	}
-	e, err := New(client, c, Options{Pods: factory.Core().V1().Pods()})
-	if err != nil {
-		f.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(klog.NewContext(f.Context(), klog.Background().V(10))) // quiet
-	done := make(chan struct{}, 2)
-	factory.Start(ctx.Done())
-	go func() { _ = c.Run(ctx); done <- struct{}{} }()
-	go func() { _ = e.Run(ctx); done <- struct{}{} }()
-	f.Cleanup(func() {
-		cancel()
-		<-done
-		<-done
-		factory.Shutdown()
-	})
-	select {
-	case <-e.Ready():
-	case <-time.After(30 * time.Second):
-		f.Fatal("extender not ready")
-	}
+	ctx, e := fuzzExtender(f, client, Options{})
 	pod := gpuPod("p", map[string]string{"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000"})
 	f.Fuzz(func(t *testing.T, register, score string) {
 		node := gpuNode("t", register, 1)
