@@ -24,6 +24,8 @@ type flags struct {
 	trustedUsers, trustedGroups                 []string
 	metricsBind                                 string
 	legacyMetrics                               bool
+	simulationLiveUsage                         bool
+	accounting                                  string
 	schedulerName, leaseName, leaseNamespace    string
 	nodePolicy, gpuPolicy                       string
 	leaderElect, forceOverwriteDefaultScheduler bool
@@ -62,6 +64,8 @@ func newFlags(fs *pflag.FlagSet) *flags {
 	fs.StringToStringVar(&f.nodeSelector, "node-label-selector", nil, "key=value pairs separated by commas: the nodes that may register")
 	fs.Int32Var(&f.defaultMem, "default-mem", 0, "MiB given to a container that asks for no memory (0: the whole GPU)")
 	fs.Int32Var(&f.defaultCores, "default-cores", 0, "core percentage of a container that asks for none")
+	fs.StringVar(&f.accounting, "accounting", "", "how init containers and native sidecars count on a GPU: kubernetes (Kubernetes' rule, KEP-753) or hami (HAMi's own, for a cluster whose GPUs HAMi's scheduler shares); empty: kubernetes")
+	fs.BoolVar(&f.simulationLiveUsage, "simulation-live-usage", false, "a Cluster Autoscaler's /filter with whole Nodes fits a Node that is a registered live node (same name and UID) against what its pods hold (default: every request Node empty, as HAMi v2.10.0)")
 	fs.Int32Var(&f.defaultGPU, "default-gpu", 1, "GPU count the webhook adds to a container that asks for memory or cores only")
 	fs.StringVar(&f.vendorName, "vendor", annotation.VendorNVIDIA, "vendor word of the devices scheduled; a vendor other than NVIDIA gets the generic fit and its keys from annotation.NewVendor (register hami.io/node-<vendor>-register, pod keys hami.io/<vendor>-devices-to-allocate and -allocated); HAMi's own vendors (Ascend, MLU, DCU, …) are refused: HAMi's scheduler fits them")
 	fs.StringVar(&f.vendorResource, "vendor-resource-name", "", "extended resource a pod asks the --vendor's devices with (needed for a vendor other than NVIDIA)")
@@ -85,7 +89,7 @@ func (f *flags) vendor() annotation.Vendor {
 
 func (f *flags) config() allocation.Config {
 	return allocation.Config{NodeSchedulerPolicy: allocation.Policy(f.nodePolicy), GPUSchedulerPolicy: allocation.Policy(f.gpuPolicy),
-		DefaultMemory: f.defaultMem, DefaultCores: f.defaultCores, DefaultGPUNum: f.defaultGPU}
+		DefaultMemory: f.defaultMem, DefaultCores: f.defaultCores, DefaultGPUNum: f.defaultGPU, Accounting: allocation.Accounting(f.accounting)}
 }
 
 func (f *flags) selector() labels.Selector {

@@ -86,7 +86,7 @@ func run(ctx context.Context, client, eventClient kubernetes.Interface, f *flags
 		return err
 	}
 	ext, err := extender.New(client, cache, extender.Options{Config: f.config(), Vendor: f.vendor(), SchedulerName: f.schedulerName,
-		Registerer: reg, LegacyMetrics: f.legacyMetrics, TrustedUsers: nonNil(f.trustedUsers), TrustedGroups: nonNil(f.trustedGroups),
+		Registerer: reg, LegacyMetrics: f.legacyMetrics, SimulationLiveUsage: f.simulationLiveUsage, TrustedUsers: nonNil(f.trustedUsers), TrustedGroups: nonNil(f.trustedGroups),
 		KeepDefaultScheduler: !f.forceOverwriteDefaultScheduler, NodeLockTimeout: f.nodeLockTimeout, NodeLockWait: f.nodeLockWait, EventRecorder: recorder,
 		Pods: factory.Core().V1().Pods(), Nodes: factory.Core().V1().Nodes().Lister()})
 	if err != nil {

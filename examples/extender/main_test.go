@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/extender"
 	"github.com/hamireg/hamireg/internal/manifests"
 	"github.com/hamireg/hamireg/schedcache"
@@ -247,6 +249,38 @@ func TestVendorFlags(t *testing.T) {
 		v := f.vendor()
 		if v.Name != tc.name || v.ResourceName != tc.resource || v.ResourceMemoryName != tc.mem {
 			t.Errorf("%v: vendor %+v, want %s %s %s", tc.args, v, tc.name, tc.resource, tc.mem)
+		}
+	}
+}
+
+func TestAccountingFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		want    allocation.Accounting
+		refused bool
+	}{
+		{nil, allocation.AccountingKubernetes, false},
+		{[]string{"--accounting", "hami"}, allocation.AccountingHAMi, false},
+		{[]string{"--accounting", "kubernetes"}, allocation.AccountingKubernetes, false},
+		{[]string{"--accounting", "k8s"}, "", true},
+	} {
+		fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+		f := newFlags(fs)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		c, err := f.config().WithDefaults()
+		if tc.refused {
+			if !errors.Is(err, allocation.ErrInvalidConfig) {
+				t.Errorf("%v: WithDefaults error %v, want ErrInvalidConfig", tc.args, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		if got := c.EffectiveAccounting(); got != tc.want {
+			t.Errorf("%v: accounting %q, want %q", tc.args, got, tc.want)
 		}
 	}
 }
