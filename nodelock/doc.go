@@ -44,7 +44,8 @@
 //   - the pod of that name was created after the lock time: another pod under the same name
 //     (a StatefulSet's pod deleted and created again), which kube-scheduler has not bound.
 //     The creation time is the API server's and the lock time the writer's clock, both in
-//     whole seconds; a pod created in the lock's second still counts as the owner.
+//     whole seconds; a pod created in the lock's second, or up to 5 s after it (clock skew
+//     between the writer and the API server), still counts as the owner.
 //
 // The takeover is one merge patch conditional on the resourceVersion read, like every write,
 // and the value written is an ordinary lock: the wire format does not change. The reason is

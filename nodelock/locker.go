@@ -428,14 +428,20 @@ func (l *Locker) ownerGone(ctx context.Context, owner types.NamespacedName, lock
 	}
 }
 
+// ownerClockSkew is how far the API server's clock (a pod's creation time) may run ahead of
+// the clock of the lock's writer (the lock time) before a pod created after the lock time
+// counts as another pod under the owner's name. A takeover on a skewed clock would hand a
+// held node to a second pod, so the doubt goes to the owner.
+const ownerClockSkew = 5 * time.Second
+
 // ownerState is ownerGone for a pod that exists. The creation time is the API server's, the
 // lock time the locker's clock, both in whole seconds: a pod created in the second of the
-// lock, or with a clock behind the locker's, still counts as the owner.
+// lock, or up to ownerClockSkew after it, still counts as the owner.
 func ownerState(p *corev1.Pod, lockTime time.Time) string {
 	switch {
 	case p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed:
 		return reasonOwnerFinished
-	case !p.CreationTimestamp.IsZero() && p.CreationTimestamp.Time.Truncate(time.Second).After(lockTime):
+	case !p.CreationTimestamp.IsZero() && p.CreationTimestamp.Time.Truncate(time.Second).After(lockTime.Add(ownerClockSkew)):
 		return reasonOwnerReplaced
 	}
 	return ""

@@ -20,7 +20,8 @@ import (
 // A lock whose owner exists but no longer holds it is taken over at once, in one conditional
 // write, without waiting for the timeout: the owner finished (Succeeded, Failed), or the pod
 // of that name was created after the lock (another pod under the same name). A live owner
-// created before the lock, or in the lock's second, keeps it.
+// created before the lock, in the lock's second, or within the clock skew allowed after it,
+// keeps it.
 func TestAcquireTakesOverAnOwnerThatNoLongerHoldsIt(t *testing.T) {
 	t.Parallel()
 	lockTime := t0.Add(-time.Minute)
@@ -38,7 +39,8 @@ func TestAcquireTakesOverAnOwnerThatNoLongerHoldsIt(t *testing.T) {
 		"pending, no creation time":                    {phase: corev1.PodPending, wantGets: 1},
 		"succeeded":                                    {phase: corev1.PodSucceeded, created: lockTime.Add(-time.Hour), wantLock: mine, wantGets: 1},
 		"failed":                                       {phase: corev1.PodFailed, created: lockTime.Add(-time.Hour), wantLock: mine, wantGets: 1},
-		"another pod under the name, created after":    {phase: corev1.PodPending, created: lockTime.Add(time.Second), wantLock: mine, wantGets: 1},
+		"created within the clock skew after the lock": {phase: corev1.PodPending, created: lockTime.Add(5 * time.Second), wantGets: 1},
+		"another pod under the name, created after":    {phase: corev1.PodPending, created: lockTime.Add(6 * time.Second), wantLock: mine, wantGets: 1},
 		"failed, from the lister: no request":          {phase: corev1.PodFailed, created: lockTime.Add(-time.Hour), lister: true, wantLock: mine},
 		"replaced, from the lister: no request":        {phase: corev1.PodPending, created: lockTime.Add(time.Minute), lister: true, wantLock: mine},
 		"running, from the lister: locked, no request": {phase: corev1.PodRunning, created: lockTime.Add(-time.Hour), lister: true},
