@@ -24,7 +24,13 @@ func TestRegistersAndTracksHealth(t *testing.T) {
 			t.Errorf("registered device %+v: want count %d, healthy, hami-core, an A100 of 40960 MiB, devcore 100", d, split)
 		}
 	}
-	log := f.Plugin.Log(t)
+	// The kubelet counts the devices (ListAndWatch starts while Register is in flight) before
+	// the plugin logs that Register returned: wait for that line.
+	var log string
+	harness.Eventually(t, "the plugin to log its kubelet registration", 10*time.Second, func() bool {
+		log = f.Plugin.Log(t)
+		return strings.Contains(log, "Registered device plugin with the kubelet")
+	})
 	// Both counts: the writes the plugin logged (HAMi's line, before every patch, changing
 	// or not) and the changes a watch of the Node saw (its event may trail the GET).
 	harness.Eventually(t, "the watch to see the annotation", 10*time.Second, func() bool { return f.RegisterChanges() >= 1 })
