@@ -87,35 +87,7 @@ func gpus(n int) []annotation.Device {
 // hour: only the source's Changed notifications make it rescan.
 func start(t *testing.T, cs *fake.Clientset, src nodeagent.Source, k *kubelettest.Kubelet, rec record.EventRecorder) (*nodeagent.Agent, func() error) {
 	t.Helper()
-	_, ctx := ktesting.NewTestContext(t)
-	a, err := nodeagent.New(cs, node, src, nodeagent.Options{
-		Period:        time.Hour,
-		Register:      register.Options{RetryInitial: 10 * time.Millisecond, RetryMax: 20 * time.Millisecond},
-		Kubelet:       kubeletplugin.Options{PluginDir: k.Dir()},
-		EventRecorder: rec,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	stopped := false
-	var runErr error
-	stop := func() error {
-		if !stopped {
-			stopped = true
-			cancel()
-			select {
-			case runErr = <-done:
-			case <-time.After(10 * time.Second):
-				t.Fatal("Run did not return after cancellation")
-			}
-		}
-		return runErr
-	}
-	t.Cleanup(func() { _ = stop() })
-	return a, stop
+	return runAgent(t, cs, src, k, nodeagent.Options{EventRecorder: rec})
 }
 
 // newClientset holds the agent's Node; node patches give it a new resourceVersion, as the API

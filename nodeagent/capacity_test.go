@@ -28,15 +28,17 @@ import (
 	"github.com/hamireg/hamireg/register"
 )
 
-// runAgent runs an agent with opts (the test's kubelet folder, an hour's period) until the
-// test ends; stop cancels it and returns Run's error.
+// runAgent runs an agent with opts (the test's kubelet folder, an hour's period, a fake
+// recorder unless opts has one) until the test ends; stop cancels it and returns Run's error.
 func runAgent(t *testing.T, cs *fake.Clientset, src nodeagent.Source, k *kubelettest.Kubelet, opts nodeagent.Options) (*nodeagent.Agent, func() error) {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	opts.Period = time.Hour
 	opts.Register = register.Options{RetryInitial: 10 * time.Millisecond, RetryMax: 20 * time.Millisecond}
 	opts.Kubelet.PluginDir = k.Dir()
-	opts.EventRecorder = &record.FakeRecorder{}
+	if opts.EventRecorder == nil {
+		opts.EventRecorder = &record.FakeRecorder{}
+	}
 	a, err := nodeagent.New(cs, node, src, opts)
 	if err != nil {
 		t.Fatal(err)
