@@ -350,6 +350,19 @@ func (p *Plugin) PreparedGPUs() map[string][]types.UID {
 	return out
 }
 
+// Claim returns the namespace and name of the prepared claim with UID uid; ok is false for a
+// claim this plugin has not prepared (or has unprepared). The node monitor uses it to tie the
+// claim's HAMi-core region (<HookPath>/vgpu/claims/<uid>/) to the pods that use the claim.
+func (p *Plugin) Claim(uid types.UID) (claim types.NamespacedName, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c, ok := p.claims[uid]
+	if !ok {
+		return types.NamespacedName{}, false
+	}
+	return types.NamespacedName{Namespace: c.Namespace, Name: c.Name}, true
+}
+
 func containsUID(uids []types.UID, uid types.UID) bool {
 	for _, u := range uids {
 		if u == uid {

@@ -349,6 +349,12 @@ func TestPrepareIdempotentAndRestart(t *testing.T) {
 	if got := q.PreparedGPUs(); len(got) != 2 {
 		t.Errorf("restarted PreparedGPUs %v", got)
 	}
+	if got, ok := q.Claim(claim.UID); !ok || got.Namespace != claim.Namespace || got.Name != claim.Name {
+		t.Errorf("Claim(%s) = %v, %v; want %s/%s", claim.UID, got, ok, claim.Namespace, claim.Name)
+	}
+	if _, ok := q.Claim("never-prepared"); ok {
+		t.Error("Claim of an unknown UID is ok")
+	}
 	q.SetDevices(testGPUs(), testDevices(t, opts.Profile, testGPUs()))
 	if diff := cmp.Diff(first, prepare(t, q, claim)[claim.UID]); diff != "" {
 		t.Errorf("prepare after restart differs:\n%s", diff)

@@ -143,6 +143,10 @@ func (w *World) SetDevices(ctx context.Context, devices []annotation.Device, pci
 // PreparedGPUs implements nodeagent.DRA: the plugin's prepared claims by GPU UUID.
 func (w *World) PreparedGPUs() map[string][]types.UID { return w.plugin.PreparedGPUs() }
 
+// Claim returns the namespace and name of a claim the world has prepared (see
+// draplugin.Plugin.Claim): it is the node monitor's monitor.Claims.
+func (w *World) Claim(uid types.UID) (types.NamespacedName, bool) { return w.plugin.Claim(uid) }
+
 // Run implements nodeagent.DRA: it runs the DRA plugin until ctx ends, with host's view of
 // the node for the ownership check at Prepare.
 func (w *World) Run(ctx context.Context, host nodeagent.DRAHost) error {
