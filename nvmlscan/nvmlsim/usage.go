@@ -33,9 +33,11 @@ var ErrUnknownQuery = errors.New("unknown simulated NVML query")
 // gpuUsage is the live usage of one simulated GPU. Every field is guarded by Node.usageMu.
 type gpuUsage struct {
 	// used is the memory in use set by SetMemoryUsed; nil means the sum of the processes'.
-	used  *uint64
-	total uint64
-	name  string
+	used *uint64
+	// total is the memory set by SetMemoryTotal; nil means the server device's MemoryInfo.Total.
+	total *uint64
+	// name is the name set by SetName; nil means the server device's.
+	name  *string
 	util  nvml.Utilization
 	procs []nvml.ProcessInfo
 	// ret holds the answers SetReturn replaced; a query not in it answers normally.
@@ -46,7 +48,7 @@ type gpuUsage struct {
 // GetComputeRunningProcesses, and the SetReturn overrides of GetName and GetUUID.
 func (n *Node) wireUsage(i int) {
 	d := n.Device(i)
-	n.usage[i] = &gpuUsage{total: d.MemoryInfo.Total, name: d.Config.Name, ret: map[Query]nvml.Return{}}
+	n.usage[i] = &gpuUsage{ret: map[Query]nvml.Return{}}
 	d.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
 		n.usageMu.Lock()
 		defer n.usageMu.Unlock()
@@ -54,15 +56,18 @@ func (n *Node) wireUsage(i int) {
 		if ret, ok := u.ret[QueryMemoryInfo]; ok {
 			return nvml.Memory{}, ret
 		}
-		used := u.processMemory()
+		used, total := u.processMemory(), d.MemoryInfo.Total
 		if u.used != nil {
 			used = *u.used
 		}
-		var free uint64
-		if used < u.total {
-			free = u.total - used
+		if u.total != nil {
+			total = *u.total
 		}
-		return nvml.Memory{Total: u.total, Free: free, Used: used}, nvml.SUCCESS
+		var free uint64
+		if used < total {
+			free = total - used
+		}
+		return nvml.Memory{Total: total, Free: free, Used: used}, nvml.SUCCESS
 	}
 	d.GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) {
 		mig := n.migEnabled(i)
@@ -91,12 +96,16 @@ func (n *Node) wireUsage(i int) {
 		if ret, ok := n.answer(i, QueryName); ok {
 			return "", ret
 		}
-		if _, ret := getName(); ret != nvml.SUCCESS {
+		name, ret := getName()
+		if ret != nvml.SUCCESS {
 			return "", ret
 		}
 		n.usageMu.Lock()
 		defer n.usageMu.Unlock()
-		return n.usage[i].name, nvml.SUCCESS
+		if set := n.usage[i].name; set != nil {
+			return *set, nvml.SUCCESS
+		}
+		return name, nvml.SUCCESS
 	}
 	getUUID := d.GetUUIDFunc
 	d.GetUUIDFunc = func() (string, nvml.Return) {
@@ -171,17 +180,18 @@ func (n *Node) SetMemoryUsed(i int, bytes uint64) {
 	n.update(i, func(u *gpuUsage) { u.used = &bytes })
 }
 
-// SetMemoryTotal sets GetMemoryInfo's Total for GPU i (the server preset's memory until
-// set). A scanner registers the new total at its next scan.
+// SetMemoryTotal sets GetMemoryInfo's Total for GPU i (until then the server device's
+// MemoryInfo.Total, the preset's memory, which a caller may change before anything queries
+// the GPU). A scanner registers the new total at its next scan.
 func (n *Node) SetMemoryTotal(i int, bytes uint64) {
-	n.update(i, func(u *gpuUsage) { u.total = bytes })
+	n.update(i, func(u *gpuUsage) { u.total = &bytes })
 }
 
 // SetName sets what GetName answers for GPU i (the server preset's name, such as
 // "NVIDIA A100-SXM4-40GB", until set). The names of its MIG devices and the models of
 // [Node.SetTopology] keep the preset's.
 func (n *Node) SetName(i int, name string) {
-	n.update(i, func(u *gpuUsage) { u.name = name })
+	n.update(i, func(u *gpuUsage) { u.name = &name })
 }
 
 // SetReturn makes query q of GPU i answer ret (and zero values) from now on, as a GPU whose
