@@ -33,13 +33,6 @@ func usage(ctx context.Context, t *testing.T, s *nvmlscan.Scanner) []nvmlscan.GP
 	return u
 }
 
-func setReturn(t *testing.T, n *nvmlscantest.Node, i int, q nvmlsim.Query, ret nvml.Return) {
-	t.Helper()
-	if err := n.SetReturn(i, q, ret); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // ignoreErrs compares GPUUsage values without their error fields, which tests check with
 // errors.Is.
 var ignoreErrs = cmpopts.IgnoreFields(nvmlscan.GPUUsage{}, "MemoryErr", "UtilErr", "ProcessesErr")
@@ -107,11 +100,11 @@ func TestUsageErrors(t *testing.T) {
 		n.SetUtilization(i, uint32(10*i), uint32(i))
 		n.SetProcesses(i, []nvml.ProcessInfo{{Pid: uint32(100 + i), UsedGpuMemory: 1 << 20}})
 	}
-	setReturn(t, n, 0, nvmlsim.QueryMemoryInfo, nvml.ERROR_NOT_SUPPORTED)
-	setReturn(t, n, 1, nvmlsim.QueryMemoryInfo, nvml.ERROR_UNKNOWN)
-	setReturn(t, n, 2, nvmlsim.QueryUtilizationRates, nvml.ERROR_NOT_SUPPORTED)
-	setReturn(t, n, 3, nvmlsim.QueryComputeRunningProcesses, nvml.ERROR_NO_PERMISSION)
-	setReturn(t, n, 4, nvmlsim.QueryUtilizationRates, nvml.ERROR_GPU_IS_LOST)
+	nvmlscantest.SetReturn(t, n, 0, nvmlsim.QueryMemoryInfo, nvml.ERROR_NOT_SUPPORTED)
+	nvmlscantest.SetReturn(t, n, 1, nvmlsim.QueryMemoryInfo, nvml.ERROR_UNKNOWN)
+	nvmlscantest.SetReturn(t, n, 2, nvmlsim.QueryUtilizationRates, nvml.ERROR_NOT_SUPPORTED)
+	nvmlscantest.SetReturn(t, n, 3, nvmlsim.QueryComputeRunningProcesses, nvml.ERROR_NO_PERMISSION)
+	nvmlscantest.SetReturn(t, n, 4, nvmlsim.QueryUtilizationRates, nvml.ERROR_GPU_IS_LOST)
 
 	got := usage(ctx, t, s)
 	if len(got) != 8 {
@@ -184,7 +177,7 @@ func TestUsageErrors(t *testing.T) {
 	}
 
 	// nvml.SUCCESS lets the query answer again.
-	setReturn(t, n, 1, nvmlsim.QueryMemoryInfo, nvml.SUCCESS)
+	nvmlscantest.SetReturn(t, n, 1, nvmlsim.QueryMemoryInfo, nvml.SUCCESS)
 	if u := usage(ctx, t, s)[1]; u.MemoryErr != nil || u.MemoryTotal != 80<<30 {
 		t.Errorf("GPU 1 after its memory answers again: %+v", u)
 	}
@@ -519,8 +512,8 @@ func TestUsageConformance(t *testing.T) {
 					n.SetMemoryTotal(i, d.MemoryTotal)
 					n.SetMemoryUsed(i, d.MemoryUsed)
 					n.SetUtilization(i, d.UtilGPU, d.UtilMemory)
-					setReturn(t, n, i, nvmlsim.QueryMemoryInfo, vectorReturn(t, d.MemoryReturn))
-					setReturn(t, n, i, nvmlsim.QueryUtilizationRates, vectorReturn(t, d.UtilReturn))
+					nvmlscantest.SetReturn(t, n, i, nvmlsim.QueryMemoryInfo, vectorReturn(t, d.MemoryReturn))
+					nvmlscantest.SetReturn(t, n, i, nvmlsim.QueryUtilizationRates, vectorReturn(t, d.UtilReturn))
 				}
 				s := newScanner(t, n, nvmlscan.Options{})
 				var got []string
