@@ -1,6 +1,7 @@
 // Package nvmlscan reads a node's NVIDIA GPUs from NVML and turns them into the devices of
 // HAMi's register annotation (hami.io/node-nvidia-register), with HAMi's per-device formulas
-// exactly, and watches NVML for critical XID errors to keep each GPU's health.
+// exactly, watches NVML for critical XID errors to keep each GPU's health, and reads the GPUs'
+// live usage for a node monitor ([Scanner.Usage]).
 //
 // It is the only package of this SDK that imports go-nvml, and so the only one that needs cgo,
 // with the two under it: nvmlscan/nvmlsim (go-nvml's simulated servers wired for a scanner, for
@@ -91,6 +92,46 @@
 //     created when a later step fails, and never destroys a GPU instance whose id now belongs
 //     to another profile or placement than the one asked for ([MIGManager.Destroy]).
 //
+// # Usage of the host GPUs (node monitor)
+//
+// [Scanner.Usage] reads what HAMi's node monitor (vGPUmonitor) exports as its host families,
+// for every GPU of the host in NVML index order: memory used and total
+// (nvmlDeviceGetMemoryInfo, v1), core and memory-controller utilisation
+// (nvmlDeviceGetUtilizationRates), the name behind HAMi's device_type label ("NVIDIA-" +
+// name), and beyond HAMi the GPU's compute processes by host PID
+// (nvmlDeviceGetComputeRunningProcesses), which a monitor joins with HAMi-core's per-process
+// accounting. A GPU in MIG mode is reported as the parent GPU, as HAMi does (NVML answers its
+// utilisation ERROR_NOT_SUPPORTED). Each failed query sets its own error field, a
+// [*DeviceError] that errors.Is [ErrNotSupported] when NVML answers ERROR_NOT_SUPPORTED;
+// HAMi's rule on them is: memory not supported (unified memory) skips only the memory series,
+// any other memory error every host series of the GPU, a failed utilisation query the
+// utilisation series ([ExampleScanner_Usage]):
+//
+//	gpus, err := scanner.Usage(ctx) // NVML stays initialised: no Init/Shutdown per scrape
+//	if err != nil {
+//		return err // NVML cannot count the GPUs, ctx ended, or the scanner is closed
+//	}
+//	for _, g := range gpus {
+//		deviceType := "NVIDIA-" + g.Name // HAMi's device_type label
+//		if g.MemoryErr != nil && !errors.Is(g.MemoryErr, nvmlscan.ErrNotSupported) {
+//			fmt.Println(g.Index, "no host series:", errors.Is(g.MemoryErr, nvml.ERROR_UNKNOWN))
+//			continue // HAMi exports no host series of this GPU
+//		}
+//		if g.MemoryErr == nil { // else not supported (unified memory): no memory series
+//			fmt.Println(g.Index, deviceType, "memory used", g.MemoryUsed, "of", g.MemoryTotal)
+//		}
+//		if g.UtilErr == nil {
+//			fmt.Println(g.Index, deviceType, "utilization", g.UtilGPU, g.UtilMemory)
+//		}
+//		for _, p := range g.Processes {
+//			fmt.Println(g.Index, "host pid", p.PID, "uses", p.UsedMemory)
+//		}
+//	}
+//
+// Differences from HAMi's monitor: NVML is initialised once for the scanner, not on every
+// scrape (HAMi calls nvmlInit and nvmlShutdown in every Collect); a GPU whose handle, UUID or
+// name cannot be read is left out and logged at V(2), and no NVML answer makes Usage panic.
+//
 // # Lifecycle
 //
 // [New] validates the options and initialises NVML. [Scanner.Scan] enumerates the GPUs each
@@ -103,10 +144,10 @@
 //
 // # Concurrency
 //
-// All methods are safe for concurrent use. Scans, and the MIG manager's calls, are
-// serialised. Run starts one goroutine that waits for NVML events and joins it before
+// All methods are safe for concurrent use. Scans, usage reads and the MIG manager's calls
+// are serialised. Run starts one goroutine that waits for NVML events and joins it before
 // returning; at most one Run per scanner runs at a time. Scan, Run, Close and the MIG
-// manager log through the logger of their context (klog.FromContext) and
+// manager, and Usage, log through the logger of their context (klog.FromContext) and
 // keep no global state.
 //
 // # Usage

@@ -22,6 +22,10 @@ var (
 	// ERROR_NOT_SUPPORTED, e.g. on unified-memory parts such as GB10) and
 	// Options.PreConfiguredMemory is 0, so the GPU is skipped, as HAMi does.
 	ErrMemoryNotSupported = errors.New("memory query not supported and no pre-configured memory")
+	// ErrNotSupported means NVML answered ERROR_NOT_SUPPORTED to a query of
+	// [Scanner.Usage]: the GPU has no such value (unified memory has no device memory; a GPU
+	// in MIG mode reports no utilisation). The error also matches nvml.ERROR_NOT_SUPPORTED.
+	ErrNotSupported = errors.New("not supported by the GPU")
 	// ErrOutOfRange means a scaled value does not fit the annotation's int32 field, so the
 	// GPU is skipped (HAMi would wrap the number around).
 	ErrOutOfRange = errors.New("value out of range")
@@ -117,11 +121,17 @@ const (
 	OpName   Op = "get name"
 	// OpMIGProfiles is the discovery of a MIG GPU's profiles ([ErrNoMIGProfile]).
 	OpMIGProfiles Op = "discover MIG profiles"
+
+	// OpUtilization and OpProcesses are queries of [Scanner.Usage] (which also makes
+	// [OpHandle], [OpUUID], [OpName] and [OpMemory]).
+	OpUtilization Op = "get utilization rates"
+	OpProcesses   Op = "get compute running processes"
 )
 
-// DeviceError reports a GPU that a scan skipped. The other GPUs of the node still register.
-// It unwraps to the cause: an [nvml.Return], [ErrMemoryNotSupported] (also matching
-// nvml.ERROR_NOT_SUPPORTED) or [ErrOutOfRange].
+// DeviceError reports a failed query of one GPU: a GPU that a scan skipped (the other GPUs of
+// the node still register), or one value of a [GPUUsage]. It unwraps to the cause: an
+// [nvml.Return], [ErrMemoryNotSupported] or [ErrNotSupported] (both also matching
+// nvml.ERROR_NOT_SUPPORTED), or [ErrOutOfRange].
 type DeviceError struct {
 	// Index is the NVML enumeration index of the GPU.
 	Index int

@@ -3,7 +3,9 @@
 // servers (mock/dgxa100, dgxh100, dgxh200, dgxb200, mock/server) with
 // [github.com/hamireg/hamireg/nvmlscan/nvmlsim], which fills in what the servers do not wire
 // (PCI bus ids, event registration, an event set), builds the matching sysfs tree, and lets a
-// test inject XID events, event-wait failures and GPUs that stop answering. Programs use
+// test inject XID events, event-wait failures and GPUs that stop answering, and set what the
+// GPUs answer to a node monitor's usage queries (memory, utilisation, processes; nvmlsim's
+// "Usage queries"), with [SetReturn] to make a query fail. Programs use
 // nvmlsim directly: it does not import package testing.
 //
 // [NewMIGNode] is the same node with MIG mode on: its GPUs create and enumerate MIG

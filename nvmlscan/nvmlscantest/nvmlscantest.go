@@ -3,6 +3,7 @@ package nvmlscantest
 import (
 	"testing"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 
 	"github.com/hamireg/hamireg/nvmlscan/nvmlsim"
@@ -35,4 +36,13 @@ func NewMIGNode(tb testing.TB, srv *server.Server) *Node {
 		}
 	})
 	return n
+}
+
+// SetReturn is [nvmlsim.Node.SetReturn] for tests: it makes query q of GPU i answer ret (until
+// set back to nvml.SUCCESS) and fails the test for a query nvmlsim does not know.
+func SetReturn(tb testing.TB, n *Node, i int, q nvmlsim.Query, ret nvml.Return) {
+	tb.Helper()
+	if err := n.SetReturn(i, q, ret); err != nil {
+		tb.Fatal(err)
+	}
 }

@@ -2,7 +2,8 @@
 // dgxb200, mock/server) into a GPU node that [github.com/hamireg/hamireg/nvmlscan] can scan
 // and watch without a GPU: it fills in what the simulated servers do not wire (PCI bus ids,
 // event registration, an event set), builds the matching sysfs tree, and lets its caller
-// inject XID events, event-wait failures and GPUs that stop answering. It also answers the
+// inject XID events, event-wait failures and GPUs that stop answering. It answers a node
+// monitor's usage queries with values its caller sets (see "Usage queries"). It also answers the
 // topology queries the simulated servers leave unwired (common PCIe ancestor, NVLink state,
 // remote PCI bus and device type) from a [Topology]: the NVSwitch interconnect of the DGX
 // servers by default, or a DGX-1V's hybrid cube mesh of direct NVLinks, or PCIe alone
@@ -19,7 +20,8 @@
 // [New] or [Wire] sets the server's functions once, before anything uses it. Afterwards the
 // [Node]'s methods are safe for concurrent use with a running scanner: [Node.XID],
 // [Node.Event] and [Node.WaitError] queue up to 64 events for the scanner's next waits (and
-// block when the queue is full); [Node.SetLost] takes effect at the next query. The node does
+// block when the queue is full); [Node.SetLost] and the usage setters take effect at the next
+// query. The node does
 // not fake the clock: give the scanner a fake one to step through the health recovery rule.
 //
 // # MIG
@@ -64,6 +66,34 @@
 // [Node.MIGInstances] lists a GPU's live instances and [Node.MIGOverlaps] checks that no two
 // overlap, for tests and a program's debug endpoint. The MIG calls are safe for concurrent
 // use (a device plugin makes them from gRPC goroutines).
+//
+// # Usage queries
+//
+// [Wire] answers the queries of a node monitor (nvmlscan's Scanner.Usage, HAMi's host series)
+// from values a program or test sets, per GPU, at any time:
+//
+//   - GetMemoryInfo: Total the preset's memory ([Node.SetMemoryTotal] changes it; so does the
+//     server device's MemoryInfo.Total before anything queries the GPU), Used the sum of the
+//     processes' UsedGpuMemory (0 on an idle GPU) until [Node.SetMemoryUsed] fixes it, Free
+//     the rest.
+//   - GetUtilizationRates: 0 % until [Node.SetUtilization]; ERROR_NOT_SUPPORTED while the GPU
+//     is in MIG mode, as NVML answers on a MIG-enabled GPU.
+//   - GetComputeRunningProcesses: none until [Node.SetProcesses] (host PIDs, bytes).
+//   - GetName: the preset's name until [Node.SetName] ("NVIDIA GB10", "Tesla T4").
+//   - [Node.SetReturn] makes any of these queries, or GetUUID, answer an NVML error code (and
+//     zero values) until it is set back to nvml.SUCCESS: the three cases of HAMi's
+//     nvml_partial_errors vector are memory ERROR_NOT_SUPPORTED (unified memory), memory
+//     ERROR_UNKNOWN and utilisation ERROR_NOT_SUPPORTED.
+//
+// A test that needs fewer GPUs, or other UUIDs, trims the server's Devices and sets a device's
+// UUID field before calling [Wire]. Setting values ([Example_usage]):
+//
+//	node.SetUtilization(0, 87, 41)                                                // GPU 0: 87 % busy, memory controller 41 %
+//	node.SetProcesses(0, []nvml.ProcessInfo{{Pid: 4242, UsedGpuMemory: 3 << 30}}) // memory used follows: 3 GiB
+//	node.SetMemoryUsed(1, 10<<30)                                                 // GPU 1: 10 GiB used, whatever its processes
+//	if err := node.SetReturn(2, nvmlsim.QueryMemoryInfo, nvml.ERROR_NOT_SUPPORTED); err != nil {
+//		return err // errors.Is(err, nvmlsim.ErrUnknownQuery)
+//	}
 //
 // # Usage
 //

@@ -266,7 +266,7 @@ func (n *Node) wireMIGDevice(g *migGPU) {
 	d.GetDeviceHandleFromMigDeviceHandleFunc = func() (nvml.Device, nvml.Return) { return nil, nvml.ERROR_INVALID_ARGUMENT }
 	d.GetGpuInstanceIdFunc = func() (int, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
 	d.GetComputeInstanceIdFunc = func() (int, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
-	d.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.SUCCESS }
+	// GetComputeRunningProcesses is the usage's (wireUsage).
 	d.GetGraphicsRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.SUCCESS }
 	d.GetGpuInstanceProfileInfoFunc = func(enum int) (nvml.GpuInstanceProfileInfo, nvml.Return) {
 		if enum < 0 || enum >= nvml.GPU_INSTANCE_PROFILE_COUNT {

@@ -37,6 +37,11 @@ type Node struct {
 	// migMu guards mig, the GPUs' MIG state.
 	migMu sync.Mutex
 	mig   []*migGPU
+
+	// usageMu guards usage, the GPUs' live usage and the answers SetReturn replaced. It is
+	// never held together with migMu.
+	usageMu sync.Mutex
+	usage   []*gpuUsage
 }
 
 type event struct {
@@ -50,7 +55,9 @@ type event struct {
 //
 // What it wires: GetPciInfo with an NVML-style bus id ("00000000:18:00.0", see [BusNumbers]);
 // GetSupportedEventTypes (XID, single- and double-bit ECC) and RegisterEvents (success) on every
-// GPU; EventSetCreate returning an event set whose Wait delivers what [Node.XID], [Node.Event]
+// GPU; the usage queries GetMemoryInfo, GetUtilizationRates and GetComputeRunningProcesses,
+// answering what [Node.SetMemoryUsed], [Node.SetUtilization] and [Node.SetProcesses] set (an
+// idle GPU until then), and GetName and GetUUID, all of which [Node.SetReturn] can make fail; EventSetCreate returning an event set whose Wait delivers what [Node.XID], [Node.Event]
 // and [Node.WaitError] queue (up to 64), or ERROR_TIMEOUT after its timeout; GetName wrapped
 // so that [Node.SetLost] can make a GPU stop answering; and the topology queries
 // (GetTopologyCommonAncestor, GetNvLinkState, GetNvLinkRemotePciInfo,
@@ -69,6 +76,7 @@ func Wire(srv *server.Server) (*Node, error) {
 		Sysfs:  fstest.MapFS{},
 		events: make(chan event, 64),
 		lost:   make([]atomic.Bool, len(srv.Devices)),
+		usage:  make([]*gpuUsage, len(srv.Devices)),
 	}
 	for i := range srv.Devices {
 		d := n.Device(i)
@@ -95,6 +103,9 @@ func Wire(srv *server.Server) (*Node, error) {
 		n.Sysfs[fmt.Sprintf("bus/pci/devices/0000:%02x:00.0/numa_node", bus)] = &fstest.MapFile{Data: []byte(numa)}
 	}
 	n.wireMIG()
+	for i := range srv.Devices {
+		n.wireUsage(i)
+	}
 	if err := n.SetTopology(TopologyNVSwitch); err != nil {
 		return nil, fmt.Errorf("wire simulated node: %w", err)
 	}
