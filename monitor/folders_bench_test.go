@@ -19,7 +19,7 @@ import (
 // Offsets of the v1.1/1.2 layout (spec §3.2), for the baseline that reads a mapping as HAMi
 // does.
 const (
-	v1Num, v1Procs, v1SlotSize, v1ProcNum = 56, 1856, 1960, 2008896
+	v1Num, v1Procs, v1SlotSize, v1ProcNum                = 56, 1856, 1960, 2008896
 	v1Used, v1UsedStride, v1Util, v1UtilStride, v1Status = 8, 64, 1160, 48, 1928
 )
 
@@ -43,7 +43,7 @@ func BenchmarkContainers(b *testing.B) {
 			b.Fatal(err)
 		}
 		path := filepath.Join(dir, "9f8e7d6c.cache")
-		writeTestRegion(b, path, benchGPUs, benchProcs, 2<<30, 1)
+		writeTestRegion(b, path, benchGPUs, benchProcs, 2<<30)
 		paths = append(paths, path)
 	}
 	m, err := New(PodsFunc(func() ([]*corev1.Pod, error) { return pods, nil }), Options{Root: root, NodeName: "node-1", DisableFeedback: true})

@@ -100,8 +100,9 @@ func sdkLayout(l region.Layout) string {
 		return "v0"
 	case region.LayoutV1, region.LayoutV1SeqlockFirst:
 		return "v1"
+	default:
+		return l.String()
 	}
-	return l.String()
 }
 
 // hamiPick is HAMi's choice of the cache file among entries (loadCache's count and name

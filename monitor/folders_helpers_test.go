@@ -144,17 +144,22 @@ func (b *folderBed) keys() []string {
 	return out
 }
 
-// writeTestRegion writes a v1.2 region of devs GPUs with procs live slots, each using every
-// GPU with mem bytes (total), and priority prio.
-func writeTestRegion(tb testing.TB, path string, devs, procs int, mem uint64, prio int32) {
+// writeTestRegion writes testRegion(devs, procs, mem) to path.
+func writeTestRegion(tb testing.TB, path string, devs, procs int, mem uint64) {
 	tb.Helper()
+	if err := region.WriteFile(path, testRegion(devs, procs, mem)); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// testRegion is a v1.2 region of devs GPUs with procs live slots, each using every GPU with
+// mem bytes (total).
+func testRegion(devs, procs int, mem uint64) *region.Region {
 	r := &region.Region{Layout: region.LayoutV1, DeviceCount: uint64(devs), ProcNum: int32(procs),
-		UtilizationSwitch: 1, RecentKernel: 2, Priority: prio, LastKernelTime: 1767225600}
+		UtilizationSwitch: 1, RecentKernel: 2, Priority: 1, LastKernelTime: 1767225600}
 	for i := range devs {
 		d := region.Device{MemoryLimit: 8 << 30, SMLimit: 50}
-		if err := d.SetUUID(fmt.Sprintf("GPU-%08x-1111-2222-3333-444455556666", i)); err != nil {
-			tb.Fatal(err)
-		}
+		copy(d.RawUUID[:], fmt.Sprintf("GPU-%08x-1111-2222-3333-444455556666", i))
 		r.Devices = append(r.Devices, d)
 	}
 	for k := range procs {
@@ -166,9 +171,7 @@ func writeTestRegion(tb testing.TB, path string, devs, procs int, mem uint64, pr
 		}
 		r.Slots = append(r.Slots, s)
 	}
-	if err := region.WriteFile(path, r); err != nil {
-		tb.Fatal(err)
-	}
+	return r
 }
 
 // testPod is a pod of namespace team-a with uid, the given containers and init containers

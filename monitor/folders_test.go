@@ -29,7 +29,7 @@ func TestScanTiesFoldersToContainers(t *testing.T) {
 	b.setPods(nil, testPod("trainer-0", uidA, []string{"main"}, "setup", "log:always"))
 	for _, ctr := range []string{"main", "setup", "log", "ghost"} {
 		dir := b.folder("containers/"+uidA+"_"+ctr, time.Hour)
-		writeTestRegion(t, filepath.Join(dir, "9f8e7d6c.cache"), 2, 1, 1<<30, 1)
+		writeTestRegion(t, filepath.Join(dir, "9f8e7d6c.cache"), 2, 1, 1<<30)
 	}
 	b.scan()
 	want := []string{
@@ -71,10 +71,10 @@ func TestScanCleanupByAge(t *testing.T) {
 	b := newFolderBed(t, Options{ResyncInterval: 5 * time.Minute})
 	b.setPods(nil, testPod("trainer-0", uidA, []string{"main"}))
 	adopted := b.folder("containers/"+uidA+"_main", time.Minute)
-	writeTestRegion(t, filepath.Join(adopted, "a.cache"), 1, 1, 1<<30, 1)
+	writeTestRegion(t, filepath.Join(adopted, "a.cache"), 1, 1, 1<<30)
 	b.age(adopted, time.Minute)
 	young := b.folder("containers/"+uidB+"_main", 4*time.Minute)
-	writeTestRegion(t, filepath.Join(young, "b.cache"), 1, 1, 1<<30, 1)
+	writeTestRegion(t, filepath.Join(young, "b.cache"), 1, 1, 1<<30)
 	b.age(young, 4*time.Minute)
 	b.scan()
 	if got := b.keys(); len(got) != 1 || !strings.HasPrefix(got[0], uidA) {
@@ -111,7 +111,7 @@ func TestScanWithoutPodsRemovesAndAdoptsNothing(t *testing.T) {
 	b := newFolderBed(t, Options{})
 	b.setPods(nil, testPod("trainer-0", uidA, []string{"main"}))
 	a := b.folder("containers/"+uidA+"_main", time.Hour)
-	writeTestRegion(t, filepath.Join(a, "a.cache"), 1, 1, 1<<30, 1)
+	writeTestRegion(t, filepath.Join(a, "a.cache"), 1, 1, 1<<30)
 	b.age(a, time.Hour)
 	b.scan()
 	if err := b.m.Ready(); err != nil {
@@ -122,7 +122,7 @@ func TestScanWithoutPodsRemovesAndAdoptsNothing(t *testing.T) {
 	b.setPods(synced)
 	stale := b.folder("containers/"+uidB+"_main", time.Hour)
 	fresh := b.folder("containers/"+uidA+"_side", time.Hour)
-	writeTestRegion(t, filepath.Join(fresh, "c.cache"), 1, 1, 1<<30, 1)
+	writeTestRegion(t, filepath.Join(fresh, "c.cache"), 1, 1, 1<<30)
 	b.scan()
 	if _, err := os.Stat(stale); err != nil {
 		t.Errorf("folder removed while the pods were not listed: %v", err)
@@ -150,7 +150,7 @@ func TestScanSkipsMalformedNames(t *testing.T) {
 	b.setPods(nil, testPod("trainer-0", uidA, []string{"main"}))
 	for _, name := range []string{uidA, "_main", uidA + "_"} {
 		dir := b.folder("containers/"+name, 24*time.Hour)
-		writeTestRegion(t, filepath.Join(dir, "a.cache"), 1, 1, 1<<30, 1)
+		writeTestRegion(t, filepath.Join(dir, "a.cache"), 1, 1, 1<<30)
 		b.age(dir, 24*time.Hour)
 	}
 	if err := os.WriteFile(filepath.Join(b.root, ContainersDir, "stray-file"), nil, 0o644); err != nil {
@@ -190,13 +190,13 @@ func TestScanLoadErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	unknown := b.folder("containers/"+uidA+"_side", time.Hour)
-	writeTestRegion(t, filepath.Join(unknown, "a.cache"), 1, 1, 1<<30, 1)
+	writeTestRegion(t, filepath.Join(unknown, "a.cache"), 1, 1, 1<<30)
 	if err := os.Truncate(filepath.Join(unknown, "a.cache"), 4096); err != nil {
 		t.Fatal(err)
 	}
 	threeCaches := b.folder("containers/"+uidA+"_third", time.Hour)
 	for _, n := range []string{"a.cache", "b.cache"} {
-		writeTestRegion(t, filepath.Join(threeCaches, n), 1, 1, 1<<30, 1)
+		writeTestRegion(t, filepath.Join(threeCaches, n), 1, 1, 1<<30)
 	}
 	empty := b.folder("containers/"+uidA+"_four", time.Hour)
 	for round := range 2 {
@@ -224,7 +224,7 @@ func TestScanLoadErrors(t *testing.T) {
 		}
 	}
 	// The region is initialised later: adopted at the next scan.
-	writeTestRegion(t, filepath.Join(notInit, "a.cache"), 1, 1, 1<<30, 1)
+	writeTestRegion(t, filepath.Join(notInit, "a.cache"), 1, 1, 1<<30)
 	b.scan()
 	if got := b.keys(); len(got) != 1 {
 		t.Errorf("containers %q after the region was initialised, want main", got)
@@ -235,7 +235,7 @@ func TestScanLoadErrors(t *testing.T) {
 func replaceFile(t *testing.T, path string, mem uint64) {
 	t.Helper()
 	tmp := path + ".new"
-	writeTestRegion(t, tmp, 1, 1, mem, 1)
+	writeTestRegion(t, tmp, 1, 1, mem)
 	if err := os.Rename(tmp, path); err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +250,7 @@ func TestContainersAfterRegionChanges(t *testing.T) {
 	for _, c := range ctrs {
 		dir := b.folder("containers/"+uidA+"_"+c, time.Hour)
 		paths[c] = filepath.Join(dir, "x.cache")
-		writeTestRegion(t, paths[c], 1, 1, 1<<30, 1)
+		writeTestRegion(t, paths[c], 1, 1, 1<<30)
 	}
 	b.scan()
 
@@ -296,7 +296,7 @@ func TestContainersAfterRegionChanges(t *testing.T) {
 		t.Errorf("no Failed to load cache line for the truncated region")
 	}
 	// A region rewritten to another size in place is adopted again.
-	writeTestRegion(t, paths["b"], 1, 1, 3<<30, 1)
+	writeTestRegion(t, paths["b"], 1, 1, 3<<30)
 	b.scan()
 	check("after b was rewritten", map[string]error{"a": nil, "b": nil, "e": nil}, map[string]uint64{"a": 2 << 30, "b": 3 << 30, "e": 1 << 30})
 }
@@ -312,9 +312,10 @@ func TestContainersDuringRegionChanges(t *testing.T) {
 	for _, c := range ctrs {
 		dir := b.folder("containers/"+uidA+"_"+c, time.Hour)
 		victim = filepath.Join(dir, "x.cache")
-		writeTestRegion(t, victim, 2, 3, 1<<30, 1)
+		writeTestRegion(t, victim, 2, 3, 1<<30)
 	}
 	b.scan()
+	fresh := testRegion(2, 3, 1<<30)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -330,10 +331,11 @@ func TestContainersDuringRegionChanges(t *testing.T) {
 			case 1:
 				_ = os.Remove(victim)
 			case 2:
-				writeTestRegion(t, victim+".tmp", 2, 3, 1<<30, 1)
-				_ = os.Rename(victim+".tmp", victim)
+				if region.WriteFile(victim+".tmp", fresh) == nil {
+					_ = os.Rename(victim+".tmp", victim)
+				}
 			default:
-				writeTestRegion(t, victim, 2, 3, 1<<30, 1)
+				_ = region.WriteFile(victim, fresh)
 			}
 		}
 	})
@@ -398,9 +400,9 @@ func TestScanClaims(t *testing.T) {
 	b.setPods(nil, p0, p1, p2)
 
 	dir := b.folder("claims/"+claimUID, 24*time.Hour)
-	writeTestRegion(t, filepath.Join(dir, claimUID+".cache"), 2, 2, 1<<30, 1)
+	writeTestRegion(t, filepath.Join(dir, claimUID+".cache"), 2, 2, 1<<30)
 	other := b.folder("claims/"+otherUID, 24*time.Hour)
-	writeTestRegion(t, filepath.Join(other, otherUID+".cache"), 2, 2, 1<<30, 1)
+	writeTestRegion(t, filepath.Join(other, otherUID+".cache"), 2, 2, 1<<30)
 	b.age(other, 24*time.Hour)
 	for range 2 {
 		b.scan()
@@ -447,7 +449,7 @@ func TestScanClaimsWithoutResolver(t *testing.T) {
 	b := newFolderBed(t, Options{})
 	b.setPods(nil, testPod("trainer-0", uidA, []string{"main"}))
 	dir := b.folder("claims/c1", time.Hour)
-	writeTestRegion(t, filepath.Join(dir, "c1.cache"), 1, 1, 1<<30, 1)
+	writeTestRegion(t, filepath.Join(dir, "c1.cache"), 1, 1, 1<<30)
 	b.scan()
 	b.scan()
 	if got := b.keys(); len(got) != 0 {
