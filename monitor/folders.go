@@ -122,6 +122,8 @@ type scanState struct {
 	byUID  map[types.UID]*corev1.Pod
 	// podsErr is the error listing the pods: no cleanup, no new adoption this round.
 	podsErr error
+	// seen are the keys of the folders on disk, whose log state is kept.
+	seen map[string]bool
 }
 
 // scan is one round over the folders under Options.Root, HAMi v2.10.0's
@@ -141,7 +143,7 @@ func (m *Monitor) scan(ctx context.Context) error {
 		m.setScanResult(nil, err)
 		return err
 	}
-	s := &scanState{logger: logger, next: map[string]*folder{}}
+	s := &scanState{logger: logger, next: map[string]*folder{}, seen: map[string]bool{}}
 	m.mu.Lock()
 	s.old = m.folders
 	m.mu.Unlock()
@@ -162,6 +164,7 @@ func (m *Monitor) scan(ctx context.Context) error {
 		m.scanContainerFolder(s, dir, e, now)
 	}
 	m.scanClaims(s)
+	m.forget(s.seen)
 	for key, f := range s.old {
 		if _, kept := s.next[key]; !kept {
 			logger.V(2).Info("Dropping ctr dirname "+f.dir+" from monitorpath", "reason", "folder or region gone")
@@ -192,6 +195,7 @@ func (m *Monitor) setScanResult(next map[string]*folder, err error) {
 func (m *Monitor) scanContainerFolder(s *scanState, dir string, e fs.DirEntry, now time.Time) {
 	name := e.Name()
 	path := filepath.Join(dir, name)
+	s.seen[name] = true
 	uid, ctr, ok := parseFolderName(name)
 	if !ok {
 		m.once(s.logger, "skip/"+name, "Skipping dir with unexpected name format: "+name)
@@ -201,7 +205,10 @@ func (m *Monitor) scanContainerFolder(s *scanState, dir string, e fs.DirEntry, n
 	pod, onNode := s.byUID[uid]
 	if s.podsErr == nil && !onNode {
 		info, err := e.Info()
-		if err == nil && info.ModTime().Add(m.opts.ResyncInterval).After(now) {
+		if err != nil {
+			return // removed meanwhile
+		}
+		if info.ModTime().Add(m.opts.ResyncInterval).After(now) {
 			// A pod gone for less than the resync interval (or not in the informer yet):
 			// kept as it is, adopted or not, as HAMi does.
 			if old != nil && old.unchanged() {
@@ -279,6 +286,20 @@ func (m *Monitor) once(logger klog.Logger, key, msg string, kv ...any) {
 	logger.Info(msg, kv...)
 }
 
+// forget drops the log state of the folders no longer on disk.
+func (m *Monitor) forget(seen map[string]bool) {
+	for key := range m.loadErrs {
+		if !seen[key] {
+			delete(m.loadErrs, key)
+		}
+	}
+	for key := range m.logged {
+		if _, name, ok := strings.Cut(key, "/"); ok && !seen[name] {
+			delete(m.logged, key)
+		}
+	}
+}
+
 // containerOf is the container folder ctr of pod (folder name key): Init for an init
 // container (native sidecars included); a name not in the pod's spec is still reported.
 func containerOf(logger klog.Logger, pod *corev1.Pod, key, ctr string) Container {
@@ -318,6 +339,7 @@ func (m *Monitor) scanClaims(s *scanState) {
 		uid := types.UID(e.Name())
 		key := ClaimsDir + "/" + e.Name()
 		path := filepath.Join(dir, e.Name())
+		s.seen[key] = true
 		if m.opts.Claims == nil {
 			m.once(s.logger, "claims", "Skipping claim folders: Options.Claims is not set", "folder", dir)
 			return

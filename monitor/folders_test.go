@@ -179,6 +179,17 @@ func TestScanSkipsMalformedNames(t *testing.T) {
 			t.Errorf("malformed folder %q removed: %v", name, err)
 		}
 	}
+	// A folder removed and made again is news again: logged at V(0).
+	if err := os.RemoveAll(filepath.Join(b.root, ContainersDir, "_main")); err != nil {
+		t.Fatal(err)
+	}
+	b.scan()
+	b.folder("containers/_main", time.Hour)
+	b.log.take()
+	b.scan()
+	if !slices.Contains(b.log.take(), folderLogLine{0, "Skipping dir with unexpected name format: _main"}) {
+		t.Errorf("a malformed folder made again was not logged at V(0)")
+	}
 }
 
 func TestScanLoadErrors(t *testing.T) {
