@@ -12,8 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 )
 
 // Offsets of the v1.1/1.2 layout (spec §3.2), for the baseline that reads a mapping as HAMi
@@ -50,7 +52,7 @@ func BenchmarkContainers(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := m.scan(b.Context()); err != nil {
+	if err := m.scan(klog.NewContext(b.Context(), logr.Discard())); err != nil {
 		b.Fatal(err)
 	}
 	want := uint64(benchProcs) * (2 << 30)
