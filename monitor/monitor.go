@@ -40,6 +40,7 @@ type Monitor struct {
 
 	// mu guards the adopted folders.
 	mu sync.Mutex
+	fb feedbackState // the priority feedback's rounds and last state (feedback.go)
 }
 
 // New returns a monitor of the regions under opts.Root, tied to the pods pods lists.
