@@ -107,7 +107,7 @@ type feedbackState struct {
 	writeErrors uint64
 }
 
-// fbEntry is one container taking part in a round.
+// fbEntry is one container taking part in a round; row holds the words as decided.
 type fbEntry struct {
 	c    *Container
 	gpus []gpuKey
@@ -123,11 +123,16 @@ type fbEntry struct {
 // counts once per valid GPU at its priority. Pass 2 decides per container from those
 // counts: blocked ([checkBlocking]) → recent_kernel = -1 (HAMi-core then sleeps before each
 // launch), else a blocked container is released with recent_kernel = 0; core limit on
-// ([checkPriority]) → utilization_switch = 1, else 0. Only those two words are written, and
-// only when they change. A write that fails (the region was replaced meanwhile:
-// [ErrRegionChanged]) leaves that container out of the rest of the round and is logged; the
-// round goes on. With Options.DisableFeedback the round decides and records the state for
-// the FeedbackMetrics families but writes nothing.
+// ([checkPriority]) → utilization_switch = 1, else 0.
+//
+// The whole round decides on the one read of every region in cs; then each word the round
+// changed is written once (HAMi stores recent_kernel in pass 1 and again in pass 2; the
+// file ends the same, with fewer writes and a shorter window for HAMi-core's own stores to
+// be overwritten). Only recent_kernel and utilization_switch are ever written. A write that
+// fails (the region was replaced since it was read: [ErrRegionChanged]) is logged and
+// counted, that container's other word is not written and it is left out of the round's
+// state; the round goes on. With Options.DisableFeedback the round decides and records the
+// state for the FeedbackMetrics families but writes nothing.
 func (m *Monitor) feedback(ctx context.Context, cs []Container) {
 	logger := klog.FromContext(ctx)
 	m.fb.round.Lock()
@@ -156,20 +161,15 @@ func (m *Monitor) feedback(ctx context.Context, cs []Container) {
 		entries = append(entries, e)
 	}
 
-	// Pass 1: count down and count the active containers per GPU and priority.
+	// Pass 1: count down, and count the active containers per GPU and priority.
 	counts := make(priorityCounts)
 	for i := range entries {
 		e := &entries[i]
-		rk := e.row.recentKernel
-		if rk <= 0 {
+		if e.row.recentKernel <= 0 {
 			continue
 		}
-		rk--
-		if !m.store(ctx, e, region.FieldRecentKernel, rk) {
-			continue
-		}
-		e.row.recentKernel = rk
-		if rk > 0 {
+		e.row.recentKernel--
+		if e.row.recentKernel > 0 {
 			for _, gpu := range e.gpus {
 				counts.add(gpu, e.row.priority)
 			}
@@ -179,30 +179,30 @@ func (m *Monitor) feedback(ctx context.Context, cs []Container) {
 	// Pass 2: block or release, core limit on or off.
 	for i := range entries {
 		e := &entries[i]
-		if e.skip {
-			continue
-		}
 		switch blocked := checkBlocking(counts, e.row.priority, e.gpus); {
 		case blocked && e.row.recentKernel >= 0:
-			if !m.store(ctx, e, region.FieldRecentKernel, -1) {
-				continue
-			}
 			e.row.recentKernel = -1
 		case !blocked && e.row.recentKernel < 0:
-			if !m.store(ctx, e, region.FieldRecentKernel, 0) {
-				continue
-			}
 			e.row.recentKernel = 0
 		}
-		sw := int32(0)
+		e.row.utilizationSwitch = 0
 		if checkPriority(counts, e.row.priority, e.gpus) {
-			sw = 1
+			e.row.utilizationSwitch = 1
 		}
-		if e.row.utilizationSwitch != sw {
-			if !m.store(ctx, e, region.FieldUtilizationSwitch, sw) {
+	}
+
+	// The writes: each word that the round changed, once (HAMi stores recent_kernel in both
+	// passes; the file ends the same).
+	if !m.opts.DisableFeedback {
+		for i := range entries {
+			e := &entries[i]
+			r := e.c.Region
+			if e.row.recentKernel != r.RecentKernel && !m.store(ctx, e, region.FieldRecentKernel, e.row.recentKernel) {
 				continue
 			}
-			e.row.utilizationSwitch = sw
+			if e.row.utilizationSwitch != r.UtilizationSwitch {
+				m.store(ctx, e, region.FieldUtilizationSwitch, e.row.utilizationSwitch)
+			}
 		}
 	}
 
@@ -216,12 +216,9 @@ func (m *Monitor) feedback(ctx context.Context, cs []Container) {
 	logger.V(5).Info("Priority feedback round", "containers", len(rows), "gpus", len(counts))
 }
 
-// store writes v into f of e's region, unless the feedback is disabled. A failed write
-// marks e skipped for the rest of the round, logs and counts it, and returns false.
+// store writes v into f of e's region. A failed write marks e skipped (its row is left
+// out of the round's state), is logged and counted, and store returns false.
 func (m *Monitor) store(ctx context.Context, e *fbEntry, f region.Field, v int32) bool {
-	if m.opts.DisableFeedback {
-		return true
-	}
 	err := m.write(e.c, f, v)
 	if err == nil {
 		return true

@@ -131,8 +131,9 @@ func TestFeedbackRoundsFollowTheRule(t *testing.T) {
 	}
 }
 
-// TestFeedbackRegionChanged: a region replaced between the read and the round (another
-// layout) is not written and sits the round out; the others go on; the error is counted.
+// TestFeedbackRegionChanged: a region replaced between the read and the round's writes
+// (another layout) is not written and is left out of the round's state; the others are
+// decided on the regions as read and written; the error is counted.
 // A container without a region takes no part.
 func TestFeedbackRegionChanged(t *testing.T) {
 	t.Parallel()
@@ -158,10 +159,8 @@ func TestFeedbackRegionChanged(t *testing.T) {
 	m.feedback(ctx, cs)
 	got := diff(before, node.snapshot(t))
 	rk, _ := region.LayoutV1.Offset(region.FieldRecentKernel)
-	sw, _ := region.LayoutV1.Offset(region.FieldUtilizationSwitch)
-	want := []fbWrite{ // b alone: not blocked, limit off
-		{Dir: "uid-b_main", Offset: sw, From: 1, To: 0},
-		{Dir: "uid-b_main", Offset: rk, From: 2, To: 1},
+	want := []fbWrite{ // the round decided on the regions as read: a was active, b is blocked
+		{Dir: "uid-b_main", Offset: rk, From: 2, To: -1},
 	}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("writes (-want +got):\n%s", d)
