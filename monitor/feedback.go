@@ -111,6 +111,9 @@ type feedbackState struct {
 type fbEntry struct {
 	c    *Container
 	gpus []gpuKey
+	// busy[k] is true when Options.ActivityFromSMUtil counts the container active on
+	// gpus[k] by its processes' SM utilisation.
+	busy []bool
 	row  feedbackRow
 	skip bool
 }
@@ -120,7 +123,8 @@ type fbEntry struct {
 //
 // Pass 1 counts down each container's recent_kernel (HAMi-core sets it to 2 at a kernel
 // launch): a container whose counter is still above 0 after the decrement is active, and
-// counts once per valid GPU at its priority. Pass 2 decides per container from those
+// counts once per valid GPU at its priority (with Options.ActivityFromSMUtil, also on each
+// GPU where its live processes' SM utilisation is above 0). Pass 2 decides per container from those
 // counts: blocked ([checkBlocking]) → recent_kernel = -1 (HAMi-core then sleeps before each
 // launch), else a blocked container is released with recent_kernel = 0; core limit on
 // ([checkPriority]) → utilization_switch = 1, else 0.
@@ -156,6 +160,12 @@ func (m *Monitor) feedback(ctx context.Context, cs []Container) {
 		for d := range c.Region.Devices {
 			if dev := &c.Region.Devices[d]; dev.ValidUUID() {
 				e.gpus = append(e.gpus, dev.RawUUID)
+				busy := false
+				if m.opts.ActivityFromSMUtil {
+					_, sm := c.Region.Usage(d)
+					busy = sm > 0
+				}
+				e.busy = append(e.busy, busy)
 			}
 		}
 		entries = append(entries, e)
@@ -165,12 +175,13 @@ func (m *Monitor) feedback(ctx context.Context, cs []Container) {
 	counts := make(priorityCounts)
 	for i := range entries {
 		e := &entries[i]
-		if e.row.recentKernel <= 0 {
-			continue
-		}
-		e.row.recentKernel--
+		launched := false
 		if e.row.recentKernel > 0 {
-			for _, gpu := range e.gpus {
+			e.row.recentKernel--
+			launched = e.row.recentKernel > 0
+		}
+		for k, gpu := range e.gpus {
+			if launched || e.busy[k] {
 				counts.add(gpu, e.row.priority)
 			}
 		}

@@ -396,3 +396,51 @@ func TestFeedbackConcurrentCollect(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// TestFeedbackActivityFromSMUtil: the latch of HAMi's rule with 2026 HAMi-core. Container a
+// was found alone once, so its switch is off and its library no longer refreshes
+// recent_kernel, though it keeps computing (SM utilisation 50 %). A newcomer b on the same
+// GPU is then counted alone too and its core limit goes off (HAMi). With
+// ActivityFromSMUtil a counts as active: both are at level 1 twice, both limits go on.
+func TestFeedbackActivityFromSMUtil(t *testing.T) {
+	t.Parallel()
+	pods := []*corev1.Pod{testPod("uid-a", "a", []string{"main"}, nil), testPod("uid-b", "b", []string{"main"}, nil),
+		testPod("uid-c", "c", []string{"main"}, nil)}
+	rk, _ := region.LayoutV1.Offset(region.FieldRecentKernel)
+	sw, _ := region.LayoutV1.Offset(region.FieldUtilizationSwitch)
+	tests := map[string]struct {
+		fromSM bool
+		want   []fbWrite
+	}{
+		"HAMi's rule": {false, []fbWrite{
+			{Dir: "uid-b_main", Offset: sw, From: 1, To: 0},
+			{Dir: "uid-b_main", Offset: rk, From: 2, To: 1},
+		}},
+		"ActivityFromSMUtil": {true, []fbWrite{
+			{Dir: "uid-a_main", Offset: sw, From: 0, To: 1},
+			{Dir: "uid-b_main", Offset: rk, From: 2, To: 1},
+		}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			node := newFBNode(t)
+			a := testRegion(t, []string{gpuA}, 1, 0, 0)
+			a.Slots[0].Util[0].SM = 50
+			node.putRegion(t, "uid-a_main", a)
+			node.putRegion(t, "uid-b_main", testRegion(t, []string{gpuA}, 1, 2, 1))
+			// c's process exited (status 0): its last SM utilisation does not count, else c
+			// (priority 0) would block b.
+			c := testRegion(t, []string{gpuA}, 0, 0, 0)
+			c.Slots[0].Status, c.Slots[0].Util[0].SM = 0, 80
+			node.putRegion(t, "uid-c_main", c)
+			m := newFBMonitor(t, node.root, pods, Options{ActivityFromSMUtil: tc.fromSM})
+			_, ctx := ktesting.NewTestContext(t)
+			before := node.snapshot(t)
+			m.feedback(ctx, node.containers(t, nil, pods))
+			if d := cmp.Diff(tc.want, diff(before, node.snapshot(t))); d != "" {
+				t.Errorf("writes (-want +got):\n%s", d)
+			}
+		})
+	}
+}
