@@ -117,6 +117,7 @@ func TestConformanceFeedback(t *testing.T) {
 }
 
 func runFeedbackVector(t *testing.T, folder vectors.Folder, v fbVector, source PrioritySource) {
+	t.Helper()
 	node := newFBNode(t)
 	prioOf := map[string]int64{}
 	for _, c := range v.Input.Containers {
@@ -189,7 +190,7 @@ func runFeedbackVector(t *testing.T, folder vectors.Folder, v fbVector, source P
 						p = sp
 					}
 				}
-				models = append(models, modelOf(t, &cs[i], p))
+				models = append(models, modelOf(&cs[i], p))
 			}
 		}
 		rule := masterModel(models)
@@ -328,6 +329,7 @@ func parseCheckWant(t *testing.T, raw json.RawMessage) checkWant {
 // rule (denseBlocking/densePriority on HAMi's table) for every vector; v2.9.0's outcome where
 // it agrees, else v2.9.0's own rule must explain the vector.
 func runCheckVector(t *testing.T, folder vectors.Folder, v fbCheckVector) {
+	t.Helper()
 	sparse, dense := priorityCounts{}, denseCounts{}
 	for uuid, levels := range v.Input.Counts {
 		k := rawKey(uuid)

@@ -38,9 +38,9 @@ type fbNode struct {
 	dirs []string // sorted
 }
 
-func newFBNode(t testing.TB) *fbNode {
-	t.Helper()
-	return &fbNode{root: t.TempDir()}
+func newFBNode(tb testing.TB) *fbNode {
+	tb.Helper()
+	return &fbNode{root: tb.TempDir()}
 }
 
 func (n *fbNode) path(dir string) string {
@@ -48,25 +48,25 @@ func (n *fbNode) path(dir string) string {
 }
 
 // put writes a container's region file from raw bytes.
-func (n *fbNode) put(t testing.TB, dir string, raw []byte) {
-	t.Helper()
+func (n *fbNode) put(tb testing.TB, dir string, raw []byte) {
+	tb.Helper()
 	if err := os.MkdirAll(filepath.Dir(n.path(dir)), 0o755); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	if err := os.WriteFile(n.path(dir), raw, 0o600); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	n.add(dir)
 }
 
 // putRegion writes a container's region file with region.WriteFile.
-func (n *fbNode) putRegion(t testing.TB, dir string, r *region.Region) {
-	t.Helper()
+func (n *fbNode) putRegion(tb testing.TB, dir string, r *region.Region) {
+	tb.Helper()
 	if err := os.MkdirAll(filepath.Dir(n.path(dir)), 0o755); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	if err := region.WriteFile(n.path(dir), r); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	n.add(dir)
 }
@@ -78,30 +78,30 @@ func (n *fbNode) add(dir string) {
 }
 
 // setField stores v into f of dir's region, as HAMi-core does through its mapping.
-func (n *fbNode) setField(t testing.TB, dir string, f region.Field, v int32) {
-	t.Helper()
+func (n *fbNode) setField(tb testing.TB, dir string, f region.Field, v int32) {
+	tb.Helper()
 	r, err := region.ReadFile(n.path(dir))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	file, err := os.OpenFile(n.path(dir), os.O_RDWR, 0)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	defer func() { _ = file.Close() }()
 	if err := region.WriteField(file, r.Layout, f, v); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 }
 
 // snapshot returns every region file's bytes.
-func (n *fbNode) snapshot(t testing.TB) map[string][]byte {
-	t.Helper()
+func (n *fbNode) snapshot(tb testing.TB) map[string][]byte {
+	tb.Helper()
 	out := make(map[string][]byte, len(n.dirs))
 	for _, d := range n.dirs {
 		b, err := os.ReadFile(n.path(d))
 		if err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 		out[d] = b
 	}
@@ -132,8 +132,8 @@ func diff(before, after map[string][]byte) []fbWrite {
 
 // containers reads the regions of dirs (all when nil) fresh, as the monitor's scan gives
 // them to a round: Key is the folder, the pod and container come from its name and pods.
-func (n *fbNode) containers(t testing.TB, dirs []string, pods []*corev1.Pod) []Container {
-	t.Helper()
+func (n *fbNode) containers(tb testing.TB, dirs []string, pods []*corev1.Pod) []Container {
+	tb.Helper()
 	if dirs == nil {
 		dirs = n.dirs
 	}
@@ -158,12 +158,12 @@ func (n *fbNode) containers(t testing.TB, dirs []string, pods []*corev1.Pod) []C
 }
 
 // newFBMonitor returns a monitor of a node whose pods are pods.
-func newFBMonitor(t testing.TB, root string, pods []*corev1.Pod, opts Options) *Monitor {
-	t.Helper()
+func newFBMonitor(tb testing.TB, root string, pods []*corev1.Pod, opts Options) *Monitor {
+	tb.Helper()
 	opts.Root, opts.NodeName = root, "node1"
 	m, err := New(PodsFunc(func() ([]*corev1.Pod, error) { return pods, nil }), opts)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return m
 }
@@ -184,15 +184,15 @@ func testPod(uid, name string, containers []string, prio *int64) *corev1.Pod {
 }
 
 // testRegion is a fresh v1.2 region on gpus with the feedback words given.
-func testRegion(t testing.TB, gpus []string, prio, rk, sw int32) *region.Region {
-	t.Helper()
+func testRegion(tb testing.TB, gpus []string, prio, rk, sw int32) *region.Region {
+	tb.Helper()
 	r := &region.Region{Layout: region.LayoutV1, Major: 1, Minor: 2, DeviceCount: uint64(len(gpus)),
 		Priority: prio, RecentKernel: rk, UtilizationSwitch: sw, ProcNum: 1,
 		Slots: []region.Slot{{Index: 0, PID: 10, HostPID: 4000, Status: 1}}}
 	r.Devices = make([]region.Device, len(gpus))
 	for i, g := range gpus {
 		if err := r.Devices[i].SetUUID(g); err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 		r.Devices[i].SMLimit = 30
 	}
@@ -208,8 +208,7 @@ type modelCtr struct {
 	swOff     int64
 }
 
-func modelOf(t testing.TB, c *Container, p int32) modelCtr {
-	t.Helper()
+func modelOf(c *Container, p int32) modelCtr {
 	rkOff, _ := c.Region.Layout.Offset(region.FieldRecentKernel)
 	swOff, _ := c.Region.Layout.Offset(region.FieldUtilizationSwitch)
 	mc := modelCtr{dir: c.Key, p: p, rk: c.Region.RecentKernel, sw: c.Region.UtilizationSwitch, rkOff: rkOff, swOff: swOff}

@@ -16,7 +16,6 @@ import (
 type hamiMapped struct {
 	mem                   []byte
 	num, uuids            int
-	procNum               int
 	rk, sw, prio          int
 	deviceMax, uuidStride int
 }

@@ -116,7 +116,7 @@ func TestFeedbackRoundsFollowTheRule(t *testing.T) {
 					cs := node.containers(t, nil, pods)
 					var models []modelCtr
 					for i := range cs {
-						models = append(models, modelOf(t, &cs[i], cs[i].Region.Priority))
+						models = append(models, modelOf(&cs[i], cs[i].Region.Priority))
 					}
 					before := node.snapshot(t)
 					m.feedback(ctx, cs)
