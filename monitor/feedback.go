@@ -77,6 +77,8 @@ func checkPriority(counts priorityCounts, p int32, gpus []gpuKey) bool {
 
 // feedbackRow is one container's priority-feedback state after a round.
 type feedbackRow struct {
+	// id names the container of the row: its Key, pod UID and container name.
+	id   string
 	key  string
 	pod  types.NamespacedName
 	name string
@@ -98,7 +100,7 @@ type feedbackState struct {
 	// mu guards the fields below, read by the collector while a round runs.
 	mu   sync.Mutex
 	rows []feedbackRow
-	// mismatch is the (region, spec) pair last reported per container key, so that a
+	// mismatch is the (region, spec) pair last reported per container (row id), so that a
 	// mismatch is logged and counted once per container per change.
 	mismatch map[string][2]int32
 	// mismatches counts the mismatches reported (one per container per change).
@@ -115,17 +117,23 @@ type fbEntry struct {
 	// gpus[k] by its processes' SM utilisation.
 	busy []bool
 	row  feedbackRow
-	skip bool
+	// shared are the rows of the other containers whose Container has the same region
+	// file (a DRA claim's region, listed once per container that uses the claim).
+	shared []feedbackRow
+	// specSet is true when row.priority is a pod spec's (PriorityPodSpec).
+	specSet bool
+	skip    bool
 }
 
 // feedback runs one round of HAMi v2.10.0's priority feedback (Observe) over cs, the fresh
-// reads of every adopted region; containers without a region (Err set) take no part.
+// reads of every adopted region; containers without a region (Err set) take no part, and a
+// region listed for several containers (a DRA claim's) takes part once.
 //
 // Pass 1 counts down each container's recent_kernel (HAMi-core sets it to 2 at a kernel
 // launch): a container whose counter is still above 0 after the decrement is active, and
 // counts once per valid GPU at its priority (with Options.ActivityFromSMUtil, also on each
-// GPU where its live processes' SM utilisation is above 0). Pass 2 decides per container from those
-// counts: blocked ([checkBlocking]) → recent_kernel = -1 (HAMi-core then sleeps before each
+// GPU where its live processes' SM utilisation is above 0). Pass 2 decides per container
+// from those counts: blocked ([checkBlocking]) → recent_kernel = -1 (HAMi-core then sleeps before each
 // launch), else a blocked container is released with recent_kernel = 0; core limit on
 // ([checkPriority]) → utilization_switch = 1, else 0.
 //
@@ -144,18 +152,30 @@ func (m *Monitor) feedback(ctx context.Context, cs []Container) {
 
 	spec := m.specPriorities(ctx)
 	entries := make([]fbEntry, 0, len(cs))
+	byPath := make(map[string]int, len(cs))
 	for i := range cs {
 		c := &cs[i]
 		if c.Region == nil || c.Err != nil {
 			continue
 		}
-		e := fbEntry{c: c, row: feedbackRow{key: c.Key, pod: c.Pod, name: c.Name,
+		row := feedbackRow{id: c.Key + "|" + string(c.PodUID) + "|" + c.Name, key: c.Key, pod: c.Pod, name: c.Name,
 			regionPriority: c.Region.Priority, recentKernel: c.Region.RecentKernel,
-			utilizationSwitch: c.Region.UtilizationSwitch}}
-		e.row.specPriority, e.row.specKnown = spec.of(c)
+			utilizationSwitch: c.Region.UtilizationSwitch}
+		row.specPriority, row.specKnown = spec.of(c)
+		if k, ok := byPath[c.Path]; ok {
+			// A region shared by several containers (a DRA claim) takes part once; by the
+			// pod spec it has the lowest priority of theirs.
+			e := &entries[k]
+			e.shared = append(e.shared, row)
+			if m.opts.PrioritySource == PriorityPodSpec && row.specKnown && (!e.specSet || row.specPriority > e.row.priority) {
+				e.row.priority, e.specSet = row.specPriority, true
+			}
+			continue
+		}
+		e := fbEntry{c: c, row: row}
 		e.row.priority = e.row.regionPriority
 		if m.opts.PrioritySource == PriorityPodSpec && e.row.specKnown {
-			e.row.priority = e.row.specPriority
+			e.row.priority, e.specSet = e.row.specPriority, true
 		}
 		for d := range c.Region.Devices {
 			if dev := &c.Region.Devices[d]; dev.ValidUUID() {
@@ -168,6 +188,7 @@ func (m *Monitor) feedback(ctx context.Context, cs []Container) {
 				e.busy = append(e.busy, busy)
 			}
 		}
+		byPath[c.Path] = len(entries)
 		entries = append(entries, e)
 	}
 
@@ -217,10 +238,16 @@ func (m *Monitor) feedback(ctx context.Context, cs []Container) {
 		}
 	}
 
-	rows := make([]feedbackRow, 0, len(entries))
+	rows := make([]feedbackRow, 0, len(cs))
 	for i := range entries {
-		if !entries[i].skip {
-			rows = append(rows, entries[i].row)
+		e := &entries[i]
+		if e.skip {
+			continue
+		}
+		rows = append(rows, e.row)
+		for _, r := range e.shared {
+			r.priority, r.recentKernel, r.utilizationSwitch = e.row.priority, e.row.recentKernel, e.row.utilizationSwitch
+			rows = append(rows, r)
 		}
 	}
 	m.fb.record(ctx, rows)
@@ -263,8 +290,8 @@ func (s *feedbackState) record(ctx context.Context, rows []feedbackRow) {
 			continue
 		}
 		pair := [2]int32{r.regionPriority, r.specPriority}
-		seen[r.key] = pair
-		if last, ok := s.mismatch[r.key]; ok && last == pair {
+		seen[r.id] = pair
+		if last, ok := s.mismatch[r.id]; ok && last == pair {
 			continue
 		}
 		s.mismatches++

@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
@@ -440,6 +441,66 @@ func TestFeedbackActivityFromSMUtil(t *testing.T) {
 			m.feedback(ctx, node.containers(t, nil, pods))
 			if d := cmp.Diff(tc.want, diff(before, node.snapshot(t))); d != "" {
 				t.Errorf("writes (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+// TestFeedbackSharedRegion: a DRA claim's region is listed once per container that uses the
+// claim; it takes part in the round once (counted once, written once), each container gets
+// its row, and by the pod spec the region has the lowest priority of its containers.
+func TestFeedbackSharedRegion(t *testing.T) {
+	t.Parallel()
+	zero, one, two := int64(0), int64(1), int64(2)
+	pods := []*corev1.Pod{
+		testPod("uid-a", "a", []string{"main"}, &zero),
+		testPod("uid-b", "b", []string{"main"}, &two),
+		testPod("uid-x", "x", []string{"main"}, &one),
+	}
+	rk, _ := region.LayoutV1.Offset(region.FieldRecentKernel)
+	sw, _ := region.LayoutV1.Offset(region.FieldUtilizationSwitch)
+	tests := map[string]struct {
+		source PrioritySource
+		want   []fbWrite
+	}{
+		"region": {PriorityRegion, []fbWrite{ // both at level 1: the limit stays on
+			{Dir: "claims_c1", Offset: rk, From: 2, To: 1},
+			{Dir: "uid-x_main", Offset: rk, From: 2, To: 1},
+		}},
+		"pod spec": {PriorityPodSpec, []fbWrite{ // the claim at 2 (b's), blocked by x at 1
+			{Dir: "claims_c1", Offset: rk, From: 2, To: -1},
+			{Dir: "uid-x_main", Offset: sw, From: 1, To: 0},
+			{Dir: "uid-x_main", Offset: rk, From: 2, To: 1},
+		}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			node := newFBNode(t)
+			node.putRegion(t, "claims_c1", testRegion(t, []string{gpuA}, 1, 2, 1))
+			node.putRegion(t, "uid-x_main", testRegion(t, []string{gpuA}, 1, 2, 1))
+			m := newFBMonitor(t, node.root, pods, Options{PrioritySource: tc.source, FeedbackMetrics: true})
+			_, ctx := ktesting.NewTestContext(t)
+			cs := node.containers(t, []string{"uid-x_main"}, pods)
+			claim, err := region.ReadFile(node.path("claims_c1"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range pods[:2] {
+				cs = append(cs, Container{Key: "claims/c1", Path: node.path("claims_c1"), PodUID: p.UID,
+					Pod: types.NamespacedName{Namespace: p.Namespace, Name: p.Name}, Name: "main", Region: claim})
+			}
+			before := node.snapshot(t)
+			m.feedback(ctx, cs)
+			if d := cmp.Diff(tc.want, diff(before, node.snapshot(t))); d != "" {
+				t.Errorf("writes (-want +got):\n%s", d)
+			}
+			if n := testutil.CollectAndCount(m.feedbackCollector(), "hamireg_monitor_container_blocked"); n != 3 {
+				t.Errorf("%d containers in the metrics, want 3", n)
+			}
+			// a (spec 0) and b (spec 2) both differ from the claim region's 1.
+			if m.fb.mismatches != 2 {
+				t.Errorf("mismatches %d, want 2", m.fb.mismatches)
 			}
 		})
 	}
