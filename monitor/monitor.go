@@ -61,6 +61,8 @@ type Monitor struct {
 	folders map[string]*folder
 	scanned bool
 	scanErr error
+
+	fb feedbackState // the priority feedback's rounds and last state (feedback.go)
 }
 
 // New returns a monitor of the regions under opts.Root, tied to the pods pods lists. It
@@ -103,14 +105,16 @@ func (m *Monitor) Run(ctx context.Context) error {
 	}
 }
 
-// round is one scan and, after a successful one, one feedback round.
+// round is one scan and, after a successful one, one feedback round (which writes nothing
+// with DisableFeedback, and then runs only to serve FeedbackMetrics).
 func (m *Monitor) round(ctx context.Context) {
 	if err := m.scan(ctx); err != nil {
 		klog.FromContext(ctx).Error(err, "Failed to update the container list, feedback skipped this round")
 		return
 	}
-	if !m.opts.DisableFeedback {
-		m.feedback(ctx, m.Containers(ctx))
+	if !m.opts.DisableFeedback || m.opts.FeedbackMetrics {
+		m.feedback(ctx, m.Containers(ctx)) // with DisableFeedback it only records the state
+
 	}
 }
 

@@ -119,6 +119,13 @@ type Options struct {
 	DisableFeedback bool
 	// PrioritySource says where a container's priority comes from; default PriorityRegion.
 	PrioritySource PrioritySource
+	// ActivityFromSMUtil also counts a container as active on a GPU, in the priority
+	// feedback, when its live processes' SM utilisation there (the region's slots) is above
+	// 0, not only when HAMi-core refreshed recent_kernel since the last round. HAMi-core
+	// (since 2026-03) refreshes recent_kernel only while the utilization switch is on, so
+	// with HAMi's rule alone a switch once off stays off; this keeps contention visible.
+	// Default false: HAMi's rule.
+	ActivityFromSMUtil bool
 	// Host, when set, gives the host GPU families and the per-process families.
 	Host Host
 	// Claims, when set, ties the DRA driver's claim folders to their pods.
