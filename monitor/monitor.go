@@ -114,7 +114,6 @@ func (m *Monitor) round(ctx context.Context) {
 	}
 	if !m.opts.DisableFeedback || m.opts.FeedbackMetrics {
 		m.feedback(ctx, m.Containers(ctx)) // with DisableFeedback it only records the state
-
 	}
 }
 

@@ -33,8 +33,11 @@ func (m *Monitor) write(c *Container, f region.Field, v int32) error {
 		return fmt.Errorf("write %v of %s: %w: %w", f, c.Key, ErrRegionChanged, err)
 	}
 	layout, _, _, err := region.Detect(st.Size(), head)
-	if err != nil || layout != c.Region.Layout {
-		return fmt.Errorf("write %v of %s: %w (now %v: %v)", f, c.Key, ErrRegionChanged, layout, err)
+	if err != nil {
+		return fmt.Errorf("write %v of %s: %w: %w", f, c.Key, ErrRegionChanged, err)
+	}
+	if layout != c.Region.Layout {
+		return fmt.Errorf("write %v of %s: %w (read as %v, now %v)", f, c.Key, ErrRegionChanged, c.Region.Layout, layout)
 	}
 	if err := region.WriteField(file, layout, f, v); err != nil {
 		return fmt.Errorf("write %v of %s: %w", f, c.Key, err)
