@@ -38,6 +38,7 @@ type Monitor struct {
 	opts Options
 	pods Pods
 
+	scrapeCtx scrapeParent // the parent of each scrape's context, set by Run (collector.go)
 	// mu guards the adopted folders.
 	mu sync.Mutex
 }
