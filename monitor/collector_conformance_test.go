@@ -695,4 +695,3 @@ func filterFamilies(text string, keep func(family, line string) bool) string {
 	}
 	return out.String()
 }
-

@@ -67,14 +67,14 @@ func (s *scrape) processes(cs []Container, gpus []HostGPU) {
 					continue // the process does not use this device
 				}
 				l := []string{c.Pod.Namespace, c.Pod.Name, c.Name, idx, uuid, strconv.FormatInt(int64(sl.HostPID), 10)}
-				s.send(d.processMem, float64(hc), append(l[:6:6], SourceHAMiCore)...)
+				s.sendOnce(d.processMem, float64(hc), append(l[:6:6], SourceHAMiCore)...)
 				if listed {
-					s.send(d.processMem, float64(nv), append(l[:6:6], SourceNVML)...)
+					s.sendOnce(d.processMem, float64(nv), append(l[:6:6], SourceNVML)...)
 					if nv > 0 {
-						s.send(d.processDrift, (float64(hc)-float64(nv))/float64(nv), l...)
+						s.sendOnce(d.processDrift, (float64(hc)-float64(nv))/float64(nv), l...)
 					}
 				} else if listedOK {
-					s.send(d.staleSlotBytes, float64(hc), l...)
+					s.sendOnce(d.staleSlotBytes, float64(hc), l...)
 				}
 			}
 		}
@@ -87,7 +87,7 @@ func (s *scrape) processes(cs []Container, gpus []HostGPU) {
 		idx := strconv.Itoa(g.Index)
 		for _, p := range g.Processes {
 			if !named[p.PID] {
-				s.send(d.unaccounted, float64(p.UsedMemory), idx, g.UUID, strconv.FormatUint(uint64(p.PID), 10), "", "", "")
+				s.sendOnce(d.unaccounted, float64(p.UsedMemory), idx, g.UUID, strconv.FormatUint(uint64(p.PID), 10), "", "", "")
 			}
 		}
 	}
