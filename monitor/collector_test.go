@@ -1,6 +1,7 @@
 package monitor
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -391,3 +392,61 @@ func BenchmarkScrape(b *testing.B) {
 		})
 	}
 }
+
+// FuzzCollectRegion: any region the reader accepts is served without a panic and without a
+// series the registry refuses (Gather fails on one bad series for the whole scrape).
+func FuzzCollectRegion(f *testing.F) {
+	r := testRegion(f, uuidA, uuidB)
+	addSlot(r, 4001, 1, 0, gib)
+	addSlot(r, 4002, 0, 1, gib)
+	r.LastKernelTime = 1
+	seed, err := region.Encode(r)
+	if err != nil {
+		f.Fatal(err)
+	}
+	const tail = 64 // proc_num, the feedback words, last_kernel_time
+	f.Add(seed[:8192], seed[len(seed)-tail:])
+	f.Fuzz(func(t *testing.T, head, end []byte) {
+		// The fuzzer's bytes overwrite the header with the first slots, and the tail; the
+		// rest of the v1 file stays as the seed wrote it.
+		file := append([]byte(nil), seed...)
+		copy(file, head)
+		copy(file[len(file)-tail:], end)
+		reg, err := region.Read(bytes.NewReader(file), int64(len(file)))
+		if err != nil {
+			return
+		}
+		for _, v := range []annotation.Version{annotation.VersionMaster, annotation.VersionV290} {
+			m := newTestMonitor(t, Options{Version: v, LegacyMetrics: true})
+			c := newCollector(m, nil)
+			ch := make(chan prometheus.Metric, 1024)
+			s := &scrape{c: c, ch: ch, devices: map[deviceKey]struct{}{}, seen: map[*prometheus.Desc]map[string]struct{}{}}
+			go func() {
+				defer close(ch)
+				s.container(&Container{Key: "k", Pod: types.NamespacedName{Namespace: "ns", Name: "p"}, Name: "c", Region: reg}, testNow)
+			}()
+			promReg := prometheus.NewPedanticRegistry()
+			promReg.MustRegister(collectorFunc(func(out chan<- prometheus.Metric) {
+				for m := range ch {
+					out <- m
+				}
+			}, c))
+			if _, err := promReg.Gather(); err != nil {
+				t.Fatalf("%v: %v", v, err)
+			}
+		}
+	})
+}
+
+// collectorFunc is a collector with c's descriptors whose Collect is collect.
+type collectorFuncT struct {
+	collect func(chan<- prometheus.Metric)
+	c       *collector
+}
+
+func collectorFunc(collect func(chan<- prometheus.Metric), c *collector) prometheus.Collector {
+	return &collectorFuncT{collect: collect, c: c}
+}
+
+func (f *collectorFuncT) Describe(ch chan<- *prometheus.Desc) { f.c.Describe(ch) }
+func (f *collectorFuncT) Collect(ch chan<- prometheus.Metric) { f.collect(ch) }
