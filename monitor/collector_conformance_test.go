@@ -275,6 +275,7 @@ func TestConformanceMetrics(t *testing.T) {
 }
 
 func checkMetricsVector(t *testing.T, v *metricsVector, version annotation.Version, legacy bool, want *string, panicked bool) {
+	t.Helper()
 	pods := v.nodePods()
 	mcs := v.containers(t, t.TempDir(), pods)
 	cs := make([]Container, len(mcs))

@@ -31,8 +31,8 @@ const (
 
 func noPods() Pods { return PodsFunc(func() ([]*corev1.Pod, error) { return nil, nil }) }
 
-func newTestMonitor(t testing.TB, opts Options) *Monitor {
-	t.Helper()
+func newTestMonitor(tb testing.TB, opts Options) *Monitor {
+	tb.Helper()
 	if opts.NodeName == "" {
 		opts.NodeName = "node1"
 	}
@@ -41,20 +41,20 @@ func newTestMonitor(t testing.TB, opts Options) *Monitor {
 	}
 	m, err := New(noPods(), opts)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return m
 }
 
 // testRegion is a v1 region on the given devices.
-func testRegion(t testing.TB, uuids ...string) *region.Region {
-	t.Helper()
+func testRegion(tb testing.TB, uuids ...string) *region.Region {
+	tb.Helper()
 	r := &region.Region{Layout: region.LayoutV1, Major: 1, Minor: 2, DeviceCount: uint64(len(uuids)), Priority: 1, RecentKernel: 2, UtilizationSwitch: 1}
 	for _, u := range uuids {
 		var d region.Device
 		if u != "" {
 			if err := d.SetUUID(u); err != nil {
-				t.Fatal(err)
+				tb.Fatal(err)
 			}
 		}
 		d.MemoryLimit = 8 * gib
@@ -72,8 +72,8 @@ func addSlot(r *region.Region, hostpid int32, status int32, dev int, total uint6
 	r.ProcNum = int32(len(r.Slots))
 }
 
-func testContainer(ns, pod, name string, r *region.Region) Container {
-	return Container{Key: pod + "_" + name, Pod: types.NamespacedName{Namespace: ns, Name: pod}, PodUID: types.UID(pod), Name: name, Region: r}
+func testContainer(pod, name string, r *region.Region) Container {
+	return Container{Key: pod + "_" + name, Pod: types.NamespacedName{Namespace: "ns", Name: pod}, PodUID: types.UID(pod), Name: name, Region: r}
 }
 
 func gatherText(t *testing.T, m *Monitor, cs []Container) string {
@@ -112,7 +112,7 @@ func TestRegister(t *testing.T) {
 		t.Fatalf("Register beside an identical hami_build_info: %v", err)
 	}
 	// The build info carries no zone label; every other family does.
-	text := gatherText(t, m, []Container{testContainer("ns", "p", "c", testRegion(t, uuidA))})
+	text := gatherText(t, m, []Container{testContainer("p", "c", testRegion(t, uuidA))})
 	for l := range strings.Lines(text) {
 		if strings.HasPrefix(l, "#") {
 			continue
@@ -155,7 +155,7 @@ func TestCollectorSDKRules(t *testing.T) {
 			addSlot(r, 4001, 1, 0, 1*gib)
 			addSlot(r, 4002, 0, 0, 3*gib) // exited
 			addSlot(r, 4003, 1, 1, 2*gib) // on the device whose UUID is not written
-			init := testContainer("ns", "p", "warmup", r)
+			init := testContainer("p", "warmup", r)
 			init.Init = true
 			text := gatherText(t, m, []Container{init})
 			want := `hami_vgpu_memory_used_bytes{container="warmup",device_uuid="` + uuidA + `",namespace="ns",pod="p",vdevice_index="0",zone="vGPU"} 1.073741824e+09`
@@ -209,7 +209,7 @@ func TestCollectorHost(t *testing.T) {
 func TestCollectorRegionStates(t *testing.T) {
 	m := newTestMonitor(t, Options{})
 	cs := []Container{
-		testContainer("ns", "a", "c", testRegion(t, uuidA)),
+		testContainer("a", "c", testRegion(t, uuidA)),
 		{Key: "b_c", Err: fmt.Errorf("read: %w", region.ErrNotInitialized)},
 		{Key: "c_c", Err: fmt.Errorf("read: %w", region.ErrUnknownLayout)},
 		{Key: "d_c", Err: os.ErrPermission},
@@ -230,7 +230,7 @@ func TestCollectorNeverFails(t *testing.T) {
 	m := newTestMonitor(t, Options{Host: host, LegacyMetrics: true, Version: annotation.VersionV290})
 	r := testRegion(t, uuidA)
 	r.ProcNum, r.DeviceCount = -3, 1<<63
-	c := testContainer("ns", "p", "c", r)
+	c := testContainer("p", "c", r)
 	text := gatherText(t, m, []Container{c, c})
 	if n := strings.Count(text, "hami_vgpu_memory_used_bytes{"); n != 1 {
 		t.Errorf("%d used series for one container read twice:\n%s", n, text)
@@ -268,7 +268,7 @@ func TestProcessMetrics(t *testing.T) {
 	addSlot(r, 4003, 1, 0, gib)          // the driver lists no 4003: stale
 	addSlot(r, 4002, 0, 0, gib)          // exited: names nobody, so 4002 is unaccounted
 	addSlot(r, 0, 1, 0, gib)             // host PID not found yet: no process series
-	text := gatherText(t, m, []Container{testContainer("ns", "p", "main", r)})
+	text := gatherText(t, m, []Container{testContainer("p", "main", r)})
 	l := `container="main",device_uuid="` + uuidA + `",hostpid="%d",namespace="ns",pod="p",`
 	wants := []string{
 		fmt.Sprintf(`hamireg_monitor_process_memory_bytes{`+l+`source="hami-core",vdevice_index="0",zone="vGPU"} 1.8874368e+09`, 4001),
@@ -296,14 +296,14 @@ func TestProcessMetrics(t *testing.T) {
 	// The driver's process list failed on the GPU: HAMi-core's side only, nothing stale or
 	// unaccounted.
 	host.gpus[0].ProcessesErr = errors.New("nvml: ERROR_UNKNOWN")
-	text = gatherText(t, m, []Container{testContainer("ns", "p", "main", r)})
+	text = gatherText(t, m, []Container{testContainer("p", "main", r)})
 	if strings.Contains(text, "stale_slot") || strings.Contains(text, "unaccounted") || strings.Contains(text, `source="nvml"`) || !strings.Contains(text, `source="hami-core"`) {
 		t.Errorf("process list failed:\n%s", text)
 	}
 
 	// Without ProcessMetrics none of the families is served.
 	m = newTestMonitor(t, Options{Host: host})
-	if text = gatherText(t, m, []Container{testContainer("ns", "p", "main", r)}); strings.Contains(text, "process") {
+	if text = gatherText(t, m, []Container{testContainer("p", "main", r)}); strings.Contains(text, "process") {
 		t.Errorf("process families served without ProcessMetrics:\n%s", text)
 	}
 }
@@ -351,7 +351,7 @@ func BenchmarkScrape(b *testing.B) {
 			addSlot(r, int32(10000+2*i), 1, g, gib)
 			addSlot(r, int32(10001+2*i), 1, g, gib/2)
 		}
-		c := testContainer("ns", fmt.Sprintf("pod-%d", i), "main", r)
+		c := testContainer(fmt.Sprintf("pod-%d", i), "main", r)
 		c.Path = filepath.Join(dir, fmt.Sprintf("%d.cache", i))
 		if err := region.WriteFile(c.Path, r); err != nil {
 			b.Fatal(err)
