@@ -368,6 +368,7 @@ func (s *scrape) sendOnce(desc *prometheus.Desc, v float64, labels ...string) {
 // (ErrNotSupported) drops only the memory series, another memory error every series of the
 // GPU; a utilisation error drops the utilisation series (and v2.10.0's memory-controller one).
 func (s *scrape) host(gpus []HostGPU) {
+	// sendOnce: a Host listing one GPU twice must not fail the whole scrape.
 	d := &s.c.d
 	node := s.c.m.opts.NodeName
 	master := d.hostMemCtl != nil
@@ -381,8 +382,8 @@ func (s *scrape) host(gpus []HostGPU) {
 		}
 		switch {
 		case g.MemoryErr == nil:
-			s.send(d.hostMem, float64(g.MemoryUsed), labels...)
-			s.send(d.legacyHostMem, float64(g.MemoryUsed), labels...)
+			s.sendOnce(d.hostMem, float64(g.MemoryUsed), labels...)
+			s.sendOnce(d.legacyHostMem, float64(g.MemoryUsed), labels...)
 		case errors.Is(g.MemoryErr, ErrNotSupported):
 		default:
 			s.log.V(2).Info("Host GPU skipped", "index", g.Index, "uuid", g.UUID, "err", g.MemoryErr)
@@ -391,9 +392,9 @@ func (s *scrape) host(gpus []HostGPU) {
 		if g.UtilErr != nil {
 			continue
 		}
-		s.send(d.hostUtil, float64(g.UtilGPU), labels...)
-		s.send(d.legacyHostUtil, float64(g.UtilGPU), labels...)
-		s.send(d.hostMemCtl, float64(g.UtilMemory), idx, g.UUID, typ)
+		s.sendOnce(d.hostUtil, float64(g.UtilGPU), labels...)
+		s.sendOnce(d.legacyHostUtil, float64(g.UtilGPU), labels...)
+		s.sendOnce(d.hostMemCtl, float64(g.UtilMemory), idx, g.UUID, typ)
 	}
 }
 

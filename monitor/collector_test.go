@@ -223,10 +223,12 @@ func TestCollectorRegionStates(t *testing.T) {
 }
 
 // TestCollectorNeverFails: a container read twice (a folder and a claim of one container)
-// does not make the scrape fail on a duplicate series, a region with a corrupt count is
-// served within its bounds, and a panic in the container source leaves the other series.
+// or a GPU listed twice does not make the scrape fail on a duplicate series, a region with a
+// corrupt count is served within its bounds, and a panic in the container source leaves the
+// other series.
 func TestCollectorNeverFails(t *testing.T) {
-	host := &fakeHost{gpus: []HostGPU{{Index: 0, UUID: uuidA, Name: "A10", MemoryUsed: gib}}}
+	gpu := HostGPU{Index: 0, UUID: uuidA, Name: "A10", MemoryUsed: gib}
+	host := &fakeHost{gpus: []HostGPU{gpu, gpu}}
 	m := newTestMonitor(t, Options{Host: host, LegacyMetrics: true, Version: annotation.VersionV290})
 	r := testRegion(t, uuidA)
 	r.ProcNum, r.DeviceCount = -3, 1<<63
