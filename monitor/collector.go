@@ -80,9 +80,9 @@ const uuidLabelSize = 40
 // Register registers the monitor's metrics with reg as HAMi's initMetrics does:
 // hami_build_info (the SDK's build, from runtime/debug.ReadBuildInfo; see
 // usage.DefaultBuildInfo) and the monitor's collector, whose series all carry the const
-// label zone="vGPU" (HAMi wraps its registerer with it). An identical hami_build_info already registered (by the node agent) is kept.
-// Registering the monitor twice with one registry returns an error wrapping
-// prometheus.AlreadyRegisteredError.
+// label zone="vGPU" (HAMi wraps its registerer with it). An identical hami_build_info
+// already registered (by the node agent) is kept. Registering the monitor twice with one
+// registry returns an error wrapping prometheus.AlreadyRegisteredError.
 //
 // Every scrape reads the regions ([Monitor.Containers]) and, when Options.Host is set, the
 // host GPUs; see docs/monitor.md for the families per Options.Version.
