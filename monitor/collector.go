@@ -142,7 +142,9 @@ type collector struct {
 	m *Monitor
 	// containers is the source of the regions: m.Containers, a test's slice otherwise.
 	containers func(context.Context) []Container
-	d          descs
+	// recovered, when set, is told of a panic Collect recovered (tests fail on it).
+	recovered func(any)
+	d         descs
 }
 
 // descs are the collector's descriptors; nil ones are not served under the options.
@@ -276,6 +278,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	defer func() {
 		if r := recover(); r != nil {
 			s.log.Error(fmt.Errorf("%v", r), "Monitor collector panicked; the scrape is partial")
+			if c.recovered != nil {
+				c.recovered(r)
+			}
 		}
 	}()
 	var (

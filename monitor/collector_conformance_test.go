@@ -211,7 +211,9 @@ func (v *metricsVector) containers(t *testing.T, dir string, pods []*corev1.Pod)
 func scrapeText(t *testing.T, m *Monitor, cs []Container) (string, string) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	if err := m.register(reg, newCollector(m, func(context.Context) []Container { return cs })); err != nil {
+	c := newCollector(m, func(context.Context) []Container { return cs })
+	c.recovered = func(r any) { t.Errorf("Collect panicked: %v", r) }
+	if err := m.register(reg, c); err != nil {
 		t.Fatal(err)
 	}
 	rec := httptest.NewRecorder()

@@ -1,7 +1,6 @@
 package monitor
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -395,60 +394,47 @@ func BenchmarkScrape(b *testing.B) {
 	}
 }
 
-// FuzzCollectRegion: any region the reader accepts is served without a panic and without a
-// series the registry refuses (Gather fails on one bad series for the whole scrape).
+// FuzzCollectRegion: whatever a region holds (UUID bytes, device and slot counts, counters,
+// last kernel time, the clock), every family is served without a panic and without a series
+// the registry refuses (Gather fails the whole scrape on one bad series), in both versions,
+// legacy names and process families on.
 func FuzzCollectRegion(f *testing.F) {
-	r := testRegion(f, uuidA, uuidB)
-	addSlot(r, 4001, 1, 0, gib)
-	addSlot(r, 4002, 0, 1, gib)
-	r.LastKernelTime = 1
-	seed, err := region.Encode(r)
-	if err != nil {
-		f.Fatal(err)
-	}
-	const tail = 64 // proc_num, the feedback words, last_kernel_time
-	f.Add(seed[:8192], seed[len(seed)-tail:])
-	f.Fuzz(func(t *testing.T, head, end []byte) {
-		// The fuzzer's bytes overwrite the header with the first slots, and the tail; the
-		// rest of the v1 file stays as the seed wrote it.
-		file := append([]byte(nil), seed...)
-		copy(file, head)
-		copy(file[len(file)-tail:], end)
-		reg, err := region.Read(bytes.NewReader(file), int64(len(file)))
-		if err != nil {
-			return
+	f.Add([]byte(uuidA), uint8(2), uint8(3), int32(1), int32(4001), uint64(gib), uint64(1), int64(1000))
+	f.Add([]byte("GPU-\x80\xff"), uint8(16), uint8(0), int32(0), int32(-1), ^uint64(0), ^uint64(0), int64(-5))
+	f.Fuzz(func(t *testing.T, uuid []byte, devs, slots uint8, status, hostpid int32, total, lkt uint64, now int64) {
+		r := &region.Region{Layout: region.LayoutV1, DeviceCount: uint64(devs), LastKernelTime: lkt}
+		for i := range min(int(devs), region.MaxDevices) {
+			var d region.Device
+			copy(d.RawUUID[:], uuid)
+			if i%2 == 1 {
+				copy(d.RawUUID[:], uuidB)
+			}
+			d.MemoryLimit = total
+			r.Devices = append(r.Devices, d)
 		}
+		for k := range int(slots) {
+			s := region.Slot{Index: k, HostPID: hostpid + int32(k%3), Status: status}
+			for i := range s.Used {
+				s.Used[i] = region.Memory{Context: total, Module: uint64(k), Data: total / 3, Total: total}
+				s.Util[i].SM = total
+			}
+			r.Slots = append(r.Slots, s)
+		}
+		host := &fakeHost{gpus: []HostGPU{{Index: 0, UUID: string(uuid), Name: string(uuid), Processes: []Process{{PID: uint32(hostpid), UsedMemory: total}}},
+			{Index: 1, UUID: uuidB, Processes: []Process{{PID: 1, UsedMemory: total}, {PID: 1}}}}}
+		c := testContainer("p", "c", r)
 		for _, v := range []annotation.Version{annotation.VersionMaster, annotation.VersionV290} {
-			m := newTestMonitor(t, Options{Version: v, LegacyMetrics: true})
-			c := newCollector(m, nil)
-			ch := make(chan prometheus.Metric, 1024)
-			s := &scrape{c: c, ch: ch, devices: map[deviceKey]struct{}{}, seen: map[*prometheus.Desc]map[string]struct{}{}}
-			go func() {
-				defer close(ch)
-				s.container(&Container{Key: "k", Pod: types.NamespacedName{Namespace: "ns", Name: "p"}, Name: "c", Region: reg}, testNow)
-			}()
-			promReg := prometheus.NewPedanticRegistry()
-			promReg.MustRegister(collectorFunc(func(out chan<- prometheus.Metric) {
-				for m := range ch {
-					out <- m
-				}
-			}, c))
-			if _, err := promReg.Gather(); err != nil {
+			m := newTestMonitor(t, Options{Version: v, LegacyMetrics: true, Host: host, ProcessMetrics: true,
+				Clock: clocktesting.NewFakeClock(time.Unix(now, 0))})
+			reg := prometheus.NewPedanticRegistry()
+			col := newCollector(m, func(context.Context) []Container { return []Container{c, c} })
+			col.recovered = func(r any) { t.Errorf("%v: Collect panicked: %v", v, r) }
+			if err := m.register(reg, col); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := reg.Gather(); err != nil {
 				t.Fatalf("%v: %v", v, err)
 			}
 		}
 	})
 }
-
-// collectorFunc is a collector with c's descriptors whose Collect is collect.
-type collectorFuncT struct {
-	collect func(chan<- prometheus.Metric)
-	c       *collector
-}
-
-func collectorFunc(collect func(chan<- prometheus.Metric), c *collector) prometheus.Collector {
-	return &collectorFuncT{collect: collect, c: c}
-}
-
-func (f *collectorFuncT) Describe(ch chan<- *prometheus.Desc) { f.c.Describe(ch) }
-func (f *collectorFuncT) Collect(ch chan<- prometheus.Metric) { f.collect(ch) }
