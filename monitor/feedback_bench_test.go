@@ -12,24 +12,24 @@ import (
 )
 
 const (
-	benchContainers = 110
-	benchGPUs       = 8
+	fbBenchContainers = 110
+	fbBenchGPUs       = 8
 )
 
-// benchNode writes benchContainers regions, each on all benchGPUs GPUs, priorities 0, 1
+// benchNode writes fbBenchContainers regions, each on all fbBenchGPUs GPUs, priorities 0, 1
 // and 2 in turn, with region.WriteFile.
 func benchNode(b *testing.B) (*fbNode, []*corev1.Pod) {
 	b.Helper()
 	node := newFBNode(b)
-	gpus := make([]string, benchGPUs)
+	gpus := make([]string, fbBenchGPUs)
 	for g := range gpus {
 		gpus[g] = fmt.Sprintf("GPU-%08x-1111-2222-3333-444455556666", g)
 	}
 	var pods []*corev1.Pod
-	for i := range benchContainers {
+	for i := range fbBenchContainers {
 		uid := fmt.Sprintf("7e1b0000-0000-4000-8000-%012d", i)
-		node.putRegion(b, uid+"_main", testRegion(b, gpus, int32(i%3), 2, 1))
-		pods = append(pods, testPod(uid, fmt.Sprintf("pod-%d", i), []string{"main"}, nil))
+		node.putRegion(b, uid+"_main", fbRegion(b, gpus, int32(i%3), 2, 1))
+		pods = append(pods, fbPod(uid, fmt.Sprintf("pod-%d", i), []string{"main"}, nil))
 	}
 	return node, pods
 }

@@ -138,7 +138,7 @@ func runFeedbackVector(t *testing.T, folder vectors.Folder, v fbVector, source P
 		if p.NodeName != "" && p.NodeName != "node1" {
 			continue
 		}
-		pod := testPod(p.UID, p.Name, nil, nil)
+		pod := fbPod(p.UID, p.Name, nil, nil)
 		pod.Namespace = p.Namespace
 		for _, name := range p.Containers {
 			ctr := corev1.Container{Name: name}

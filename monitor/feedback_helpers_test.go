@@ -168,9 +168,9 @@ func newFBMonitor(tb testing.TB, root string, pods []*corev1.Pod, opts Options) 
 	return m
 }
 
-// testPod is a pod of one container per name; prio, when not nil, sets each container's
+// fbPod is a pod of one container per name; prio, when not nil, sets each container's
 // nvidia.com/priority limit.
-func testPod(uid, name string, containers []string, prio *int64) *corev1.Pod {
+func fbPod(uid, name string, containers []string, prio *int64) *corev1.Pod {
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID(uid)},
 		Spec: corev1.PodSpec{NodeName: "node1"}}
 	for _, c := range containers {
@@ -183,8 +183,8 @@ func testPod(uid, name string, containers []string, prio *int64) *corev1.Pod {
 	return p
 }
 
-// testRegion is a fresh v1.2 region on gpus with the feedback words given.
-func testRegion(tb testing.TB, gpus []string, prio, rk, sw int32) *region.Region {
+// fbRegion is a fresh v1.2 region on gpus with the feedback words given.
+func fbRegion(tb testing.TB, gpus []string, prio, rk, sw int32) *region.Region {
 	tb.Helper()
 	r := &region.Region{Layout: region.LayoutV1, Major: 1, Minor: 2, DeviceCount: uint64(len(gpus)),
 		Priority: prio, RecentKernel: rk, UtilizationSwitch: sw, ProcNum: 1,

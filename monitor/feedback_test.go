@@ -99,12 +99,12 @@ func TestFeedbackRoundsFollowTheRule(t *testing.T) {
 							gpus = append(gpus, g)
 						}
 					}
-					r := testRegion(t, gpus, int32(rng.IntN(5))-1, int32(rng.IntN(6))-2, int32(rng.IntN(2)))
+					r := fbRegion(t, gpus, int32(rng.IntN(5))-1, int32(rng.IntN(6))-2, int32(rng.IntN(2)))
 					if rng.IntN(5) == 0 {
 						r.Layout, r.Major, r.Minor = region.LayoutV0, 0, 0
 					}
 					node.putRegion(t, uid+"_main", r)
-					pods = append(pods, testPod(uid, fmt.Sprintf("pod-%d", i), []string{"main"}, nil))
+					pods = append(pods, fbPod(uid, fmt.Sprintf("pod-%d", i), []string{"main"}, nil))
 				}
 				m := newFBMonitor(t, node.root, pods, Options{Version: version})
 				_, ctx := ktesting.NewTestContext(t)
@@ -140,18 +140,18 @@ func TestFeedbackRegionChanged(t *testing.T) {
 	t.Parallel()
 	node := newFBNode(t)
 	pods := []*corev1.Pod{
-		testPod("uid-a", "a", []string{"main"}, nil),
-		testPod("uid-b", "b", []string{"main"}, nil),
+		fbPod("uid-a", "a", []string{"main"}, nil),
+		fbPod("uid-b", "b", []string{"main"}, nil),
 	}
-	node.putRegion(t, "uid-a_main", testRegion(t, []string{gpuA}, 0, 2, 1)) // would block b
-	node.putRegion(t, "uid-b_main", testRegion(t, []string{gpuA}, 1, 2, 1))
+	node.putRegion(t, "uid-a_main", fbRegion(t, []string{gpuA}, 0, 2, 1)) // would block b
+	node.putRegion(t, "uid-b_main", fbRegion(t, []string{gpuA}, 1, 2, 1))
 	m := newFBMonitor(t, node.root, pods, Options{})
 	_, ctx := ktesting.NewTestContext(t)
 
 	cs := node.containers(t, nil, pods)
 	cs = append(cs, Container{Key: "uid-c_main", Path: node.path("uid-c_main"), Err: region.ErrNotInitialized})
 	// HAMi-core of container a restarts with an older library: a v0 region in its place.
-	replaced := testRegion(t, []string{gpuA}, 0, 2, 1)
+	replaced := fbRegion(t, []string{gpuA}, 0, 2, 1)
 	replaced.Layout, replaced.Major, replaced.Minor = region.LayoutV0, 0, 0
 	if err := region.WriteFile(node.path("uid-a_main"), replaced); err != nil {
 		t.Fatal(err)
@@ -184,8 +184,8 @@ func TestFeedbackPrioritySource(t *testing.T) {
 	t.Parallel()
 	zero, one := int64(0), int64(1)
 	pods := []*corev1.Pod{
-		testPod("uid-tenant", "tenant", []string{"main"}, &one),
-		testPod("uid-honest", "honest", []string{"main"}, &zero),
+		fbPod("uid-tenant", "tenant", []string{"main"}, &one),
+		fbPod("uid-honest", "honest", []string{"main"}, &zero),
 	}
 	rk, _ := region.LayoutV1.Offset(region.FieldRecentKernel)
 	sw, _ := region.LayoutV1.Offset(region.FieldUtilizationSwitch)
@@ -208,8 +208,8 @@ func TestFeedbackPrioritySource(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			node := newFBNode(t)
-			node.putRegion(t, "uid-tenant_main", testRegion(t, []string{gpuA}, 0, 2, 1))
-			node.putRegion(t, "uid-honest_main", testRegion(t, []string{gpuA}, 0, 2, 1))
+			node.putRegion(t, "uid-tenant_main", fbRegion(t, []string{gpuA}, 0, 2, 1))
+			node.putRegion(t, "uid-honest_main", fbRegion(t, []string{gpuA}, 0, 2, 1))
 			m := newFBMonitor(t, node.root, pods, Options{PrioritySource: tc.source})
 			_, ctx := ktesting.NewTestContext(t)
 			before := node.snapshot(t)
@@ -229,9 +229,9 @@ func TestFeedbackPrioritySource(t *testing.T) {
 func TestFeedbackMismatchReportedOncePerChange(t *testing.T) {
 	t.Parallel()
 	one := int64(1)
-	pods := []*corev1.Pod{testPod("uid-a", "a", []string{"main"}, &one)}
+	pods := []*corev1.Pod{fbPod("uid-a", "a", []string{"main"}, &one)}
 	node := newFBNode(t)
-	node.putRegion(t, "uid-a_main", testRegion(t, []string{gpuA}, 0, 0, 0))
+	node.putRegion(t, "uid-a_main", fbRegion(t, []string{gpuA}, 0, 0, 0))
 	m := newFBMonitor(t, node.root, pods, Options{FeedbackMetrics: true})
 	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
 	ctx := klog.NewContext(t.Context(), logger)
@@ -268,10 +268,10 @@ func TestFeedbackMismatchReportedOncePerChange(t *testing.T) {
 // it would have decided.
 func TestFeedbackDisabled(t *testing.T) {
 	t.Parallel()
-	pods := []*corev1.Pod{testPod("uid-a", "a", []string{"main"}, nil), testPod("uid-b", "b", []string{"main"}, nil)}
+	pods := []*corev1.Pod{fbPod("uid-a", "a", []string{"main"}, nil), fbPod("uid-b", "b", []string{"main"}, nil)}
 	node := newFBNode(t)
-	node.putRegion(t, "uid-a_main", testRegion(t, []string{gpuA}, 0, 2, 1))
-	node.putRegion(t, "uid-b_main", testRegion(t, []string{gpuA}, 1, 2, 1))
+	node.putRegion(t, "uid-a_main", fbRegion(t, []string{gpuA}, 0, 2, 1))
+	node.putRegion(t, "uid-b_main", fbRegion(t, []string{gpuA}, 1, 2, 1))
 	m := newFBMonitor(t, node.root, pods, Options{DisableFeedback: true})
 	_, ctx := ktesting.NewTestContext(t)
 	before := node.snapshot(t)
@@ -294,13 +294,13 @@ func TestFeedbackCollector(t *testing.T) {
 	t.Parallel()
 	one := int64(1)
 	pods := []*corev1.Pod{
-		testPod("uid-a", "a", []string{"main"}, nil),
-		testPod("uid-b", "b", []string{"main"}, &one),
+		fbPod("uid-a", "a", []string{"main"}, nil),
+		fbPod("uid-b", "b", []string{"main"}, &one),
 	}
 	node := newFBNode(t)
-	node.putRegion(t, "uid-a_main", testRegion(t, []string{gpuA}, 0, 2, 1))
-	node.putRegion(t, "uid-b_main", testRegion(t, []string{gpuA}, 1, 2, 1))
-	node.putRegion(t, "uid-x_gone", testRegion(t, []string{gpuB}, 0, 0, 1)) // pod not on the node
+	node.putRegion(t, "uid-a_main", fbRegion(t, []string{gpuA}, 0, 2, 1))
+	node.putRegion(t, "uid-b_main", fbRegion(t, []string{gpuA}, 1, 2, 1))
+	node.putRegion(t, "uid-x_gone", fbRegion(t, []string{gpuB}, 0, 0, 1)) // pod not on the node
 	m := newFBMonitor(t, node.root, pods, Options{FeedbackMetrics: true})
 	coll := m.feedbackCollector()
 	if n := testutil.CollectAndCount(coll, "hamireg_monitor_container_blocked"); n != 0 {
@@ -379,9 +379,9 @@ hamireg_monitor_priority_mismatch{container="main",namespace="ns",pod="p",region
 // TestFeedbackConcurrentCollect: scrapes during rounds see one round's state (run with -race).
 func TestFeedbackConcurrentCollect(t *testing.T) {
 	t.Parallel()
-	pods := []*corev1.Pod{testPod("uid-a", "a", []string{"main"}, nil)}
+	pods := []*corev1.Pod{fbPod("uid-a", "a", []string{"main"}, nil)}
 	node := newFBNode(t)
-	node.putRegion(t, "uid-a_main", testRegion(t, []string{gpuA}, 0, 2, 1))
+	node.putRegion(t, "uid-a_main", fbRegion(t, []string{gpuA}, 0, 2, 1))
 	m := newFBMonitor(t, node.root, pods, Options{FeedbackMetrics: true})
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
@@ -405,8 +405,8 @@ func TestFeedbackConcurrentCollect(t *testing.T) {
 // ActivityFromSMUtil a counts as active: both are at level 1 twice, both limits go on.
 func TestFeedbackActivityFromSMUtil(t *testing.T) {
 	t.Parallel()
-	pods := []*corev1.Pod{testPod("uid-a", "a", []string{"main"}, nil), testPod("uid-b", "b", []string{"main"}, nil),
-		testPod("uid-c", "c", []string{"main"}, nil)}
+	pods := []*corev1.Pod{fbPod("uid-a", "a", []string{"main"}, nil), fbPod("uid-b", "b", []string{"main"}, nil),
+		fbPod("uid-c", "c", []string{"main"}, nil)}
 	rk, _ := region.LayoutV1.Offset(region.FieldRecentKernel)
 	sw, _ := region.LayoutV1.Offset(region.FieldUtilizationSwitch)
 	tests := map[string]struct {
@@ -426,13 +426,13 @@ func TestFeedbackActivityFromSMUtil(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			node := newFBNode(t)
-			a := testRegion(t, []string{gpuA}, 1, 0, 0)
+			a := fbRegion(t, []string{gpuA}, 1, 0, 0)
 			a.Slots[0].Util[0].SM = 50
 			node.putRegion(t, "uid-a_main", a)
-			node.putRegion(t, "uid-b_main", testRegion(t, []string{gpuA}, 1, 2, 1))
+			node.putRegion(t, "uid-b_main", fbRegion(t, []string{gpuA}, 1, 2, 1))
 			// c's process exited (status 0): its last SM utilisation does not count, else c
 			// (priority 0) would block b.
-			c := testRegion(t, []string{gpuA}, 0, 0, 0)
+			c := fbRegion(t, []string{gpuA}, 0, 0, 0)
 			c.Slots[0].Status, c.Slots[0].Util[0].SM = 0, 80
 			node.putRegion(t, "uid-c_main", c)
 			m := newFBMonitor(t, node.root, pods, Options{ActivityFromSMUtil: tc.fromSM})
@@ -453,9 +453,9 @@ func TestFeedbackSharedRegion(t *testing.T) {
 	t.Parallel()
 	zero, one, two := int64(0), int64(1), int64(2)
 	pods := []*corev1.Pod{
-		testPod("uid-a", "a", []string{"main"}, &zero),
-		testPod("uid-b", "b", []string{"main"}, &two),
-		testPod("uid-x", "x", []string{"main"}, &one),
+		fbPod("uid-a", "a", []string{"main"}, &zero),
+		fbPod("uid-b", "b", []string{"main"}, &two),
+		fbPod("uid-x", "x", []string{"main"}, &one),
 	}
 	rk, _ := region.LayoutV1.Offset(region.FieldRecentKernel)
 	sw, _ := region.LayoutV1.Offset(region.FieldUtilizationSwitch)
@@ -477,8 +477,8 @@ func TestFeedbackSharedRegion(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			node := newFBNode(t)
-			node.putRegion(t, "claims_c1", testRegion(t, []string{gpuA}, 1, 2, 1))
-			node.putRegion(t, "uid-x_main", testRegion(t, []string{gpuA}, 1, 2, 1))
+			node.putRegion(t, "claims_c1", fbRegion(t, []string{gpuA}, 1, 2, 1))
+			node.putRegion(t, "uid-x_main", fbRegion(t, []string{gpuA}, 1, 2, 1))
 			m := newFBMonitor(t, node.root, pods, Options{PrioritySource: tc.source, FeedbackMetrics: true})
 			_, ctx := ktesting.NewTestContext(t)
 			cs := node.containers(t, []string{"uid-x_main"}, pods)

@@ -144,17 +144,17 @@ func (b *folderBed) keys() []string {
 	return out
 }
 
-// writeTestRegion writes testRegion(devs, procs, mem) to path.
+// writeTestRegion writes folderRegion(devs, procs, mem) to path.
 func writeTestRegion(tb testing.TB, path string, devs, procs int, mem uint64) {
 	tb.Helper()
-	if err := region.WriteFile(path, testRegion(devs, procs, mem)); err != nil {
+	if err := region.WriteFile(path, folderRegion(devs, procs, mem)); err != nil {
 		tb.Fatal(err)
 	}
 }
 
-// testRegion is a v1.2 region of devs GPUs with procs live slots, each using every GPU with
+// folderRegion is a v1.2 region of devs GPUs with procs live slots, each using every GPU with
 // mem bytes (total).
-func testRegion(devs, procs int, mem uint64) *region.Region {
+func folderRegion(devs, procs int, mem uint64) *region.Region {
 	r := &region.Region{Layout: region.LayoutV1, DeviceCount: uint64(devs), ProcNum: int32(procs),
 		UtilizationSwitch: 1, RecentKernel: 2, Priority: 1, LastKernelTime: 1767225600}
 	for i := range devs {

@@ -326,7 +326,7 @@ func TestContainersDuringRegionChanges(t *testing.T) {
 		writeTestRegion(t, victim, 2, 3, 1<<30)
 	}
 	b.scan()
-	fresh := testRegion(2, 3, 1<<30)
+	fresh := folderRegion(2, 3, 1<<30)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {

@@ -63,6 +63,7 @@ type Monitor struct {
 	scanErr error
 
 	fb feedbackState // the priority feedback's rounds and last state (feedback.go)
+	scrapeCtx scrapeParent // the parent of each scrape's context, set by Run (collector.go)
 }
 
 // New returns a monitor of the regions under opts.Root, tied to the pods pods lists. It
@@ -88,6 +89,7 @@ func (m *Monitor) Run(ctx context.Context) error {
 		return ErrAlreadyRunning
 	}
 	defer m.running.Store(false)
+	m.bindScrapeContext(ctx)
 	logger := klog.FromContext(ctx)
 	logger.V(2).Info("Starting the node monitor", "root", m.opts.Root, "period", m.opts.Period, "resyncInterval", m.opts.ResyncInterval)
 	ticker := m.opts.Clock.NewTicker(m.opts.Period)
