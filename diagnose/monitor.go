@@ -143,8 +143,7 @@ func ParseMonitorScrape(r io.Reader, pod *corev1.Pod) (*MonitorScrape, error) {
 	if pod == nil {
 		return nil, fmt.Errorf("%w: pod is nil", ErrInvalidOptions)
 	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(io.LimitReader(r, MaxMonitorBytes))
+	families, err := parseText(io.LimitReader(r, MaxMonitorBytes))
 	if err != nil {
 		return nil, fmt.Errorf("parse node monitor metrics: %w: %w", ErrMonitor, err)
 	}
@@ -209,6 +208,19 @@ func ParseMonitorScrape(r io.Reader, pod *corev1.Pod) (*MonitorScrape, error) {
 	}
 	slices.SortFunc(m.Series, compareSeries)
 	return m, nil
+}
+
+// parseText parses the Prometheus text format. expfmt's parser dereferences a nil metric on
+// some malformed input ("# TYPE a gauge\n{}", found by fuzzing prometheus/common v0.70.0);
+// such a panic is a parse error here, never a crash of the diagnosis.
+func parseText(r io.Reader) (families map[string]*dto.MetricFamily, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			families, err = nil, fmt.Errorf("malformed text (the parser failed: %v)", p)
+		}
+	}()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	return parser.TextToMetricFamilies(r)
 }
 
 // metricValue is the value of a gauge, untyped or counter sample, false when it has none or

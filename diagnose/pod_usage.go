@@ -95,8 +95,12 @@ type ProcessUsage struct {
 	// HAMiCoreBytes and NVMLBytes are the two counts, absent when not reported.
 	HAMiCoreBytes *int64 `json:"hamiCoreBytes,omitempty"`
 	NVMLBytes     *int64 `json:"nvmlBytes,omitempty"`
-	// Drift is (HAMi-core − NVML) / NVML, absent when unknown.
+	// Drift is (HAMi-core − NVML) / NVML, absent when unknown: the monitor's
+	// FamilyMonitorDrift, else computed from the two counts.
 	Drift *float64 `json:"drift,omitempty"`
+
+	// driftReported says Drift is the monitor's own series.
+	driftReported bool
 }
 
 // bytesOf turns a series value into bytes, clamped to [0, MaxInt64].
@@ -190,7 +194,8 @@ func (a *podAnalysis) checkUsage() {
 			}
 		case FamilyMonitorDrift:
 			v := s.Value
-			proc(l).Drift = &v
+			x := proc(l)
+			x.Drift, x.driftReported = &v, true
 		case FamilyMonitorUnaccounted:
 			unaccounted = append(unaccounted, s)
 		case FamilyMonitorStaleSlot:
@@ -354,10 +359,18 @@ func (a *podAnalysis) drift(u *UsageReport) {
 		if x.HAMiCoreBytes != nil && x.NVMLBytes != nil {
 			counts = fmt.Sprintf("HAMi-core counts %s, NVML %s (%s)", mib(*x.HAMiCoreBytes), mib(*x.NVMLBytes), counts)
 		}
-		f := Finding{Severity: SeverityWarning, Code: CodeAccountingDrift,
-			Evidence: []string{fmt.Sprintf("%s{namespace=%q,pod=%q,container=%q,device_uuid=%q,hostpid=%q} = %.3f", FamilyMonitorDrift, p.Namespace, p.Name, x.Container, x.UUID, x.HostPID, *x.Drift)},
-			Fix: []string{fmt.Sprintf("nvidia-smi --query-compute-apps=pid,used_memory,gpu_uuid --format=csv | grep -w %s", x.HostPID)},
+		labels := fmt.Sprintf("namespace=%q,pod=%q,container=%q,device_uuid=%q,hostpid=%q", p.Namespace, p.Name, x.Container, x.UUID, x.HostPID)
+		var ev []string
+		if x.driftReported {
+			ev = append(ev, fmt.Sprintf("%s{%s} = %.3f", FamilyMonitorDrift, labels, *x.Drift))
+		}
+		if x.HAMiCoreBytes != nil && x.NVMLBytes != nil {
+			ev = append(ev, fmt.Sprintf("%s{%s,source=\"hami-core\"} = %d, {source=\"nvml\"} = %d", FamilyMonitorProcessMemory, labels, *x.HAMiCoreBytes, *x.NVMLBytes))
+		}
+		f := Finding{Severity: SeverityWarning, Code: CodeAccountingDrift, Evidence: ev,
+			Fix: []string{fmt.Sprintf("kubectl -n %s exec %s -c %s -- sh -c 'cat /etc/ld.so.preload; echo LD_PRELOAD=$LD_PRELOAD'    # HAMi-core must be preloaded in every process", p.Namespace, p.Name, x.Container)},
 			OnNode: []string{
+				fmt.Sprintf("nvidia-smi --query-compute-apps=pid,used_memory,gpu_uuid --format=csv | grep -w %s    # the driver's count", x.HostPID),
 				fmt.Sprintf("grep -c libvgpu /proc/%s/maps    # 0: HAMi-core is not loaded in the process", x.HostPID),
 				fmt.Sprintf("tr '\\0' '\\n' < /proc/%s/environ | grep -E 'LD_PRELOAD|CUDA_DISABLE_CONTROL'", x.HostPID),
 			}}
