@@ -19,6 +19,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
@@ -268,25 +269,26 @@ func uuid40(u string) string {
 	return u
 }
 
-// scrapeMonitor reads the node monitor of the pod's node through the API server's pod proxy
-// and keeps the pod's series; the failure is in the scrape's Err and Error.
-func (g *podGather) scrapeMonitor(ctx context.Context, pod *corev1.Pod, pluginPods []corev1.Pod) *MonitorScrape {
+// readMonitor reads the node monitor of the pod's node through the API server's pod proxy
+// and keeps the pod's series; the failure is in the scrape's Err and Error. pluginPods are
+// the device plugin Pods already read (any nodes); opts has its defaults.
+func readMonitor(ctx context.Context, client kubernetes.Interface, opts Options, pod *corev1.Pod, pluginPods []corev1.Pod) *MonitorScrape {
 	node := pod.Spec.NodeName
 	m := &MonitorScrape{Node: node}
 	fail := func(err error) *MonitorScrape {
 		m.Err, m.Error = err, err.Error()
 		return m
 	}
-	plugin := g.monitorPod(ctx, node, pluginPods)
+	plugin := monitorPod(ctx, client, opts, node, pluginPods)
 	if plugin == nil {
-		return fail(fmt.Errorf("find the node monitor on node %s: %w: no Running device plugin Pod (%s) on the node", node, ErrMonitor, g.opts.PluginSelector))
+		return fail(fmt.Errorf("find the node monitor on node %s: %w: no Running device plugin Pod (%s) on the node", node, ErrMonitor, opts.PluginSelector))
 	}
-	port := monitorPort(plugin, g.opts.MonitorPort)
+	port := monitorPort(plugin, opts.MonitorPort)
 	m.PluginPod, m.Port = plugin.Namespace+"/"+plugin.Name, port
 	m.Endpoint = fmt.Sprintf("/api/v1/namespaces/%s/pods/http:%s:%d/proxy/metrics", plugin.Namespace, plugin.Name, port)
-	ctx, cancel := context.WithTimeout(ctx, g.opts.MonitorTimeout)
+	ctx, cancel := context.WithTimeout(ctx, opts.MonitorTimeout)
 	defer cancel()
-	rw := g.client.CoreV1().Pods(plugin.Namespace).ProxyGet("http", plugin.Name, strconv.Itoa(int(port)), "/metrics", nil)
+	rw := client.CoreV1().Pods(plugin.Namespace).ProxyGet("http", plugin.Name, strconv.Itoa(int(port)), "/metrics", nil)
 	if rw == nil {
 		return fail(fmt.Errorf("get %s: %w: the client has no pod proxy", m.Endpoint, ErrMonitor))
 	}
@@ -312,7 +314,7 @@ func (g *podGather) scrapeMonitor(ctx context.Context, pod *corev1.Pod, pluginPo
 
 // monitorPod is the Running device plugin Pod on the node, the newest: from the gathered
 // plugin Pods, else from a list of every namespace with PluginSelector.
-func (g *podGather) monitorPod(ctx context.Context, node string, pluginPods []corev1.Pod) *corev1.Pod {
+func monitorPod(ctx context.Context, client kubernetes.Interface, opts Options, node string, pluginPods []corev1.Pod) *corev1.Pod {
 	pick := func(pods []corev1.Pod) *corev1.Pod {
 		var best *corev1.Pod
 		for i := range pods {
@@ -329,7 +331,7 @@ func (g *podGather) monitorPod(ctx context.Context, node string, pluginPods []co
 	if p := pick(pluginPods); p != nil {
 		return p
 	}
-	list, err := g.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: g.opts.PluginSelector,
+	list, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: opts.PluginSelector,
 		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String()})
 	if err != nil {
 		return nil
@@ -353,6 +355,12 @@ func monitorPort(p *corev1.Pod, override int32) int32 {
 		}
 	}
 	return DefaultMonitorPort
+}
+
+// wantsMonitor reports whether the pod's usage is read: Running on a node, with GPUs, and
+// the monitor not disabled.
+func wantsMonitor(pod *corev1.Pod, opts Options) bool {
+	return opts.MonitorPort >= 0 && pod.Status.Phase == corev1.PodRunning && pod.Spec.NodeName != "" && allocation.Requests(pod, opts.Allocation).Any()
 }
 
 // monitorReadFix names what to do about a failed monitor read.

@@ -1,10 +1,12 @@
 package diagnose_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 
@@ -403,5 +405,52 @@ func TestPodReadsMonitor(t *testing.T) {
 				t.Errorf("finding %+v, want %s with evidence %q and fix %q", f, tc.code, tc.evidence, tc.fix)
 			}
 		})
+	}
+}
+
+// A bundle about a Running GPU pod stores the monitor's scrape; analysed again from the
+// bundle, it gives the same usage as the live diagnosis.
+func TestWriteBundleStoresMonitor(t *testing.T) {
+	t.Parallel()
+	pod := rtRunning("gpu-1")
+	objs := append(healthyObjects("gpu-1"), pod)
+	for _, answer := range []proxyAnswer{{body: mScrape}, {err: apierrors.NewForbidden(schema.GroupResource{Resource: "pods/proxy"}, "hami-device-plugin-gpu-1", errors.New("denied"))}} {
+		c := fakeClient(true, objs...)
+		c.PrependProxyReactor("pods", func(k8stesting.Action) (bool, restclient.ResponseWrapper, error) { return true, answer, nil })
+		var buf bytes.Buffer
+		idx, err := diagnose.WriteBundle(t.Context(), c, diagnose.BundleTarget{Namespace: rtNS, Pod: rtPod}, &buf, diagnose.BundleOptions{Options: opts(), LogLines: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		files, _ := readBundle(t, buf.Bytes(), idx.Root)
+		data, ok := files["monitor/team-a/cuda-job.json"]
+		if !ok {
+			t.Fatalf("no monitor file in %v (missing %q)", idx.Files, idx.Missing)
+		}
+		var m diagnose.MonitorScrape
+		if err := json.Unmarshal([]byte(data), &m); err != nil {
+			t.Fatal(err)
+		}
+		ev := rtEvidence(pod)
+		ev.Monitor = &m
+		r, err := diagnose.AnalyzePod(ev, opts())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if answer.err != nil {
+			if m.Error == "" || !slices.ContainsFunc(idx.Missing, func(s string) bool { return strings.Contains(s, "grant get pods/proxy") }) {
+				t.Errorf("forbidden read: scrape %+v, missing %q", m, idx.Missing)
+			}
+			if _, ok := r.Finding(diagnose.CodePodNotChecked); !ok {
+				t.Errorf("no NotChecked finding from the recorded failure: %+v", r.Findings)
+			}
+			continue
+		}
+		if m.Endpoint != "/api/v1/namespaces/kube-system/pods/http:hami-device-plugin-gpu-1:9394/proxy/metrics" || len(m.Series) != 7 {
+			t.Errorf("scrape %+v", m)
+		}
+		if r.Usage == nil || len(r.Usage.GPUs) != 1 || r.Usage.GPUs[0].UsedMiB() != 1024 || len(r.Usage.Processes) != 1 {
+			t.Errorf("usage from the bundle %+v", r.Usage)
+		}
 	}
 }

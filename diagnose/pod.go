@@ -514,8 +514,8 @@ func (g *podGather) evidence(ctx context.Context, pod *corev1.Pod) PodEvidence {
 		ev.NodeReports = append(ev.NodeReports, r)
 	}
 	slices.SortFunc(ev.NodeReports, func(x, y Report) int { return cmp.Compare(x.Node, y.Node) })
-	if g.opts.MonitorPort >= 0 && pod.Status.Phase == corev1.PodRunning && pod.Spec.NodeName != "" && allocation.Requests(pod, g.opts.Allocation).Any() {
-		ev.Monitor = g.scrapeMonitor(ctx, pod, ev.PluginPods)
+	if wantsMonitor(pod, g.opts) {
+		ev.Monitor = readMonitor(ctx, g.client, g.opts, pod, ev.PluginPods)
 	}
 	return ev
 }
