@@ -157,7 +157,9 @@ func TestParseMonitorScrapeGarbage(t *testing.T) {
 }
 
 // mSeries renders one series line.
-func mSeries(name, labels string, v string) string { return name + "{" + labels + `,zone="vGPU"} ` + v + "\n" }
+func mSeries(name, labels string, v string) string {
+	return name + "{" + labels + `,zone="vGPU"} ` + v + "\n"
+}
 
 const mPodLabels = `container="cuda",device_uuid="` + mUUID + `",namespace="team-a",pod="cuda-job",vdevice_index="0"`
 
@@ -223,7 +225,7 @@ func TestAnalyzePodUsage(t *testing.T) {
 			code: diagnose.CodeBlockedByPriority, severity: diagnose.SeverityInfo, wantCase: diagnose.Healthy, summary: "container cuda is blocked by the priority loop",
 		},
 		"not blocked": {
-			text: usage("1e9", "3.145728e+09") + mSeries(diagnose.FamilyMonitorBlocked, `container="cuda",namespace="team-a",pod="cuda-job"`, "0"),
+			text:     usage("1e9", "3.145728e+09") + mSeries(diagnose.FamilyMonitorBlocked, `container="cuda",namespace="team-a",pod="cuda-job"`, "0"),
 			wantCase: diagnose.Healthy, absent: []string{diagnose.CodeBlockedByPriority},
 		},
 		"priority mismatch": {

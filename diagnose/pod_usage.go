@@ -300,15 +300,15 @@ func (a *podAnalysis) usageReported(u *UsageReport, m *MonitorScrape) {
 		pns, pname, _ := strings.Cut(m.PluginPod, "/")
 		ev = append(ev, fmt.Sprintf("%s reports no container of any pod on node %s", m.PluginPod, m.Node))
 		a.add(Finding{Severity: SeverityWarning, Code: CodeUsageNotReported,
-			Summary: fmt.Sprintf("the node monitor of node %s reports no GPU usage at all, %s included: no container on the node has made a CUDA call through HAMi-core yet, or the monitor does not see HAMi-core's cache folders (its hook path is not the device plugin's)", m.Node, obj),
+			Summary:  fmt.Sprintf("the node monitor of node %s reports no GPU usage at all, %s included: no container on the node has made a CUDA call through HAMi-core yet, or the monitor does not see HAMi-core's cache folders (its hook path is not the device plugin's)", m.Node, obj),
 			Evidence: ev,
-			Fix: []string{execFix, fmt.Sprintf("kubectl -n %s get pod %s -o yaml | grep -A3 -i hostPath    # the monitor mounts the hook path (/usr/local/vgpu) the plugin gives containers", pns, pname)}})
+			Fix:      []string{execFix, fmt.Sprintf("kubectl -n %s get pod %s -o yaml | grep -A3 -i hostPath    # the monitor mounts the hook path (/usr/local/vgpu) the plugin gives containers", pns, pname)}})
 	default:
 		if m.OtherContainers > 0 {
 			ev = append(ev, fmt.Sprintf("%s reports %d container(s) of other pods, so it reads HAMi-core's regions", m.PluginPod, m.OtherContainers))
 		}
 		a.add(Finding{Severity: SeverityInfo, Code: CodeUsageNotReported,
-			Summary: fmt.Sprintf("the node monitor reports no GPU usage of %s %s: it has no HAMi-core region yet (no CUDA call so far), or HAMi-core is not loaded in it (then its limits do not apply)", obj, plural("container", missing)),
+			Summary:  fmt.Sprintf("the node monitor reports no GPU usage of %s %s: it has no HAMi-core region yet (no CUDA call so far), or HAMi-core is not loaded in it (then its limits do not apply)", obj, plural("container", missing)),
 			Evidence: ev, Fix: []string{execFix}})
 	}
 }

@@ -251,7 +251,7 @@ func seconds(s *float64) string {
 	if *s < 0 || *s > 1e8 { // beyond what a Duration rounds well
 		return fmt.Sprintf("%.0fs ago", *s)
 	}
-	return (time.Duration(*s*float64(time.Second))).Round(time.Second).String() + " ago"
+	return (time.Duration(*s * float64(time.Second))).Round(time.Second).String() + " ago"
 }
 
 // mibOf renders bytes in MiB, "-" when absent.
