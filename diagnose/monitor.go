@@ -129,10 +129,7 @@ type MonitorScrape struct {
 }
 
 // Serves reports whether the monitor serves the family.
-func (m *MonitorScrape) Serves(family string) bool {
-	_, ok := slices.BinarySearch(m.Families, family)
-	return ok
-}
+func (m *MonitorScrape) Serves(family string) bool { return slices.Contains(m.Families, family) }
 
 // ParseMonitorScrape reads a node monitor's /metrics answer (Prometheus text format) and
 // keeps what concerns pod: the series of the families above whose namespace and pod labels

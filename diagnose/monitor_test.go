@@ -456,3 +456,37 @@ func TestWriteBundleStoresMonitor(t *testing.T) {
 		}
 	}
 }
+
+func TestMonitorOptions(t *testing.T) {
+	t.Parallel()
+	_, err := diagnose.AnalyzePod(rtEvidence(rtRunning("gpu-1")), diagnose.Options{MonitorPort: 70000})
+	if !errors.Is(err, diagnose.ErrInvalidOptions) || !strings.Contains(err.Error(), "MonitorPort 70000") {
+		t.Errorf("MonitorPort 70000: %v", err)
+	}
+}
+
+// An init container with GPUs is never reported by the monitor (HAMi's reports the spec's
+// containers only): no GPUUsageNotReported for it.
+func TestUsageIgnoresInitContainers(t *testing.T) {
+	t.Parallel()
+	ev := scrapeEvidence(t, mScrape)
+	init := ev.Pod.Spec.Containers[0]
+	init.Name = "warmup"
+	ev.Pod.Spec.InitContainers = []corev1.Container{init}
+	r, err := diagnose.AnalyzePod(ev, opts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, ok := r.Finding(diagnose.CodeUsageNotReported); ok {
+		t.Errorf("unexpected %s: %s", f.Code, f.Summary)
+	}
+	ev.Pod.Spec.InitContainers = nil
+	ev.Pod.Spec.Containers = append(ev.Pod.Spec.Containers, init)
+	r, err = diagnose.AnalyzePod(ev, opts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, ok := r.Finding(diagnose.CodeUsageNotReported); !ok || !strings.Contains(f.Summary, "container warmup") || f.Severity != diagnose.SeverityInfo {
+		t.Errorf("regular container without series: %+v", f)
+	}
+}

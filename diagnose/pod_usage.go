@@ -283,8 +283,13 @@ func (a *podAnalysis) usageReported(u *UsageReport, m *MonitorScrape) {
 			reported[g.Container] = true
 		}
 	}
+	// HAMi's monitor reports the pod spec's containers only, never init containers (native
+	// sidecars included).
 	var missing []string
 	for i, c := range a.req.Containers {
+		if i < len(p.Spec.InitContainers) {
+			continue
+		}
 		if c.Count > 0 && !reported[a.containerName(i)] {
 			missing = append(missing, a.containerName(i))
 		}
