@@ -13,6 +13,7 @@ import (
 	"path"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -145,6 +146,9 @@ func (x *BundleIndex) Text() string {
 //     on the node (PluginContainer; <container>.previous.log too after a restart) and of the
 //     leader scheduler Pod (ExtenderContainer), the one the Lease's holder names; when the
 //     leader is unknown, of every scheduler Pod;
+//   - monitor/<namespace>/<pod>.json: for a Running GPU pod, what the node monitor of its
+//     node serves about it (a [MonitorScrape]; json.Unmarshal it into PodEvidence.Monitor
+//     to analyse it again with [AnalyzePod]), with the read failure when there was one;
 //   - diagnosis/<name>: the caller's Files;
 //   - index.txt and index.json: the [BundleIndex].
 //
@@ -226,6 +230,9 @@ func (b *bundle) collect(ctx context.Context, target *BundleTarget) error {
 		}
 		b.object(podPath(pod), pod, "v1", "Pod")
 		b.podEvents(ctx, pod)
+		if wantsMonitor(pod, b.opts) {
+			b.monitor(ctx, pod)
+		}
 		target.Node = cmp.Or(target.Node, pod.Spec.NodeName, pod.Annotations[allocation.KeyNode])
 		if target.Node == "" {
 			b.missing = append(b.missing, fmt.Sprintf("nodes: pod %s/%s names no node (no spec.nodeName, no %s): no Node, node Events or device plugin log", pod.Namespace, pod.Name, allocation.KeyNode))
@@ -530,6 +537,26 @@ func (b *bundle) miss(verb, resource, key string, err error) {
 	b.missing = append(b.missing, line)
 }
 
+// monitor stores what the node monitor serves about a Running GPU pod, as the JSON of a
+// [MonitorScrape] (the evidence [AnalyzePod] reads in PodEvidence.Monitor).
+func (b *bundle) monitor(ctx context.Context, pod *corev1.Pod) {
+	m := readMonitor(ctx, b.client, b.opts, pod, nil)
+	p := path.Join("monitor", pod.Namespace, pod.Name+".json")
+	if m.Err != nil && m.PluginPod == "" {
+		b.missing = append(b.missing, fmt.Sprintf("%s: %v", p, m.Err))
+		return
+	}
+	if m.Err != nil {
+		b.miss("get", "pods/proxy", m.PluginPod+":"+strconv.Itoa(int(m.Port))+"/metrics", m.Err)
+	}
+	data, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		b.missing = append(b.missing, fmt.Sprintf("%s: encode as JSON: %v", p, err))
+		return
+	}
+	b.add(p, append(data, '\n'))
+}
+
 func podPath(p *corev1.Pod) string { return path.Join("pods", p.Namespace, p.Name+".yaml") }
 
 // write writes the archive: index.txt and index.json first, then the files by path.
@@ -594,9 +621,9 @@ func safeName(s string) string {
 }
 
 // BundleClusterRoleRules returns the read-only RBAC rules [WriteBundle] needs for a complete
-// bundle: get nodes; get and list pods and get their logs; list events; get configmaps,
-// the device plugin DaemonSet, the scheduler Deployment, its Lease and
-// MutatingWebhookConfigurations. No rule on secrets. Without one of them the bundle says in
+// bundle: get nodes; get and list pods and get their logs; get pods/proxy (the node
+// monitor's /metrics for a Running GPU pod); list events; get configmaps, the device plugin
+// DaemonSet, the scheduler Deployment, its Lease and MutatingWebhookConfigurations. No rule on secrets. Without one of them the bundle says in
 // its index what it could not collect; only the rule on the target (nodes, or pods) is
 // indispensable.
 //
@@ -614,7 +641,7 @@ func safeName(s string) string {
 //	  resources: [pods]
 //	  verbs: [get, list]
 //	- apiGroups: [""]
-//	  resources: [pods/log]
+//	  resources: [pods/log, pods/proxy]
 //	  verbs: [get]
 //	- apiGroups: [""]
 //	  resources: [events]
@@ -632,7 +659,7 @@ func BundleClusterRoleRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"nodes", "configmaps"}, Verbs: []string{"get"}},
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list"}},
-		{APIGroups: []string{""}, Resources: []string{"pods/log"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"pods/log", "pods/proxy"}, Verbs: []string{"get"}},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"list"}},
 		{APIGroups: []string{"apps"}, Resources: []string{"daemonsets", "deployments"}, Verbs: []string{"get"}},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get"}},

@@ -50,7 +50,13 @@
 // P5 the Allocate that never came, P6 the Allocate that failed (UnexpectedAdmissionError), P7
 // a stale assignment after a node restart, P8 a pod that runs without HAMi's limits. A pod
 // stopped before S1 without a FilteringFailed Event hands over to the node diagnosis of the
-// candidate nodes ([P0NodeNotRegistered]), in the same report. [Pods] does the same for
+// candidate nodes ([P0NodeNotRegistered]), in the same report. For a Running GPU pod, [Pod]
+// reads the node monitor of its node (HAMi's vGPUmonitor or the SDK's device plugin, GET
+// /metrics through the API server's pod proxy; [ParseMonitorScrape], [MonitorScrape]) and
+// reports each container's use of each GPU against its limit ([UsageReport]) with findings:
+// usage above the limit, HAMi-core's count of a process drifting from NVML's by more than
+// [DriftThreshold], a process on the pod's GPUs without a HAMi-core slot, a stale slot, a
+// container blocked by the priority loop or whose region's priority is not the spec's. [Pods] does the same for
 // every GPU pod that is not running; [AnalyzePod] diagnoses recorded objects ([PodEvidence])
 // without a cluster. Diagnosing writes nothing; the one repair, of a stale node lock, is the
 // separate [RemoveStaleLock], after [LockOf] has shown the lock. [WriteBundle] collects the

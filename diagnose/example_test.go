@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
@@ -71,4 +72,40 @@ func ExampleWriteBundle() {
 	// events/nodes/gpu-7.yaml
 	// nodes/gpu-7.yaml
 	// true true
+}
+
+// A node monitor's answer, recorded (a support bundle's monitor/<ns>/<pod>.json holds the
+// same, parsed): the pod's container uses 3500 MiB of a 3000 MiB limit on its GPU.
+func ExampleParseMonitorScrape() {
+	const metrics = `# TYPE hami_vgpu_memory_used_bytes gauge
+hami_vgpu_memory_used_bytes{container="cuda",device_uuid="GPU-a",namespace="team-a",pod="train",vdevice_index="0",zone="vGPU"} 3.670016e+09
+# TYPE hami_vgpu_memory_limit_bytes gauge
+hami_vgpu_memory_limit_bytes{container="cuda",device_uuid="GPU-a",namespace="team-a",pod="train",vdevice_index="0",zone="vGPU"} 3.145728e+09
+hami_vgpu_memory_limit_bytes{container="main",device_uuid="GPU-a",namespace="team-b",pod="other",vdevice_index="0",zone="vGPU"} 1.048576e+09
+`
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "train"},
+		Spec: corev1.PodSpec{NodeName: "gpu-7", SchedulerName: diagnose.DefaultSchedulerName, Containers: []corev1.Container{{Name: "cuda",
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning},
+	}
+	m, err := diagnose.ParseMonitorScrape(strings.NewReader(metrics), pod)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(len(m.Series), "series of the pod")
+	r, err := diagnose.AnalyzePod(diagnose.PodEvidence{Pod: pod, Monitor: m}, diagnose.Options{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	g := r.Usage.GPUs[0]
+	fmt.Printf("%s on %s: %d of %d MiB\n", g.Container, g.UUID, g.UsedMiB(), g.LimitMiB())
+	f, _ := r.Finding(diagnose.CodeUsageOverLimit)
+	fmt.Println(f.Case, f.Code)
+	// Output:
+	// 2 series of the pod
+	// cuda on GPU-a: 3500 of 3000 MiB
+	// P8-RunningWithoutLimits GPUMemoryOverLimit
 }

@@ -1,6 +1,10 @@
 package diagnose_test
 
 import (
+	"encoding/json"
+	"errors"
+	"math"
+	"strings"
 	"testing"
 
 	"github.com/hamireg/hamireg/annotation"
@@ -37,6 +41,48 @@ func FuzzNode(f *testing.F) {
 		}
 		if (r.Case == diagnose.Healthy) != (len(r.Errors()) == 0) {
 			t.Fatalf("case %v with %d errors", r.Case, len(r.Errors()))
+		}
+	})
+}
+
+// FuzzParseMonitorScrape: whatever a node monitor answers, parsing and keeping the pod's
+// series never panics, keeps only series that name the pod or sit on its GPUs, with finite
+// values, and the analysis of the result is a report that JSON carries.
+func FuzzParseMonitorScrape(f *testing.F) {
+	f.Add(mScrape)
+	f.Add("vGPU_device_memory_usage_in_bytes{podnamespace=\"team-a\",podname=\"cuda-job\",ctrname=\"cuda\",vdeviceid=\"0\",deviceuuid=\"GPU-x\"} 1e400\n")
+	f.Add("hami_vgpu_memory_used_bytes{namespace=\"team-a\",pod=\"cuda-job\",container=\"\xff\"} -Inf\n# TYPE hamireg_monitor_process_memory_drift_ratio gauge\n")
+	f.Add("# TYPE h histogram\nh_bucket{le=\"1\"} 1\nh_count 1\nh_sum 1\n")
+	f.Add("")
+	f.Fuzz(func(t *testing.T, text string) {
+		pod := rtRunning("gpu-1")
+		m, err := diagnose.ParseMonitorScrape(strings.NewReader(text), pod)
+		if err != nil {
+			if !errors.Is(err, diagnose.ErrMonitor) {
+				t.Fatalf("error %v is not ErrMonitor", err)
+			}
+			return
+		}
+		for _, s := range m.Series {
+			if math.IsNaN(s.Value) || math.IsInf(s.Value, 0) {
+				t.Fatalf("non-finite value kept: %+v", s)
+			}
+			mine := s.Labels["namespace"] == rtNS && s.Labels["pod"] == rtPod
+			if !mine && s.Name != diagnose.FamilyMonitorUnaccounted {
+				t.Fatalf("series of another pod kept: %+v", s)
+			}
+		}
+		ev := rtEvidence(pod)
+		ev.Monitor = m
+		r, err := diagnose.AnalyzePod(ev, opts())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Usage == nil {
+			t.Fatal("no usage")
+		}
+		if _, err := json.Marshal(r); err != nil {
+			t.Fatalf("report does not encode: %v", err)
 		}
 	})
 }

@@ -44,6 +44,9 @@ const (
 	DefaultLogTail = 50
 	// DefaultLogTimeout bounds each log read (the API server proxies it to the kubelet).
 	DefaultLogTimeout = 5 * time.Second
+	// DefaultMonitorTimeout bounds the read of a node monitor's /metrics (the API server
+	// proxies it to the device plugin Pod).
+	DefaultMonitorTimeout = 5 * time.Second
 )
 
 // Options says where HAMi is installed and how to read it. The zero value means the chart's
@@ -110,6 +113,13 @@ type Options struct {
 	// AllocateWait is how long a bound pod may wait for Allocate before it counts as late.
 	// Default 1 min.
 	AllocateWait time.Duration
+	// MonitorPort is the node monitor's port on the device plugin Pod, read through the API
+	// server's pod proxy for a Running GPU pod's usage. Zero takes the Pod's container port
+	// named "metrics" or "monitor", else DefaultMonitorPort (9394); a positive value
+	// overrides them; negative reads no monitor. At most 65535.
+	MonitorPort int32
+	// MonitorTimeout bounds the monitor read. Default 5 s.
+	MonitorTimeout time.Duration
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -156,6 +166,12 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.AllocateWait <= 0 {
 		o.AllocateWait = DefaultAllocateWait
+	}
+	if o.MonitorPort > 65535 {
+		return o, fmt.Errorf("%w: MonitorPort %d is not a port (1-65535; 0 for the Pod's port named metrics, negative for none)", ErrInvalidOptions, o.MonitorPort)
+	}
+	if o.MonitorTimeout <= 0 {
+		o.MonitorTimeout = DefaultMonitorTimeout
 	}
 	for _, s := range []struct{ name, value string }{{"PluginSelector", o.PluginSelector}, {"SchedulerSelector", o.SchedulerSelector}} {
 		if _, err := labels.Parse(s.value); err != nil {

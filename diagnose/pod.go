@@ -56,6 +56,11 @@ type PodEvidence struct {
 	// NodeReports are node diagnoses ([Node]) of the pod's node and of the candidate nodes;
 	// the analysis hands over to them.
 	NodeReports []Report
+	// Monitor is what the node monitor of the pod's node serves about a Running GPU pod
+	// (its GPU usage against its limits, accounting drift, processes without a HAMi-core
+	// slot), with the read failure in it; nil when it was not read (the pod does not run,
+	// or Options.MonitorPort is negative).
+	Monitor *MonitorScrape
 	// ReadErrors holds what could not be read, by resource ("events", "nodes", …).
 	ReadErrors map[string]error
 }
@@ -63,7 +68,8 @@ type PodEvidence struct {
 // Pod diagnoses one GPU pod: it reads the pod, its Events, the Nodes and the pods holding
 // GPUs, the namespace's ResourceQuotas, the MutatingWebhookConfigurations and their
 // endpoints, HAMi's scheduler (Deployment, Pods, Lease, configuration) and the device plugin
-// Pods, diagnoses the pod's node (and, for a pod stopped before S1 without FilteringFailed,
+// Pods, for a Running pod the node monitor's /metrics on its node's device plugin Pod
+// (through the API server's pod proxy; [PodReport].Usage), diagnoses the pod's node (and, for a pod stopped before S1 without FilteringFailed,
 // every GPU node) with [Node]'s analysis, and returns the stage reached, the case P1–P8 that
 // stops it and the findings. Problems in the cluster are findings; the error is non-nil only
 // when the pod cannot be read (errors.Is ErrPodNotFound, ErrAPI) or the options are invalid.
@@ -220,6 +226,7 @@ func (a *podAnalysis) dispatch() {
 	switch {
 	case p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodSucceeded:
 		a.checkLimits()
+		a.checkUsage()
 	case p.Status.Phase == corev1.PodFailed:
 		if !a.hami && !hasHAMiAnnotations(p) {
 			a.checkRouting()
@@ -507,6 +514,9 @@ func (g *podGather) evidence(ctx context.Context, pod *corev1.Pod) PodEvidence {
 		ev.NodeReports = append(ev.NodeReports, r)
 	}
 	slices.SortFunc(ev.NodeReports, func(x, y Report) int { return cmp.Compare(x.Node, y.Node) })
+	if wantsMonitor(pod, g.opts) {
+		ev.Monitor = readMonitor(ctx, g.client, g.opts, pod, ev.PluginPods)
+	}
 	return ev
 }
 

@@ -140,6 +140,9 @@ type PodReport struct {
 	// Fit is the fit recomputed with the SDK's allocation on the nodes and usage read (P3,
 	// and whenever the pod is before S1).
 	Fit *FitExplanation `json:"fit,omitempty"`
+	// Usage is a Running GPU pod's usage of its GPUs against its limits, from the node
+	// monitor of its node; nil when it was not read ([PodEvidence].Monitor).
+	Usage *UsageReport `json:"usage,omitempty"`
 	// Findings lists everything found, errors first.
 	Findings []Finding `json:"findings"`
 	// Nodes are the node diagnoses the report hands over to: the candidate nodes of a pod

@@ -55,8 +55,10 @@ func ClusterRoleRules() []rbacv1.PolicyRule {
 // locks), list events (the pod's scheduling and admission Events), get namespaces (the
 // webhook's namespaceSelector), list resourcequotas (the GPU quota of the pod's namespace),
 // list mutatingwebhookconfigurations and endpointslices (HAMi's webhook and whether its
-// Service has endpoints) and get configmaps (the KubeSchedulerConfiguration). Nothing here
-// writes, and Secrets are never read. Without one of them the report says what it could not
+// Service has endpoints), get configmaps (the KubeSchedulerConfiguration) and get pods/proxy
+// (a Running pod's GPU usage, from the node monitor's /metrics on the device plugin Pod).
+// Nothing here writes, and Secrets are never read; pods/proxy is only used for GET
+// /metrics. Without one of them the report says what it could not
 // check (a NotChecked finding); only get pods is indispensable.
 func PodClusterRoleRules() []rbacv1.PolicyRule {
 	return append(ClusterRoleRules(),
@@ -65,5 +67,6 @@ func PodClusterRoleRules() []rbacv1.PolicyRule {
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"namespaces", "configmaps"}, Verbs: []string{"get"}},
 		rbacv1.PolicyRule{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"}, Verbs: []string{"list"}},
 		rbacv1.PolicyRule{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list"}},
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods/proxy"}, Verbs: []string{"get"}},
 	)
 }

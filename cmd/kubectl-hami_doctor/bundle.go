@@ -32,6 +32,7 @@ type bundleResult struct {
 
 func (c *cli) bundleCmd(args []string) int {
 	fs, f := c.newClusterFlags("bundle", bundleUsage)
+	monitorFlags(fs, f)
 	file := fs.StringP("file", "f", "", "write the bundle to `FILE` (default hami-doctor-<target>-<UTC time>.tar.gz)")
 	logLines := fs.Int64("log-lines", 500, "lines of each log to collect")
 	if err := parse(fs, args); err != nil {

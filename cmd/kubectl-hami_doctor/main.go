@@ -18,7 +18,7 @@
 //
 // From a live cluster (package diagnose):
 //
-//	kubectl hami-doctor pod NAMESPACE/NAME      # stage S0-S4, case P1-P8, findings and fixes
+//	kubectl hami-doctor pod NAMESPACE/NAME      # stage S0-S4, case P1-P8, findings and fixes; GPU usage when Running
 //	kubectl hami-doctor pods -A                 # one line per GPU pod that does not run
 //	kubectl hami-doctor node gpu-7              # channels, case 1-5, findings and fixes
 //	kubectl hami-doctor nodes                   # one line per GPU node

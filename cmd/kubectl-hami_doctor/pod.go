@@ -9,6 +9,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/pflag"
+
 	"github.com/hamireg/hamireg/diagnose"
 )
 
@@ -18,8 +20,18 @@ const podUsage = `Usage:
   {cmd} pods [-n NAMESPACE | -A] [flags]  one line per GPU pod that is not running
 
 -n is the pod's namespace (default the kubeconfig context's); --hami-namespace is where HAMi
-is installed. Exit status: 0 when no case applies, 1 when one does, 2 on errors.
+is installed. For a Running pod, pod also shows its GPU usage against its limits, read from
+the node monitor's /metrics on the device plugin Pod of its node through the API server's pod
+proxy (needs get pods/proxy): the Pod's container port named metrics or monitor, else 9394,
+or --monitor-port (-1 reads no monitor).
+Exit status: 0 when no case applies, 1 when one does, 2 on errors.
 `
+
+// monitorFlags adds the flags that say where the node monitor listens.
+func monitorFlags(fs *pflag.FlagSet, f *clusterFlags) {
+	fs.Int32Var(&f.opts.MonitorPort, "monitor-port", 0, "node monitor port on the device plugin Pod (default its port named metrics or monitor, else 9394; -1: do not read it)")
+	fs.DurationVar(&f.opts.MonitorTimeout, "monitor-timeout", diagnose.DefaultMonitorTimeout, "time limit of the node monitor read")
+}
 
 // podTarget splits "NAMESPACE/NAME" or "NAME" (in the namespace of -n or the kubeconfig).
 func podTarget(f *clusterFlags, arg string) (namespace, name string, err error) {
@@ -42,6 +54,7 @@ func podTarget(f *clusterFlags, arg string) (namespace, name string, err error) 
 
 func (c *cli) podCmd(args []string) int {
 	fs, f := c.newClusterFlags("pod", podUsage)
+	monitorFlags(fs, f)
 	if err := parse(fs, args); err != nil {
 		return c.fail("pod", fs, err)
 	}
@@ -146,6 +159,9 @@ func printPodReport(w io.Writer, r *diagnose.PodReport) {
 	if r.Fit != nil {
 		printFit(w, r.Fit)
 	}
+	if r.Usage != nil {
+		printUsage(w, r.Usage)
+	}
 	if len(r.Findings) > 0 {
 		fmt.Fprintln(w, "\nFindings")
 		for _, f := range r.Findings {
@@ -154,12 +170,96 @@ func printPodReport(w io.Writer, r *diagnose.PodReport) {
 				where = f.Case.Short()
 			}
 			printFinding(w, f.Severity, where, f.Code, f.Summary, f.Evidence, f.Fix)
+			if len(f.OnNode) > 0 {
+				fmt.Fprintf(w, "      on node %s (not visible from the API server):\n", orDash(r.Node))
+				for _, c := range f.OnNode {
+					fmt.Fprintf(w, "                %s\n", c)
+				}
+			}
 		}
 	}
 	for i := range r.Nodes {
 		fmt.Fprintf(w, "\n--- handed over to the node diagnosis of %s ---\n", r.Nodes[i].Node)
 		printReport(w, &r.Nodes[i])
 	}
+}
+
+// printUsage prints a Running pod's GPU usage: one row per container and GPU, then one row
+// per process the monitor's per-process families name.
+func printUsage(w io.Writer, u *diagnose.UsageReport) {
+	fmt.Fprintf(w, "\nGPU usage (node monitor %s on node %s)\n", orDash(u.PluginPod), orDash(u.Node))
+	if u.Error != "" {
+		fmt.Fprintln(w, "  not read: see the NotChecked finding")
+		return
+	}
+	if len(u.GPUs) > 0 {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  CONTAINER\tGPU\tUUID\tUSED\tLIMIT\tUSED %\tSM %\tLAST KERNEL")
+		for _, g := range u.GPUs {
+			if !g.Reported {
+				fmt.Fprintf(tw, "  %s\t%s\t%s\t-\t%s\t-\t-\tnot reported\n", g.Container, orDash(g.Index), g.UUID, allocatedLimit(g))
+				continue
+			}
+			limit := "none"
+			if g.LimitBytes > 0 {
+				limit = fmt.Sprintf("%d MiB", g.LimitMiB())
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d MiB\t%s\t%s\t%s\t%s\n", g.Container, orDash(g.Index), g.UUID, g.UsedMiB(), limit,
+				percent(g.UsedPercent), percent(g.SMPercent), seconds(g.LastKernelSeconds))
+		}
+		_ = tw.Flush()
+	}
+	if len(u.Processes) > 0 {
+		fmt.Fprintln(w)
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  CONTAINER\tGPU\tHOST PID\tHAMI-CORE\tNVML\tDRIFT")
+		for _, p := range u.Processes {
+			drift := "-"
+			if p.Drift != nil {
+				drift = fmt.Sprintf("%+.1f %%", *p.Drift*100)
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", p.Container, orDash(p.Index), p.HostPID, mibOf(p.HAMiCoreBytes), mibOf(p.NVMLBytes), drift)
+		}
+		_ = tw.Flush()
+	}
+	if !u.OptIn {
+		fmt.Fprintln(w, "  per-process checks (accounting drift, processes without a HAMi-core slot): not served by this monitor")
+	}
+}
+
+// allocatedLimit is the limit column of a GPU the monitor does not report: the allocation.
+func allocatedLimit(g diagnose.GPUUsage) string {
+	if g.AllocatedMiB > 0 {
+		return fmt.Sprintf("%d MiB (allocated)", g.AllocatedMiB)
+	}
+	return "-"
+}
+
+// percent renders a percentage, "-" when absent.
+func percent(p *float64) string {
+	if p == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f %%", *p)
+}
+
+// seconds renders seconds as a duration, "-" when absent.
+func seconds(s *float64) string {
+	if s == nil {
+		return "-"
+	}
+	if *s < 0 || *s > 1e8 { // beyond what a Duration rounds well
+		return fmt.Sprintf("%.0fs ago", *s)
+	}
+	return (time.Duration(*s * float64(time.Second))).Round(time.Second).String() + " ago"
+}
+
+// mibOf renders bytes in MiB, "-" when absent.
+func mibOf(b *int64) string {
+	if b == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%d MiB", *b>>20)
 }
 
 // printFit prints the recomputed fit: one row per candidate node.
