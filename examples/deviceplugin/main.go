@@ -365,14 +365,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, h host) int {
 	if err != nil {
 		return usage("%v", err)
 	}
-	var lis net.Listener
-	if metricsAddr != "" {
-		if lis, err = net.Listen("tcp", metricsAddr); err != nil {
-			fmt.Fprintf(stderr, "deviceplugin: --metrics-bind-address: %v\n", err)
-			return 1
-		}
-	}
-	if err := runServing(ctx, agent, reg, lis); err != nil {
+	if err := runServing(ctx, agent, reg, metricsAddr); err != nil {
 		fmt.Fprintf(stderr, "deviceplugin: %v\n", err)
 		return 1
 	}

@@ -48,13 +48,17 @@ func metricsAddress(addr string) (string, error) {
 	return addr, nil
 }
 
-// runServing runs agent until ctx ends, serving /metrics of reg and the agent's probes on lis
-// (nil: no server) meanwhile. The server starts before the agent, so that the kubelet's
-// probes find it at once, and stops after the agent returned; if it fails, the agent is
-// stopped and its error returned.
-func runServing(ctx context.Context, agent *nodeagent.Agent, reg prometheus.Gatherer, lis net.Listener) error {
-	if lis == nil {
+// runServing runs agent until ctx ends, serving /metrics of reg and the agent's probes on addr
+// ("": no server) meanwhile. The server starts before the agent, so that the kubelet's probes
+// find it at once, and stops after the agent returned; if it cannot listen, the agent does not
+// run, and if it fails later, the agent is stopped and the server's error returned.
+func runServing(ctx context.Context, agent *nodeagent.Agent, reg prometheus.Gatherer, addr string) error {
+	if addr == "" {
 		return agent.Run(ctx)
+	}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("--metrics-bind-address: %w", err)
 	}
 	agentCtx, stopAgent := context.WithCancelCause(ctx)
 	defer stopAgent(nil)
@@ -68,7 +72,7 @@ func runServing(ctx context.Context, agent *nodeagent.Agent, reg prometheus.Gath
 			stopAgent(serveErr)
 		}
 	})
-	err := agent.Run(agentCtx)
+	err = agent.Run(agentCtx)
 	stopServer()
 	wg.Wait()
 	return errors.Join(err, serveErr)
