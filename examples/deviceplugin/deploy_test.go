@@ -224,9 +224,9 @@ func checkMetrics(t *testing.T, ds *appsv1.DaemonSet, svc *corev1.Service) {
 		t.Fatal("no Service (deploy/monitor-service.yaml)")
 	}
 	if svc.Name != "hami-device-plugin-monitor" || svc.Namespace != "kube-system" || svc.Spec.Type != corev1.ServiceTypeNodePort ||
-		svc.Spec.ExternalTrafficPolicy != corev1.ServiceExternalTrafficPolicyLocal {
-		t.Errorf("Service %s/%s type %s externalTrafficPolicy %s, want kube-system/hami-device-plugin-monitor NodePort Local",
-			svc.Namespace, svc.Name, svc.Spec.Type, svc.Spec.ExternalTrafficPolicy)
+		svc.Spec.ExternalTrafficPolicy != corev1.ServiceExternalTrafficPolicyLocal || !svc.Spec.PublishNotReadyAddresses {
+		t.Errorf("Service %s/%s type %s externalTrafficPolicy %s publishNotReadyAddresses %v, want kube-system/hami-device-plugin-monitor NodePort Local true",
+			svc.Namespace, svc.Name, svc.Spec.Type, svc.Spec.ExternalTrafficPolicy, svc.Spec.PublishNotReadyAddresses)
 	}
 	if diff := cmp.Diff(ds.Spec.Selector.MatchLabels, svc.Spec.Selector); diff != "" {
 		t.Errorf("Service selector differs from the DaemonSet's (-DaemonSet +Service):\n%s", diff)
