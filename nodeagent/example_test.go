@@ -217,10 +217,12 @@ func ExampleAgent_ProbeHandler() {
 		fmt.Println(err)
 		return
 	}
+	// snippet: README
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.Handle(nodeagent.PathHealthz, agent.ProbeHandler())
-	mux.Handle(nodeagent.PathReadyz, agent.ProbeHandler())
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{})) // reg: Options.Registerer
+	mux.Handle(nodeagent.PathHealthz, agent.ProbeHandler())                  // Agent.Healthy
+	mux.Handle(nodeagent.PathReadyz, agent.ProbeHandler())                   // Agent.Ready
+	// end snippet
 	srv := httptest.NewServer(mux) // a program: &http.Server{Handler: mux, ReadHeaderTimeout: ...}
 	defer srv.Close()
 
