@@ -231,7 +231,7 @@ func ExampleAgent_ProbeHandler() {
 		fmt.Println(err)
 		return
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	body, _ := io.ReadAll(resp.Body)
 	fmt.Print(resp.StatusCode, " ", string(body))
 	// Output:

@@ -103,6 +103,8 @@ func serveMetrics(ctx context.Context, lis net.Listener, reg prometheus.Gatherer
 		logger.V(2).Info("Metrics server not drained, closing it", "err", err)
 		_ = srv.Close()
 	}
-	<-served // http.ErrServerClosed
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		logger.V(2).Info("Metrics server stopped", "err", err)
+	}
 	return nil
 }
