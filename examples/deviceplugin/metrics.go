@@ -42,7 +42,7 @@ func metricsAddress(addr string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("--metrics-bind-address %q: %w: want host:port, e.g. %s, or \"0\" for none", addr, err, defaultMetricsBindAddress)
 	}
-	if n, err := strconv.ParseUint(port, 10, 16); err != nil || (n == 0 && port != "0") {
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
 		return "", fmt.Errorf("--metrics-bind-address %q: port %q is not a number within [0, 65535]", addr, port)
 	}
 	return addr, nil
