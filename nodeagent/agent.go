@@ -629,10 +629,7 @@ func (a *Agent) scanLoop(ctx context.Context) {
 	for {
 		changed := a.source.Changed()
 		wait := a.period
-		a.probe.scanStarted(a.clock.Now())
-		err := a.scan(ctx)
-		a.probe.scanDone(a.clock.Now(), err)
-		if err != nil {
+		if err := a.scan(ctx); err != nil {
 			if ctx.Err() != nil {
 				return
 			}
@@ -662,7 +659,9 @@ func (a *Agent) scanLoop(ctx context.Context) {
 // scan runs one scan and publishes it.
 func (a *Agent) scan(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
+	a.probe.scanStarted(a.clock.Now()) // the source's call only: a slow API server is no hang
 	devs, failed, err := a.source.Devices(ctx)
+	a.probe.scanDone(a.clock.Now(), err)
 	if err != nil {
 		a.stats.scanFailures.Add(1)
 		a.metrics.scanned(err, 0)
