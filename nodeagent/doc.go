@@ -258,7 +258,7 @@
 // # Probes
 //
 // [Agent.Healthy] (liveness) and [Agent.Ready] (readiness) answer a program's /healthz and
-// /readyz ([Agent.ProbeHandler]; examples/deviceplugin serves them beside /metrics on
+// /readyz ([ProbeHandler]; examples/deviceplugin serves them beside /metrics on
 // --metrics-bind-address, :9394). Both read what Run tracks, send no request and return nil or
 // an error of class [ErrUnhealthy] or [ErrNotReady] naming what is wrong:
 //

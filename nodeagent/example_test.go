@@ -207,9 +207,9 @@ func ExampleAllocator() {
 	// Run: <nil>
 }
 
-// ExampleAgent_ProbeHandler serves the agent's probes beside /metrics on one server, as
+// ExampleProbeHandler serves the agent's probes beside /metrics on one server, as
 // examples/deviceplugin does on --metrics-bind-address. Before Run the agent is not ready.
-func ExampleAgent_ProbeHandler() {
+func ExampleProbeHandler() {
 	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-1"}})
 	reg := prometheus.NewRegistry()
 	agent, err := nodeagent.New(client, "gpu-1", vendorGPUs{}, nodeagent.Options{Registerer: reg})
@@ -220,8 +220,9 @@ func ExampleAgent_ProbeHandler() {
 	// snippet: README
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{})) // reg: Options.Registerer
-	mux.Handle(nodeagent.PathHealthz, agent.ProbeHandler())                  // Agent.Healthy
-	mux.Handle(nodeagent.PathReadyz, agent.ProbeHandler())                   // Agent.Ready
+	probes := nodeagent.ProbeHandler(agent.Healthy, agent.Ready)
+	mux.Handle(nodeagent.PathHealthz, probes) // Agent.Healthy
+	mux.Handle(nodeagent.PathReadyz, probes)  // Agent.Ready
 	// end snippet
 	srv := httptest.NewServer(mux) // a program: &http.Server{Handler: mux, ReadHeaderTimeout: ...}
 	defer srv.Close()

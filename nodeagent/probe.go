@@ -24,7 +24,7 @@ var (
 // 30 s period.
 const UnhealthyScanPeriods = 3
 
-// Paths of [Agent.ProbeHandler]: the kubelet's liveness and readiness probes, as the
+// Paths of [ProbeHandler]: the kubelet's liveness and readiness probes, as the
 // extender's.
 const (
 	PathHealthz = "/healthz"
@@ -188,12 +188,16 @@ func (a *Agent) Ready() error {
 		a.vendor.ResourceName, ps.Registrations, ps.RegistrationFailures, ps.ActiveStreams)
 }
 
-// ProbeHandler returns the agent's probes for a program's HTTP server: GET [PathHealthz]
-// answers [Agent.Healthy], GET [PathReadyz] answers [Agent.Ready]: 200 and "ok", or 503 and
-// the error's text. Other paths are 404. Mount it at both paths of the program's mux (or at
-// its root).
-func (a *Agent) ProbeHandler() http.Handler {
+// ProbeHandler returns a program's probes: GET [PathHealthz] answers healthy, GET
+// [PathReadyz] answers ready, each 200 and "ok", or 503 and the error's text; other paths are
+// 404. A node program passes [Agent.Healthy] and [Agent.Ready], or functions that add checks
+// of its other parts (errors.Join(agent.Ready(), other.Ready())); a nil check always answers
+// 200 (the process serves). Mount it at both paths of the program's mux (or at its root).
+func ProbeHandler(healthy, ready func() error) http.Handler {
 	probe := func(check func() error) http.HandlerFunc {
+		if check == nil {
+			check = func() error { return nil }
+		}
 		return func(w http.ResponseWriter, _ *http.Request) {
 			if err := check(); err != nil {
 				http.Error(w, err.Error(), http.StatusServiceUnavailable)
@@ -204,7 +208,7 @@ func (a *Agent) ProbeHandler() http.Handler {
 		}
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET "+PathHealthz, probe(a.Healthy))
-	mux.Handle("GET "+PathReadyz, probe(a.Ready))
+	mux.Handle("GET "+PathHealthz, probe(healthy))
+	mux.Handle("GET "+PathReadyz, probe(ready))
 	return mux
 }

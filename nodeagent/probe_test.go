@@ -28,7 +28,7 @@ func probes(t *testing.T, a *nodeagent.Agent) (healthz, readyz string) {
 	t.Helper()
 	get := func(path string) string {
 		rec := httptest.NewRecorder()
-		a.ProbeHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		nodeagent.ProbeHandler(a.Healthy, a.Ready).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
 		body, _ := io.ReadAll(rec.Body)
 		return strings.TrimSpace(http.StatusText(rec.Code) + " " + string(body))
 	}
@@ -205,4 +205,39 @@ func TestHealthyScans(t *testing.T) {
 	src.hang.Store(nil)
 	close(hang)
 	waitFor(t, "health back after the hang", func() bool { return a.Healthy() == nil })
+}
+
+// ProbeHandler answers each path with its own check, 503 with the error's text, 200 for a nil
+// check, and 404 elsewhere.
+func TestProbeHandler(t *testing.T) {
+	t.Parallel()
+	tests := map[string]struct {
+		healthy, ready func() error
+		path           string
+		code           int
+		body           string
+	}{
+		"healthy":       {healthy: func() error { return nil }, ready: func() error { return errors.New("no") }, path: nodeagent.PathHealthz, code: 200, body: "ok\n"},
+		"not ready":     {healthy: func() error { return nil }, ready: func() error { return errors.New("kubelet away") }, path: nodeagent.PathReadyz, code: 503, body: "kubelet away\n"},
+		"unhealthy":     {healthy: func() error { return errors.New("scan hung") }, path: nodeagent.PathHealthz, code: 503, body: "scan hung\n"},
+		"nil check":     {path: nodeagent.PathReadyz, code: 200, body: "ok\n"},
+		"other path":    {path: "/metrics", code: 404, body: "404 page not found\n"},
+		"query":         {path: nodeagent.PathHealthz + "?verbose", code: 200, body: "ok\n"},
+		"path prefixed": {path: nodeagent.PathReadyz + "/x", code: 404, body: "404 page not found\n"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			rec := httptest.NewRecorder()
+			nodeagent.ProbeHandler(tc.healthy, tc.ready).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, tc.path, nil))
+			if rec.Code != tc.code || rec.Body.String() != tc.body {
+				t.Errorf("GET %s = %d %q, want %d %q", tc.path, rec.Code, rec.Body.String(), tc.code, tc.body)
+			}
+		})
+	}
+	rec := httptest.NewRecorder()
+	nodeagent.ProbeHandler(nil, nil).ServeHTTP(rec, httptest.NewRequest(http.MethodPost, nodeagent.PathHealthz, nil))
+	if rec.Code != http.StatusMethodNotAllowed {
+		t.Errorf("POST %s = %d, want 405", nodeagent.PathHealthz, rec.Code)
+	}
 }

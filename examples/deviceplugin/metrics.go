@@ -68,7 +68,7 @@ func runServing(ctx context.Context, agent *nodeagent.Agent, reg prometheus.Gath
 		serveErr error
 	)
 	wg.Go(func() {
-		if serveErr = serveMetrics(srvCtx, lis, reg, agent); serveErr != nil {
+		if serveErr = serveMetrics(srvCtx, lis, reg, nodeagent.ProbeHandler(agent.Healthy, agent.Ready)); serveErr != nil {
 			stopAgent(serveErr)
 		}
 	})
@@ -78,14 +78,14 @@ func runServing(ctx context.Context, agent *nodeagent.Agent, reg prometheus.Gath
 	return errors.Join(err, serveErr)
 }
 
-// serveMetrics serves GET /metrics (reg), /healthz and /readyz (agent) on lis until ctx ends,
+// serveMetrics serves GET /metrics (reg), /healthz and /readyz (probes) on lis until ctx ends,
 // then shuts the server down, closes lis and returns nil; it returns the server's error if it
 // stops by itself.
-func serveMetrics(ctx context.Context, lis net.Listener, reg prometheus.Gatherer, agent *nodeagent.Agent) error {
+func serveMetrics(ctx context.Context, lis net.Listener, reg prometheus.Gatherer, probes http.Handler) error {
 	mux := http.NewServeMux()
 	mux.Handle("GET "+pathMetrics, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.Handle(nodeagent.PathHealthz, agent.ProbeHandler())
-	mux.Handle(nodeagent.PathReadyz, agent.ProbeHandler())
+	mux.Handle(nodeagent.PathHealthz, probes)
+	mux.Handle(nodeagent.PathReadyz, probes)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: metricsReadHeaderTimeout, ReadTimeout: metricsReadTimeout,
 		BaseContext: func(net.Listener) context.Context { return ctx }}
 	logger := klog.FromContext(ctx)
