@@ -100,7 +100,7 @@ func (p *probeState) scanDone(now time.Time, err error) {
 //
 //   - Run not running, before it is called or after it returned ([ErrNotRunning], with the
 //     error Run returned);
-//   - a part failed and Run is stopping (the kubelet socket gone, the registration rejected, a
+//   - a part failed and Run is stopping (no kubelet socket at start, the registration rejected, a
 //     [Runner] source failing: the cause is wrapped);
 //   - a scan of the source has not returned for more than [UnhealthyScanPeriods] periods (a
 //     driver call that hangs: restarting the process is the fix);
