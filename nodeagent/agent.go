@@ -260,6 +260,8 @@ type Agent struct {
 	lastFailed, lastTopology string
 
 	metrics *metrics
+	// probe is what Healthy and Ready read of the current Run.
+	probe probeState
 
 	stats struct {
 		scans, scanFailures, deviceFailures, allocations, allocateFailures, podsCompleted, capacityPatches atomic.Uint64
@@ -514,12 +516,14 @@ func (a *Agent) Stats() Stats {
 //   - with Options.DRA, runs the DRA world, which publishes the scan's DRA devices as a
 //     ResourceSlice and prepares claims (see the package documentation's "DRA").
 //
+// [Agent.Healthy] and [Agent.Ready] report on the Run in progress (or the last one).
 // Calling Run while another Run has not returned gives [ErrAlreadyRunning].
 func (a *Agent) Run(ctx context.Context) error {
 	if !a.running.CompareAndSwap(false, true) {
 		return fmt.Errorf("run node agent of node %q: %w", a.node, ErrAlreadyRunning)
 	}
 	defer a.running.Store(false)
+	a.probe.start(a.plugin.Stats().Sends)
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "node", klog.KRef("", a.node))
 	ctx = klog.NewContext(ctx, logger)
 	logger.Info("Starting node agent", "vendor", a.vendor.Name, "resourceName", a.vendor.ResourceName, "period", a.period)
@@ -544,7 +548,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	part := func(f func(context.Context) error) {
 		wg.Go(func() {
 			if err := f(ctx); err != nil && ctx.Err() == nil {
-				once.Do(func() { first = err })
+				once.Do(func() { first = err; a.probe.fail(err) })
 				cancel(err)
 			}
 		})
@@ -612,6 +616,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		})
 	}
 	wg.Wait()
+	a.probe.stop(first)
 	return first
 }
 
@@ -654,7 +659,9 @@ func (a *Agent) scanLoop(ctx context.Context) {
 // scan runs one scan and publishes it.
 func (a *Agent) scan(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
+	a.probe.scanStarted(a.clock.Now()) // the source's call only: a slow API server is no hang
 	devs, failed, err := a.source.Devices(ctx)
+	a.probe.scanDone(a.clock.Now(), err)
 	if err != nil {
 		a.stats.scanFailures.Add(1)
 		a.metrics.scanned(err, 0)

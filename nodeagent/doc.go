@@ -255,6 +255,22 @@
 // writer's hamireg_register_* (writes, heals, no-ops, failures). Labels are bounded: no pod,
 // node or device.
 //
+// # Probes
+//
+// [Agent.Healthy] (liveness) and [Agent.Ready] (readiness) answer a program's /healthz and
+// /readyz ([ProbeHandler]; examples/deviceplugin serves them beside /metrics on
+// --metrics-bind-address, :9394). Both read what Run tracks, send no request and return nil or
+// an error of class [ErrUnhealthy] or [ErrNotReady] naming what is wrong:
+//
+//   - Healthy: Run is running ([ErrNotRunning] before and after, with Run's error), no part has
+//     failed, no scan of the source has hung, and scans have not kept failing, for longer than
+//     [UnhealthyScanPeriods] periods (90 s by default). A restart is the fix for each of these;
+//     a kubelet or API server that does not answer is not the process's fault, and does not
+//     make it unhealthy.
+//   - Ready: during this Run a scan succeeded, the register annotation carried it, the pod
+//     informer synced (with MIG or DRA) and the kubelet received the device list. Once ready,
+//     the agent stays ready until Run returns.
+//
 // # Logs, Events, RBAC
 //
 // Logging is contextual (klog.FromContext); the parts keep HAMi's log lines ("Updating node

@@ -3,12 +3,17 @@ package nodeagent_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -200,4 +205,36 @@ func ExampleAllocator() {
 	// device node /dev/acme1 rw
 	// bind-phase success
 	// Run: <nil>
+}
+
+// ExampleProbeHandler serves the agent's probes beside /metrics on one server, as
+// examples/deviceplugin does on --metrics-bind-address. Before Run the agent is not ready.
+func ExampleProbeHandler() {
+	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-1"}})
+	reg := prometheus.NewRegistry()
+	agent, err := nodeagent.New(client, "gpu-1", vendorGPUs{}, nodeagent.Options{Registerer: reg})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	// snippet: README
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{})) // reg: Options.Registerer
+	probes := nodeagent.ProbeHandler(agent.Healthy, agent.Ready)
+	mux.Handle(nodeagent.PathHealthz, probes) // Agent.Healthy
+	mux.Handle(nodeagent.PathReadyz, probes)  // Agent.Ready
+	// end snippet
+	srv := httptest.NewServer(mux) // a program: &http.Server{Handler: mux, ReadHeaderTimeout: ...}
+	defer srv.Close()
+
+	resp, err := http.Get(srv.URL + nodeagent.PathReadyz)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, _ := io.ReadAll(resp.Body)
+	fmt.Print(resp.StatusCode, " ", string(body))
+	// Output:
+	// 503 node agent not ready: node gpu-1: node agent not running
 }

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"net"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -9,6 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/hamireg/hamireg/internal/manifests"
 	"github.com/hamireg/hamireg/kubeletplugin"
@@ -69,6 +72,34 @@ func TestManifests(t *testing.T) {
 	want := map[string]string{filepath.Clean(kubeletplugin.DefaultPluginDir): filepath.Clean(kubeletplugin.DefaultPluginDir), "/dev": "/dev"}
 	if diff := cmp.Diff(want, mounts); diff != "" {
 		t.Errorf("hostPath mounts, host path -> container path (-want +got):\n%s", diff)
+	}
+	// /metrics and the probes on the port named metrics, which the kubelet probes.
+	bind := defaultMetricsBindAddress
+	for _, a := range c.Args {
+		if v, ok := strings.CutPrefix(a, "--metrics-bind-address="); ok {
+			bind = v
+		}
+	}
+	_, port, err := net.SplitHostPort(bind)
+	if err != nil {
+		t.Fatalf("--metrics-bind-address %q: %v", bind, err)
+	}
+	var metricsPort int32
+	for _, p := range c.Ports {
+		if p.Name == "metrics" {
+			metricsPort = p.ContainerPort
+		}
+	}
+	if metricsPort == 0 || strconv.Itoa(int(metricsPort)) != port {
+		t.Errorf("container ports %+v, want metrics: %s (--metrics-bind-address %s)", c.Ports, port, bind)
+	}
+	for name, p := range map[string]struct {
+		probe *corev1.Probe
+		path  string
+	}{"livenessProbe": {c.LivenessProbe, nodeagent.PathHealthz}, "readinessProbe": {c.ReadinessProbe, nodeagent.PathReadyz}} {
+		if p.probe == nil || p.probe.HTTPGet == nil || p.probe.HTTPGet.Path != p.path || p.probe.HTTPGet.Port != intstr.FromString("metrics") {
+			t.Errorf("%s %+v, want GET %s on port metrics", name, p.probe, p.path)
+		}
 	}
 	var stderr syncBuffer // the container's arguments parse (NODE_NAME unset: status 2 after parsing)
 	if code := run(t.Context(), c.Args, &stderr, env(nil), nil); code != 2 || !strings.Contains(stderr.String(), "NODE_NAME") {

@@ -9,12 +9,18 @@
 // deploy/.
 //
 //	acmeplugin [--dev-root /dev] [--simulate 0] [--device-split-count 10] [--device-memory 16384]
-//	           [--kubelet-root-dir /var/lib/kubelet] [--kubeconfig FILE] [-v 2]
+//	           [--kubelet-root-dir /var/lib/kubelet] [--kubeconfig FILE] [--metrics-bind-address :9396] [-v 2]
 //
 // --simulate N creates N device nodes (empty files) in --dev-root, or in a new temporary
 // folder when --dev-root is not given, so that the plugin runs on a machine without NPUs:
 //
 //	NODE_NAME=$(hostname) acmeplugin --simulate 4 --kubeconfig admin.kubeconfig -v 2
+//
+// --metrics-bind-address (default :9396; "" or "0" turns it off) serves, on one HTTP server
+// with HAMi master's monitor timeouts, GET /metrics (the agent's hamireg_nodeagent_* and
+// hamireg_register_* families, vendor="ACME"), /healthz and /readyz (nodeagent's Agent.Healthy
+// and Agent.Ready: 200, or 503 and what is wrong), which deploy/daemonset.yaml probes. An
+// address that does not parse exits 2, one that cannot be bound 1.
 //
 // The node name comes from NODE_NAME (the DaemonSet sets it from spec.nodeName). Without
 // --kubeconfig the in-cluster configuration is used. Exit status: 0 after SIGTERM or SIGINT,
@@ -30,6 +36,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -63,6 +70,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, getenv func(strin
 	memory := flags.Int("device-memory", 16384, "memory of one NPU in MiB")
 	rootDir := flags.String("kubelet-root-dir", "/var/lib/kubelet", "the kubelet's --root-dir; the plugin socket goes to <dir>/device-plugins")
 	kubeconfig := flags.String("kubeconfig", "", "kubeconfig `FILE` (default: the in-cluster configuration)")
+	metricsBind := flags.String("metrics-bind-address", defaultMetricsBindAddress, "serve /metrics, /healthz and /readyz on this `address`; \"\" or \"0\" = off")
 	verbosity := flags.Int("v", 0, "log verbosity")
 	if err := flags.Parse(args); err != nil {
 		return 2
@@ -70,6 +78,10 @@ func run(ctx context.Context, args []string, stderr io.Writer, getenv func(strin
 	fail := func(code int, err error) int {
 		fmt.Fprintf(stderr, "acmeplugin: %v\n", err)
 		return code
+	}
+	metricsAddr, err := metricsAddress(*metricsBind)
+	if err != nil {
+		return fail(2, err)
 	}
 	logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(*verbosity), textlogger.Output(stderr)))
 	ctx = klog.NewContext(ctx, logger)
@@ -93,14 +105,16 @@ func run(ctx context.Context, args []string, stderr io.Writer, getenv func(strin
 	}
 
 	// snippet: README
+	reg := prometheus.NewRegistry() // served on --metrics-bind-address
 	agent, err := nodeagent.New(client, nodeName, npus, nodeagent.Options{
-		Vendor:  acme,
-		Kubelet: kubeletplugin.Options{PluginDir: kubeletplugin.PluginDirFromRootDir(*rootDir)},
+		Vendor:     acme,
+		Kubelet:    kubeletplugin.Options{PluginDir: kubeletplugin.PluginDirFromRootDir(*rootDir)},
+		Registerer: reg,
 	})
 	if err != nil {
 		return fail(2, err)
 	}
-	if err := agent.Run(ctx); err != nil {
+	if err := runServing(ctx, agent, reg, metricsAddr); err != nil {
 		return fail(1, err)
 	}
 	// end snippet

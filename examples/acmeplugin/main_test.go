@@ -3,11 +3,17 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +22,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/hamireg/hamireg/allocation"
@@ -75,13 +83,15 @@ func TestRunUsage(t *testing.T) {
 		code int
 		want string
 	}{
-		"unknown flag":      {args: []string{"--bogus"}, env: withNode, code: 2, want: "flag provided but not defined: -bogus"},
-		"bad flag value":    {args: []string{"--simulate", "four"}, env: withNode, code: 2, want: "invalid value"},
-		"no node name":      {code: 2, want: "NODE_NAME"},
-		"invalid node name": {env: map[string]string{"NODE_NAME": "Not_A_Node"}, code: 2, want: "invalid node name"},
-		"negative simulate": {args: []string{"--simulate", "-1"}, env: withNode, code: 2, want: "--simulate -1 is negative"},
-		"zero split":        {args: []string{"--device-split-count", "0"}, env: withNode, code: 2, want: "--device-split-count 0 is not within"},
-		"zero memory":       {args: []string{"--device-memory", "0"}, env: withNode, code: 2, want: "--device-memory 0 is not within"},
+		"unknown flag":                 {args: []string{"--bogus"}, env: withNode, code: 2, want: "flag provided but not defined: -bogus"},
+		"bad flag value":               {args: []string{"--simulate", "four"}, env: withNode, code: 2, want: "invalid value"},
+		"no node name":                 {code: 2, want: "NODE_NAME"},
+		"invalid node name":            {env: map[string]string{"NODE_NAME": "Not_A_Node"}, code: 2, want: "invalid node name"},
+		"negative simulate":            {args: []string{"--simulate", "-1"}, env: withNode, code: 2, want: "--simulate -1 is negative"},
+		"zero split":                   {args: []string{"--device-split-count", "0"}, env: withNode, code: 2, want: "--device-split-count 0 is not within"},
+		"zero memory":                  {args: []string{"--device-memory", "0"}, env: withNode, code: 2, want: "--device-memory 0 is not within"},
+		"metrics address without port": {args: []string{"--metrics-bind-address", "9396"}, env: withNode, code: 2, want: `--metrics-bind-address "9396": address 9396: missing port in address`},
+		"metrics port by name":         {args: []string{"--metrics-bind-address", "localhost:metrics"}, env: withNode, code: 2, want: `--metrics-bind-address "localhost:metrics": port "metrics" is not a number`},
 		"no kubeconfig file": {
 			args: []string{"--simulate", "1", "--kubeconfig", filepath.Join(t.TempDir(), "missing")}, env: withNode,
 			code: 1, want: "give --kubeconfig",
@@ -205,7 +215,8 @@ func TestRunSimulated(t *testing.T) {
 	var stderr syncBuffer
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, []string{"--simulate", "4", "--dev-root", dev, "--device-split-count", "2", "--kubelet-root-dir", root, "-v", "2"}, &stderr,
+		done <- run(ctx, []string{"--simulate", "4", "--dev-root", dev, "--device-split-count", "2", "--kubelet-root-dir", root,
+			"--metrics-bind-address", "127.0.0.1:0", "-v", "2"}, &stderr,
 			env(map[string]string{"NODE_NAME": "npu-1"}), cs)
 	}()
 	wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
@@ -256,6 +267,12 @@ func TestRunSimulated(t *testing.T) {
 	if p, _ := cs.CoreV1().Pods("default").Get(ctx, "npu-pod", metav1.GetOptions{}); p.Annotations[allocation.KeyBindPhase] != string(allocation.PhaseSuccess) {
 		t.Errorf("bind-phase %q after Allocate, want success", p.Annotations[allocation.KeyBindPhase])
 	}
+	// The vendor's own metrics: the allocation counted under vendor ACME.
+	url := servingAddress(t, &stderr)
+	if code, body := get(t, url+"/metrics"); code != http.StatusOK || !strings.Contains(body, `hamireg_nodeagent_allocations_total{vendor="ACME"} 1`) ||
+		!strings.Contains(body, `hamireg_nodeagent_scans_total{result="ok",vendor="ACME"} 1`) {
+		t.Errorf("/metrics = %d, want the ACME allocation and scan counted:\n%s", code, body)
+	}
 	cancel()
 	select {
 	case code := <-done:
@@ -264,5 +281,141 @@ func TestRunSimulated(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("run did not return after cancellation")
+	}
+}
+
+// busy returns the address of a listener that stays open until the test ends.
+func busy(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lis.Close() })
+	return lis.Addr().String()
+}
+
+// get returns the status and body of GET url.
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url) //nolint:noctx // the test's own server
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	return resp.StatusCode, string(body)
+}
+
+// servingAddress waits for the log line of the metrics server and returns its URL.
+func servingAddress(t *testing.T, stderr *syncBuffer) string {
+	t.Helper()
+	re := regexp.MustCompile(`"Serving metrics and probes" address="(http://[^"]+)"`)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if m := re.FindStringSubmatch(stderr.String()); m != nil {
+			return m[1]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no metrics address in the log:\n%s", stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// An address in use stops the plugin with status 1, naming the flag, before it registers.
+func TestRunMetricsAddressInUse(t *testing.T) {
+	t.Parallel()
+	cs := clienttest.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "npu-1"}})
+	var stderr syncBuffer
+	code := run(t.Context(), []string{"--simulate", "1", "--dev-root", filepath.Join(t.TempDir(), "dev"), "--kubelet-root-dir", t.TempDir(),
+		"--metrics-bind-address", busy(t)}, &stderr, env(map[string]string{"NODE_NAME": "npu-1"}), cs)
+	if code != 1 || !strings.Contains(stderr.String(), "acmeplugin: --metrics-bind-address: listen tcp") {
+		t.Errorf("exit status %d, want 1 naming the flag; stderr:\n%s", code, stderr.String())
+	}
+}
+
+// The probes: /healthz 200 while the agent runs, /readyz 503 naming the missing step while the
+// API server refuses the register annotation, then 200 once the kubelet has the NPUs; the
+// server is gone once run returned.
+func TestRunServesProbes(t *testing.T) {
+	t.Parallel()
+	k := kubelettest.Start(t)
+	root, err := os.MkdirTemp("", "acme") //nolint:usetesting // socket paths must stay < 108 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(root) })
+	if err := os.Symlink(k.Dir(), filepath.Join(root, "device-plugins")); err != nil {
+		t.Fatal(err)
+	}
+	cs := clienttest.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "npu-1"}})
+	var open atomic.Bool
+	cs.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if open.Load() {
+			return false, nil, nil
+		}
+		return true, nil, errors.New("the API server is away")
+	})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var stderr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"--simulate", "2", "--dev-root", filepath.Join(t.TempDir(), "dev"), "--kubelet-root-dir", root,
+			"--metrics-bind-address", "127.0.0.1:0", "-v", "2"}, &stderr, env(map[string]string{"NODE_NAME": "npu-1"}), cs)
+	}()
+	url := servingAddress(t, &stderr)
+	if code, body := get(t, url+"/healthz"); code != http.StatusOK || body != "ok\n" {
+		t.Errorf("/healthz = %d %q, want 200 ok", code, body)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		code, body := get(t, url+"/readyz")
+		if code != http.StatusServiceUnavailable {
+			t.Fatalf("/readyz = %d %q before the annotation, want 503", code, body)
+		}
+		if strings.Contains(body, "register annotation hami.io/node-acme-register not written yet: ") && strings.Contains(body, "the API server is away") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz never named the refused annotation: %q", body)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	open.Store(true)
+	for {
+		code, _ := get(t, url+"/readyz")
+		if code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz = %d after the annotation, want 200", code)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 20*time.Second) // the device list sent is on its way
+	defer wcancel()
+	if _, err := k.WaitFor(wctx, func(s kubelettest.State) bool {
+		p, ok := s.Resource("acme.example/npu")
+		return ok && p.Healthy() == 20
+	}); err != nil {
+		t.Errorf("ready, but the kubelet never had the 20 devices: %v", err)
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("exit status %d after cancellation, want 0; stderr:\n%s", code, stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("run did not return after cancellation")
+	}
+	if resp, err := http.Get(url + "/healthz"); err == nil { //nolint:noctx // the test's own server
+		_ = resp.Body.Close()
+		t.Errorf("the metrics server still answers after run returned: %s", resp.Status)
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/hamireg/hamireg/dra"
 	"github.com/hamireg/hamireg/draplugin"
@@ -34,6 +36,7 @@ func TestManifests(t *testing.T) {
 		capRole *rbacv1.ClusterRole // deploy/node-capacity.yaml, with --report-node-capacity
 		capCRB  *rbacv1.ClusterRoleBinding
 		classes = map[string]*resourcev1.DeviceClass{}
+		svc     *corev1.Service // deploy/monitor-service.yaml
 	)
 	for _, obj := range manifests.Glob(t, "deploy/*.yaml") {
 		switch o := obj.(type) {
@@ -61,6 +64,8 @@ func TestManifests(t *testing.T) {
 			}
 		case *resourcev1.DeviceClass:
 			classes[o.Name] = o
+		case *corev1.Service:
+			svc = o
 		default:
 			t.Errorf("unexpected object %T", obj)
 		}
@@ -173,8 +178,68 @@ func TestManifests(t *testing.T) {
 	if c.Image == "" {
 		t.Error("no image")
 	}
+	checkMetrics(t, ds, svc)
 	var stderr syncBuffer // the container's arguments parse (NODE_NAME unset: status 2 after parsing)
 	if code := run(t.Context(), c.Args, &stderr, host{getenv: func(string) string { return "" }}); code != 2 || !strings.Contains(stderr.String(), "NODE_NAME") {
 		t.Errorf("the DaemonSet's args do not parse: status %d, %s", code, stderr.String())
+	}
+}
+
+// checkMetrics: the container serves /metrics and the probes on HAMi's monitor port 9394, named
+// metrics, which the kubelet probes (/healthz liveness, /readyz readiness), and HAMi's monitor
+// Service hami-device-plugin-monitor sends NodePort 31992 of each node to that node's plugin.
+func checkMetrics(t *testing.T, ds *appsv1.DaemonSet, svc *corev1.Service) {
+	t.Helper()
+	c := ds.Spec.Template.Spec.Containers[0]
+	bind := defaultMetricsBindAddress
+	for _, a := range c.Args {
+		if v, ok := strings.CutPrefix(a, "--metrics-bind-address="); ok {
+			bind = v
+		}
+	}
+	_, port, err := net.SplitHostPort(bind)
+	if err != nil || port != "9394" || bind != defaultMetricsBindAddress {
+		t.Errorf("--metrics-bind-address %q, want HAMi's monitor address %s", bind, defaultMetricsBindAddress)
+	}
+	var metricsPort *corev1.ContainerPort
+	for i, p := range c.Ports {
+		if p.Name == "metrics" {
+			metricsPort = &c.Ports[i]
+		}
+	}
+	if metricsPort == nil || metricsPort.ContainerPort != 9394 {
+		t.Fatalf("container ports %+v, want metrics: 9394", c.Ports)
+	}
+	probes := map[string]struct {
+		probe *corev1.Probe
+		path  string
+	}{"livenessProbe": {c.LivenessProbe, nodeagent.PathHealthz}, "readinessProbe": {c.ReadinessProbe, nodeagent.PathReadyz}}
+	for name, p := range probes {
+		if p.probe == nil || p.probe.HTTPGet == nil || p.probe.HTTPGet.Path != p.path || p.probe.HTTPGet.Port != intstr.FromString("metrics") {
+			t.Errorf("%s %+v, want GET %s on port metrics", name, p.probe, p.path)
+		}
+	}
+
+	if svc == nil {
+		t.Fatal("no Service (deploy/monitor-service.yaml)")
+	}
+	if svc.Name != "hami-device-plugin-monitor" || svc.Namespace != "kube-system" || svc.Spec.Type != corev1.ServiceTypeNodePort ||
+		svc.Spec.ExternalTrafficPolicy != corev1.ServiceExternalTrafficPolicyLocal || !svc.Spec.PublishNotReadyAddresses {
+		t.Errorf("Service %s/%s type %s externalTrafficPolicy %s publishNotReadyAddresses %v, want kube-system/hami-device-plugin-monitor NodePort Local true",
+			svc.Namespace, svc.Name, svc.Spec.Type, svc.Spec.ExternalTrafficPolicy, svc.Spec.PublishNotReadyAddresses)
+	}
+	if diff := cmp.Diff(ds.Spec.Selector.MatchLabels, svc.Spec.Selector); diff != "" {
+		t.Errorf("Service selector differs from the DaemonSet's (-DaemonSet +Service):\n%s", diff)
+	}
+	for k, v := range svc.Spec.Selector {
+		if ds.Spec.Template.Labels[k] != v {
+			t.Errorf("Service selects %s=%s, which the DaemonSet's pods do not carry", k, v)
+		}
+	}
+	if len(svc.Spec.Ports) != 1 {
+		t.Fatalf("Service ports %+v, want one", svc.Spec.Ports)
+	}
+	if p := svc.Spec.Ports[0]; p.NodePort != 31992 || p.TargetPort != intstr.FromString(metricsPort.Name) {
+		t.Errorf("Service port %+v, want nodePort 31992 to the container port %s", p, metricsPort.Name)
 	}
 }

@@ -13,6 +13,17 @@
 //	             [--enable-numa-topology] [--report-node-capacity]
 //	             [--mig [--mig-allowlist FILE] [--mig-model-match word|substring] [--mig-profiles base|all]]
 //	             [--dra [--dra-profile sdk|hami] [--dra-gpus UUID|INDEX,...] [--cdi-dir /var/run/cdi] [--dra-slice-sync-delay 30s]]
+//	             [--metrics-bind-address :9394]
+//
+// --metrics-bind-address (default :9394, HAMi's monitor port; "" or "0" turns it off) serves,
+// on one HTTP server with HAMi master's monitor timeouts (15 s to read a request's headers,
+// 60 s the request): GET /metrics, the SDK's hamireg_nodeagent_* and hamireg_register_*
+// families; /healthz, 200 while the agent runs, 503 with the reason once a part failed or the
+// GPU scans have failed or hung for more than 3 periods (nodeagent's Agent.Healthy); /readyz,
+// 200 once the register annotation and the kubelet have the first scan, 503 naming the step
+// missing before (Agent.Ready). The server starts before the agent and stops after it.
+// deploy/daemonset.yaml probes both and deploy/monitor-service.yaml is HAMi's monitor Service
+// (NodePort 31992 to 9394). An address that does not parse exits 2, one that cannot be bound 1.
 //
 // --topology-score (default: env ENABLE_TOPOLOGY_SCORE=true, as HAMi's plugin reads it) also
 // publishes the GPUs' topology scores in hami.io/node-nvidia-score, for HAMi's topology-aware
@@ -136,6 +147,7 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -222,6 +234,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, h host) int {
 	cdiKind := flags.String("cdi-kind", hamicore.DefaultCDIKind, "with a CDI device list strategy, the `kind` <vendor>/<class> of the CDI devices (its CDI spec must be on the host)")
 	cdiPrefix := flags.String("cdi-annotation-prefix", cmp.Or(h.getenv("CDI_ANNOTATION_PREFIX"), hamicore.DefaultCDIAnnotationPrefix), "with cdi-annotations, the prefix of the CDI annotation key (CDI_ANNOTATION_PREFIX)")
 	debugAddr := flags.String("simulate-debug-address", "", "with --simulate, serve GET /debug/nvmlsim/mig (the simulated GPUs' MIG instances, JSON) on this `address`; \"\" = off")
+	metricsBind := flags.String("metrics-bind-address", defaultMetricsBindAddress, "serve /metrics, /healthz and /readyz on this `address` (HAMi's monitor port); \"\" or \"0\" = off")
 	verbosity := flags.Int("v", 0, "log verbosity")
 	if err := flags.Parse(args); err != nil {
 		return 2
@@ -255,6 +268,10 @@ func run(ctx context.Context, args []string, stderr io.Writer, h host) int {
 		DeviceListStrategy: *listStrategy, CDIKind: *cdiKind, CDIAnnotationPrefix: *cdiPrefix}
 	if err := env.Validate(); err != nil {
 		return usage("--device-list-strategy, --cdi-kind, --cdi-annotation-prefix: %v", err)
+	}
+	metricsAddr, err := metricsAddress(*metricsBind)
+	if err != nil {
+		return usage("%v", err)
 	}
 	if *debugAddr != "" && *simulate == "" {
 		return usage("--simulate-debug-address needs --simulate")
@@ -330,7 +347,11 @@ func run(ctx context.Context, args []string, stderr io.Writer, h host) int {
 		}
 		world = w
 	}
+	// The registry of /metrics: the agent's and the register writer's hamireg_* families; a
+	// program adds its own collectors (the node monitor's) to reg before run serves it.
+	reg := prometheus.NewRegistry()
 	agent, err := nodeagent.New(client, nodeName, scanner, nodeagent.Options{
+		Registerer:     reg,
 		DRA:            world,
 		MIG:            instances,
 		TopologyScores: *topoScore,
@@ -344,7 +365,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, h host) int {
 	if err != nil {
 		return usage("%v", err)
 	}
-	if err := agent.Run(ctx); err != nil {
+	if err := runServing(ctx, agent, reg, metricsAddr); err != nil {
 		fmt.Fprintf(stderr, "deviceplugin: %v\n", err)
 		return 1
 	}

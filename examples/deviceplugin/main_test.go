@@ -3,17 +3,25 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/kubeletplugin/kubelettest"
@@ -80,6 +88,13 @@ func TestRunUsage(t *testing.T) {
 			args: []string{"--simulate", "dgxa100", "--dra", "--dra-gpus", "0,,1"}, env: withNode, host: true,
 			code: 2, want: `GPUs entry ""`,
 		},
+		"metrics address without port": {args: []string{"--metrics-bind-address", "9394"}, env: withNode, code: 2, want: `--metrics-bind-address "9394": address 9394: missing port in address`},
+		"metrics port by name":         {args: []string{"--metrics-bind-address", ":http"}, env: withNode, code: 2, want: `--metrics-bind-address ":http": port "http" is not a number`},
+		"metrics port too large":       {args: []string{"--metrics-bind-address", "127.0.0.1:65536"}, env: withNode, code: 2, want: `port "65536" is not a number within [0, 65535]`},
+		"metrics port in use": {
+			args: []string{"--simulate", "dgxa100", "--metrics-bind-address", busy(t)}, env: withNode, host: true,
+			code: 1, want: "deviceplugin: --metrics-bind-address: listen tcp",
+		},
 		"no kubeconfig file": {
 			args: []string{"--simulate", "dgxh100", "--kubeconfig", filepath.Join(t.TempDir(), "missing")}, env: withNode,
 			code: 1, want: "give --kubeconfig",
@@ -110,7 +125,7 @@ func TestRunKubeletSocketMissing(t *testing.T) {
 	root := t.TempDir()
 	cs := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-1"}})
 	var stderr syncBuffer
-	code := run(t.Context(), []string{"--simulate", "dgxb200", "--kubelet-root-dir", root, "--prepare-state-dir=false"}, &stderr,
+	code := run(t.Context(), []string{"--simulate", "dgxb200", "--metrics-bind-address", "127.0.0.1:0", "--kubelet-root-dir", root, "--prepare-state-dir=false"}, &stderr,
 		host{getenv: env(map[string]string{"NodeName": "gpu-1"}), client: cs})
 	if code != 1 {
 		t.Fatalf("exit status %d, want 1; stderr:\n%s", code, stderr.String())
@@ -143,7 +158,7 @@ func TestRunSimulated(t *testing.T) {
 	var stderr syncBuffer
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, []string{"--simulate", "dgxa100", "--device-split-count", "4", "--kubelet-root-dir", root,
+		done <- run(ctx, []string{"--simulate", "dgxa100", "--device-split-count", "4", "--metrics-bind-address", "0", "--kubelet-root-dir", root,
 			"--health-quiet-period", "300ms", "--prepare-state-dir=false", "--simulate-topology", "hybrid-cube-mesh", "-v", "2"}, &stderr,
 			host{getenv: env(map[string]string{"NODE_NAME": "gpu-1", "ENABLE_TOPOLOGY_SCORE": "true"}), xid: xid, client: cs})
 	}()
@@ -218,7 +233,7 @@ func TestRunNUMAAndCapacity(t *testing.T) {
 	var stderr syncBuffer
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, []string{"--simulate", "dgxa100", "--device-split-count", "2", "--device-memory-scaling", "1.5", "--kubelet-root-dir", root,
+		done <- run(ctx, []string{"--simulate", "dgxa100", "--device-split-count", "2", "--device-memory-scaling", "1.5", "--metrics-bind-address", "", "--kubelet-root-dir", root,
 			"--prepare-state-dir=false", "--enable-numa-topology"}, &stderr,
 			host{getenv: env(map[string]string{"NODE_NAME": "gpu-1", "REPORT_NODE_CAPACITY": "true"}), client: cs})
 	}()
@@ -276,5 +291,148 @@ func TestRunNUMAAndCapacity(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("run did not return after cancellation")
+	}
+}
+
+// busy returns the address of a listener that stays open until the test ends.
+func busy(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lis.Close() })
+	return lis.Addr().String()
+}
+
+// get returns the status and body of GET url.
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url) //nolint:noctx // the test's own server
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	return resp.StatusCode, string(body)
+}
+
+// servingAddress waits for the log line of the metrics server and returns its URL.
+func servingAddress(t *testing.T, stderr *syncBuffer) string {
+	t.Helper()
+	re := regexp.MustCompile(`"Serving metrics and probes" address="(http://[^"]+)"`)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if m := re.FindStringSubmatch(stderr.String()); m != nil {
+			return m[1]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no metrics address in the log:\n%s", stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestRunServesMetricsAndProbes: --metrics-bind-address serves the agent's metrics and
+// probes: /healthz 200 at once, /readyz 503 naming the missing step while the API server
+// refuses the register annotation and 200 once the kubelet has the devices, /metrics the
+// SDK's families; the server is gone once run returned.
+func TestRunServesMetricsAndProbes(t *testing.T) {
+	t.Parallel()
+	k := kubelettest.Start(t)
+	root, err := os.MkdirTemp("", "dp") //nolint:usetesting // socket paths must stay < 108 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(root) })
+	if err := os.Symlink(k.Dir(), filepath.Join(root, "device-plugins")); err != nil {
+		t.Fatal(err)
+	}
+	cs := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-1"}})
+	var open atomic.Bool
+	cs.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if open.Load() {
+			return false, nil, nil
+		}
+		return true, nil, errors.New("the API server is away")
+	})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var stderr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"--simulate", "dgxh100", "--metrics-bind-address", "127.0.0.1:0", "--kubelet-root-dir", root,
+			"--prepare-state-dir=false", "-v", "2"}, &stderr, host{getenv: env(map[string]string{"NODE_NAME": "gpu-1"}), client: cs})
+	}()
+	url := servingAddress(t, &stderr)
+
+	if code, body := get(t, url+"/healthz"); code != http.StatusOK || body != "ok\n" {
+		t.Errorf("/healthz = %d %q, want 200 ok", code, body)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		code, body := get(t, url+"/readyz")
+		if code != http.StatusServiceUnavailable || !strings.HasPrefix(body, "node agent not ready: node gpu-1: ") {
+			t.Fatalf("/readyz before the annotation = %d %q, want 503 not ready", code, body)
+		}
+		if strings.Contains(body, "register annotation hami.io/node-nvidia-register not written yet") && strings.Contains(body, "the API server is away") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz never named the refused annotation: %q", body)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if st := k.State(); st.Registrations != 0 {
+		t.Errorf("registered with the kubelet before the annotation: %+v", st)
+	}
+
+	open.Store(true)
+	for {
+		code, body := get(t, url+"/readyz")
+		if code == http.StatusOK {
+			if body != "ok\n" {
+				t.Errorf("/readyz = %q", body)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz = %d %q after the annotation, want 200", code, body)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	code, body := get(t, url+"/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("/metrics = %d %q", code, body)
+	}
+	for _, want := range []string{
+		`hamireg_nodeagent_scans_total{result="ok",vendor="NVIDIA"} 1`,
+		"# TYPE hamireg_nodeagent_allocations_total counter",
+		`hamireg_nodeagent_allocate_errors_total{kind="no_binding_pod",vendor="NVIDIA"} 0`,
+		"# TYPE hamireg_register_writes_total counter",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics has no %q:\n%s", want, body)
+		}
+	}
+	if code, _ := get(t, url+"/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz while ready = %d", code)
+	}
+
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("exit status %d after cancellation, want 0; stderr:\n%s", code, stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("run did not return after cancellation")
+	}
+	if resp, err := http.Get(url + "/healthz"); err == nil { //nolint:noctx // the test's own server
+		_ = resp.Body.Close()
+		t.Errorf("the metrics server still answers after run returned: %s", resp.Status)
 	}
 }

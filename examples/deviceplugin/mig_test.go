@@ -99,7 +99,7 @@ func TestRunSimulatedMIG(t *testing.T) {
 	var stderr syncBuffer
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, []string{"--simulate", "dgxa100", "--mig", "--simulate-debug-address", "127.0.0.1:0", "--kubelet-root-dir", root,
+		done <- run(ctx, []string{"--simulate", "dgxa100", "--mig", "--simulate-debug-address", "127.0.0.1:0", "--metrics-bind-address", "0", "--kubelet-root-dir", root,
 			"--prepare-state-dir=false", "-v", "2"}, &stderr, host{getenv: env(map[string]string{"NODE_NAME": "gpu-1"}), client: cs})
 	}()
 	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)

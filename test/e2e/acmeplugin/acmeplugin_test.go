@@ -100,13 +100,14 @@ func newFixture(t *testing.T) *fixture {
 }
 
 // startPlugin starts the examples/acmeplugin binary for node (harness.StartDevicePlugin: when t
-// ends it is stopped with SIGTERM and must exit 0).
+// ends it is stopped with SIGTERM and must exit 0), its metrics on a free port (the default
+// :9396 would collide between the tests' nodes; a later flag in args wins).
 func startPlugin(t *testing.T, node string, args ...string) {
 	t.Helper()
 	if errBuild != nil {
 		t.Fatal(errBuild)
 	}
-	harness.StartDevicePlugin(t, pluginBin, node, args...)
+	harness.StartDevicePlugin(t, pluginBin, node, append([]string{"--metrics-bind-address=127.0.0.1:0"}, args...)...)
 }
 
 // share is a container's share of registered NPU k.

@@ -47,7 +47,8 @@ type GPUNodeOptions struct {
 	// Bin is the examples/deviceplugin binary (BuildProgram it in TestMain). Required.
 	Bin string
 	// Args are extra flags of the plugin (after --simulate dgxa100, --kubeconfig,
-	// --kubelet-root-dir, --prepare-state-dir=false, -v 2).
+	// --kubelet-root-dir, --prepare-state-dir=false, --metrics-bind-address=127.0.0.1:0, -v 2;
+	// a later flag wins).
 	Args []string
 	// Namespace is the namespace of the plugin's ServiceAccount and of CreatePod's pods; it is
 	// created (and deleted when the test ends) when missing. Default a new UniqueName("gpu").
@@ -123,8 +124,10 @@ func (cp *ControlPlane) StartGPUNode(tb testing.TB, opts GPUNodeOptions) *GPUNod
 // options and sets Plugin; it does not wait for the registration.
 func (g *GPUNode) StartPlugin(tb testing.TB) *DevicePlugin {
 	tb.Helper()
+	// Metrics and probes on a free port: the default :9394 would collide between the nodes of
+	// one host (Args may name another address: the last one wins).
 	args := append([]string{"--simulate", "dgxa100", "--kubeconfig", g.kubeconfig, "--kubelet-root-dir", g.root,
-		"--prepare-state-dir=false", "-v", "2"}, g.opts.Args...)
+		"--prepare-state-dir=false", "--metrics-bind-address=127.0.0.1:0", "-v", "2"}, g.opts.Args...)
 	g.Plugin = StartDevicePlugin(tb, g.opts.Bin, g.Name, args...)
 	return g.Plugin
 }

@@ -239,7 +239,7 @@ func startAgent(tb testing.TB, node, root, kubeconfig string, extra ...string) *
 	}
 	sp := proc.NewSpawner()
 	args := append([]string{"--simulate", "dgxa100", "--mig", "--kubeconfig", kubeconfig, "--kubelet-root-dir", root,
-		"--prepare-state-dir=false", "-v", "2"}, extra...)
+		"--prepare-state-dir=false", "--metrics-bind-address=127.0.0.1:0", "-v", "2"}, extra...)
 	env := []string{"NODE_NAME=" + node}
 	for _, e := range os.Environ() {
 		if !strings.HasPrefix(e, "NODE_NAME=") && !strings.HasPrefix(e, "NodeName=") && !strings.HasPrefix(e, "HOOK_PATH=") {

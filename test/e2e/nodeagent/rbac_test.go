@@ -68,6 +68,11 @@ func TestDeployManifests(t *testing.T) {
 			cleanup(func(ctx context.Context) error {
 				return c.AppsV1().DaemonSets(o.Namespace).Delete(ctx, o.Name, metav1.DeleteOptions{})
 			})
+		case *corev1.Service: // monitor-service.yaml: the API server validates it (NodePort 31992, Local)
+			_, err = c.CoreV1().Services(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+			cleanup(func(ctx context.Context) error {
+				return c.CoreV1().Services(o.Namespace).Delete(ctx, o.Name, metav1.DeleteOptions{})
+			})
 		case *resourcev1.DeviceClass:
 			_, err = c.ResourceV1().DeviceClasses().Create(ctx, o, metav1.CreateOptions{})
 			cleanup(func(ctx context.Context) error {

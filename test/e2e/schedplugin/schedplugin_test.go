@@ -136,7 +136,7 @@ func TestACMEVendorPlacedAndAllocated(t *testing.T) {
 	devRoot := filepath.Join(t.TempDir(), "dev")
 	dm := harness.StartDeviceManagerForTest(t, kubeletpeer.DeviceManagerOptions{Dir: filepath.Join(root, "device-plugins")})
 	harness.StartDevicePlugin(t, acmePluginBin, node, "--simulate", "4", "--dev-root", devRoot, "--device-split-count", "10",
-		"--kubeconfig", kubeconfig, "--kubelet-root-dir", root, "-v", "2")
+		"--kubeconfig", kubeconfig, "--kubelet-root-dir", root, "--metrics-bind-address=127.0.0.1:0", "-v", "2")
 	var registered []annotation.Device
 	harness.Eventually(t, "the register annotation "+acme.RegisterKey, 30*time.Second, func() bool {
 		devs, err := annotation.NodeDevices(cp.GetNode(t, node), acme)
