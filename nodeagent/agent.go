@@ -27,6 +27,7 @@ import (
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/hamicore"
 	"github.com/hamireg/hamireg/kubeletplugin"
+	"github.com/hamireg/hamireg/monitor"
 	"github.com/hamireg/hamireg/nodelock"
 	"github.com/hamireg/hamireg/register"
 )
@@ -185,6 +186,14 @@ type Options struct {
 	// github.com/hamireg/hamireg/nodeagent/nodedra builds one; only programs that import it
 	// link the DRA libraries. NVIDIA only: New refuses it for another vendor. Nil: no DRA.
 	DRA DRA
+	// Monitor, when set, runs HAMi's node monitor beside the agent (package
+	// github.com/hamireg/hamireg/monitor, what HAMi's vGPUmonitor container does): it reads
+	// the HAMi-core regions under Monitor.Root, serves HAMi's per-container families on
+	// Registerer and runs the priority feedback. The agent lends it its pod informer of the
+	// node (no second informer, no cluster-wide pod cache) and, when the DRA world resolves
+	// claims (nodedra's does), the DRA world's prepared claims; Monitor.NodeName and Clock
+	// default to the agent's. [Agent.Monitor] returns it, for its readiness.
+	Monitor *monitor.Options
 }
 
 // Stats are an Agent's counters since New, for tests and readiness checks.
@@ -233,6 +242,8 @@ type Agent struct {
 	devices atomic.Pointer[[]annotation.Device]
 	// dra is the DRA side (Options.DRA), nil without.
 	dra *draState
+	// monitor is the node monitor of Options.Monitor, nil without it.
+	monitor *monitor.Monitor
 	// capacity writes the Node's device capacity (Options.NodeCapacity), nil without; only
 	// the scan loop uses it.
 	capacity *capacityWriter
@@ -393,8 +404,15 @@ func New(client kubernetes.Interface, nodeName string, source Source, opts Optio
 	if opts.DRA != nil {
 		a.dra = &draState{world: opts.DRA}
 	}
-	if a.mig != nil || a.dra != nil {
+	if a.mig != nil || a.dra != nil || opts.Monitor != nil {
 		a.pods = newNodePods(a)
+	}
+	if opts.Monitor != nil {
+		mon, err := newMonitor(a, opts)
+		if err != nil {
+			return nil, invalid("Monitor: %w", err)
+		}
+		a.monitor = mon
 	}
 	return a, nil
 }
@@ -513,6 +531,7 @@ func (a *Agent) Stats() Stats {
 //   - with Options.MIG, releases every MIGReconcilePeriod the MIG devices no live reservation
 //     owns;
 //   - runs the source, if it is a [Runner];
+//   - with Options.Monitor, runs the node monitor once the pod informer synced;
 //   - with Options.DRA, runs the DRA world, which publishes the scan's DRA devices as a
 //     ResourceSlice and prepares claims (see the package documentation's "DRA").
 //
@@ -603,6 +622,9 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 			return nil
 		})
+	}
+	if a.monitor != nil {
+		part(func(ctx context.Context) error { return a.runMonitor(ctx, podsSynced) })
 	}
 	if a.dra != nil {
 		part(func(ctx context.Context) error {
