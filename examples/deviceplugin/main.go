@@ -14,6 +14,21 @@
 //	             [--mig [--mig-allowlist FILE] [--mig-model-match word|substring] [--mig-profiles base|all]]
 //	             [--dra [--dra-profile sdk|hami] [--dra-gpus UUID|INDEX,...] [--cdi-dir /var/run/cdi] [--dra-slice-sync-delay 30s]]
 //	             [--metrics-bind-address :9394]
+//	             [--monitor=true] [--monitor-root <hook-path>/vgpu] [--legacy-metrics] [--monitor-version master|v2.9.0]
+//	             [--monitor-resync-interval 5m] [--monitor-period 5s] [--monitor-feedback=true]
+//	             [--monitor-priority-source region|pod-spec] [--monitor-process-metrics] [--monitor-feedback-metrics]
+//	             [--monitor-activity-from-sm-util]
+//
+// --monitor (default: on with --prepare-state-dir) runs the node monitor in this process,
+// what HAMi's vGPUmonitor container does (package monitor, docs/monitor.md): it reads the
+// HAMi-core region of every container folder under --monitor-root/containers (and of every
+// DRA claim this plugin prepared, under claims/), serves HAMi's per-container families
+// (hami_vgpu_memory_used_bytes, hami_vgpu_memory_limit_bytes,
+// hami_container_device_utilization_ratio, ...) and the host GPUs' (hami_host_gpu_*) on
+// /metrics, with HAMi's legacy names too under --legacy-metrics, and runs HAMi's priority
+// feedback every --monitor-period. /readyz also waits for its first scan. The opt-in
+// --monitor-process-metrics and --monitor-feedback-metrics add the SDK's hamireg_monitor_*
+// families (per-process accounting drift, processes without a slot, priority state).
 //
 // --metrics-bind-address (default :9394, HAMi's monitor port; "" or "0" turns it off) serves,
 // on one HTTP server with HAMi master's monitor timeouts (15 s to read a request's headers,
@@ -235,6 +250,8 @@ func run(ctx context.Context, args []string, stderr io.Writer, h host) int {
 	cdiPrefix := flags.String("cdi-annotation-prefix", cmp.Or(h.getenv("CDI_ANNOTATION_PREFIX"), hamicore.DefaultCDIAnnotationPrefix), "with cdi-annotations, the prefix of the CDI annotation key (CDI_ANNOTATION_PREFIX)")
 	debugAddr := flags.String("simulate-debug-address", "", "with --simulate, serve GET /debug/nvmlsim/mig (the simulated GPUs' MIG instances, JSON) on this `address`; \"\" = off")
 	metricsBind := flags.String("metrics-bind-address", defaultMetricsBindAddress, "serve /metrics, /healthz and /readyz on this `address` (HAMi's monitor port); \"\" or \"0\" = off")
+	var mon monitorFlags
+	addMonitorFlags(flags, &mon, h.getenv, func(msg string) { fmt.Fprintf(stderr, "deviceplugin: warning: %s\n", msg) })
 	verbosity := flags.Int("v", 0, "log verbosity")
 	if err := flags.Parse(args); err != nil {
 		return 2
@@ -350,7 +367,20 @@ func run(ctx context.Context, args []string, stderr io.Writer, h host) int {
 	// The registry of /metrics: the agent's and the register writer's hamireg_* families; a
 	// program adds its own collectors (the node monitor's) to reg before run serves it.
 	reg := prometheus.NewRegistry()
+	given := map[string]bool{}
+	flags.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	monOpts, err := mon.options(func(name string) bool { return given[name] }, *prepare, *hookPath, scanner)
+	if err != nil {
+		return usage("%v", err)
+	}
+	if monOpts != nil {
+		if err := prepareRoot(ctx, monOpts.Root); err != nil {
+			fmt.Fprintf(stderr, "deviceplugin: %v\n", err)
+			return 1
+		}
+	}
 	agent, err := nodeagent.New(client, nodeName, scanner, nodeagent.Options{
+		Monitor:        monOpts,
 		Registerer:     reg,
 		DRA:            world,
 		MIG:            instances,

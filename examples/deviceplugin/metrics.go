@@ -68,7 +68,7 @@ func runServing(ctx context.Context, agent *nodeagent.Agent, reg prometheus.Gath
 		serveErr error
 	)
 	wg.Go(func() {
-		if serveErr = serveMetrics(srvCtx, lis, reg, nodeagent.ProbeHandler(agent.Healthy, agent.Ready)); serveErr != nil {
+		if serveErr = serveMetrics(srvCtx, lis, reg, nodeagent.ProbeHandler(agent.Healthy, readiness(agent))); serveErr != nil {
 			stopAgent(serveErr)
 		}
 	})
@@ -76,6 +76,18 @@ func runServing(ctx context.Context, agent *nodeagent.Agent, reg prometheus.Gath
 	stopServer()
 	wg.Wait()
 	return errors.Join(err, serveErr)
+}
+
+// readiness is the agent's readiness and, with a node monitor, the monitor's: its last scan
+// read the containers folder and listed the node's pods.
+func readiness(agent *nodeagent.Agent) func() error {
+	return func() error {
+		err := agent.Ready()
+		if m := agent.Monitor(); m != nil {
+			err = errors.Join(err, m.Ready())
+		}
+		return err
+	}
 }
 
 // serveMetrics serves GET /metrics (reg), /healthz and /readyz (probes) on lis until ctx ends,
