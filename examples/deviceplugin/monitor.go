@@ -20,8 +20,8 @@ import (
 // monitorFlags are the node monitor's flags (HAMi's vGPUmonitor, in this process).
 type monitorFlags struct {
 	on, legacy, feedback, processes, feedbackMetrics, smActivity bool
-	root, version, prioritySource                                 string
-	resync, period                                                time.Duration
+	root, version, prioritySource                                string
+	resync, period                                               time.Duration
 }
 
 // resyncFromEnv is HAMI_RESYNC_INTERVAL as HAMi's monitor reads it: a Go duration, else (with
