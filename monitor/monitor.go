@@ -62,8 +62,8 @@ type Monitor struct {
 	scanned bool
 	scanErr error
 
-	fb feedbackState // the priority feedback's rounds and last state (feedback.go)
-	scrapeCtx scrapeParent // the parent of each scrape's context, set by Run (collector.go)
+	fb        feedbackState // the priority feedback's rounds and last state (feedback.go)
+	scrapeCtx scrapeParent  // the parent of each scrape's context, set by Run (collector.go)
 }
 
 // New returns a monitor of the regions under opts.Root, tied to the pods pods lists. It
