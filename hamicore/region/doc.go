@@ -33,7 +33,7 @@
 // simulated nodes that need real files where a monitor reads them; [WriteField] is the
 // 4-byte store of the priority feedback.
 //
-//	reg, err := region.ReadFile("/usr/local/vgpu/containers/<pod UID>_main/<uuid>.cache")
+//	reg, err := region.ReadFile(path) // <Root>/containers/<pod UID>_<container>/<uuid>.cache
 //	if err != nil {
 //		return err // errors.Is(err, region.ErrNotInitialized): not written yet, try later
 //	}

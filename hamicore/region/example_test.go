@@ -8,6 +8,23 @@ import (
 	"github.com/hamireg/hamireg/hamicore/region"
 )
 
+// The package documentation's snippet, compiled.
+func ExampleReadFile() {
+	_ = func(path string) error {
+		// snippet: doc
+		reg, err := region.ReadFile(path) // <Root>/containers/<pod UID>_<container>/<uuid>.cache
+		if err != nil {
+			return err // errors.Is(err, region.ErrNotInitialized): not written yet, try later
+		}
+		for i := range reg.Devices {
+			mem, sm := reg.Usage(i)
+			fmt.Println(reg.Devices[i].UUID(), mem.Total, reg.Devices[i].MemoryLimit, sm)
+		}
+		// end snippet
+		return nil
+	}
+}
+
 // A region written as HAMi-core writes it, then read back as a monitor reads it.
 func Example() {
 	dir, err := os.MkdirTemp("", "region")
