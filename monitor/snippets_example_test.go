@@ -40,7 +40,7 @@ func Example() {
 		if err := m.Register(registry); err != nil {
 			return err
 		}
-		go m.Run(ctx)
+		go func() { _ = m.Run(ctx) }()
 		// end snippet
 		return nil
 	}
