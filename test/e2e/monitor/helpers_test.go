@@ -230,18 +230,22 @@ func regionStates(fams map[string]*dto.MetricFamily) map[string]float64 {
 	return out
 }
 
-// poll calls check every 100 ms until it returns "" or timeout passes, then fails t with
-// check's last answer.
-func poll(t *testing.T, timeout time.Duration, what string, check func() string) {
+// pollTimeout bounds a wait for /metrics to show a change: the next monitor round (200 ms)
+// and a scrape, with room for a loaded CI machine.
+const pollTimeout = 60 * time.Second
+
+// poll calls check every 100 ms until it returns "" or pollTimeout passes, then fails t
+// with check's last answer.
+func poll(t *testing.T, what string, check func() string) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
+	deadline := time.Now().Add(pollTimeout)
 	for {
 		msg := check()
 		if msg == "" {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s after %v: %s", what, timeout, msg)
+			t.Fatalf("%s after %v: %s", what, pollTimeout, msg)
 		}
 		select {
 		case <-t.Context().Done():

@@ -17,10 +17,6 @@ import (
 	"github.com/hamireg/hamireg/test/e2e/harness"
 )
 
-// adoptTimeout bounds the wait for a region to show on /metrics: the next monitor round
-// (200 ms) and a scrape, with room for a loaded CI machine.
-const adoptTimeout = 60 * time.Second
-
 // diffFamilies compares the container families of fams with want and returns the first
 // difference, "" when there is none.
 func diffFamilies(fams map[string]*dto.MetricFamily, want map[string]series) string {
@@ -58,7 +54,7 @@ func TestMonitorServesRegions(t *testing.T) {
 		t.Fatalf("%d container devices expected, want 6", len(want[famUsed]))
 	}
 	var fams map[string]*dto.MetricFamily
-	poll(t, adoptTimeout, "the regions on /metrics", func() string {
+	poll(t, "the regions on /metrics", func() string {
 		code, f, err := scrape(t.Context(), n.url)
 		if err != nil {
 			return fmt.Sprintf("scrape: %d %v", code, err)
@@ -127,7 +123,7 @@ func TestMonitorSurvivesBadRegions(t *testing.T) {
 		paths[i] = c.write(t, n.root)
 	}
 	all := expected(cs)
-	poll(t, adoptTimeout, "the five regions on /metrics", func() string {
+	poll(t, "the five regions on /metrics", func() string {
 		code, f, err := scrape(t.Context(), n.url)
 		if err != nil {
 			return fmt.Sprintf("scrape: %d %v", code, err)
@@ -200,7 +196,7 @@ func TestMonitorSurvivesBadRegions(t *testing.T) {
 		}
 		// Once the monitor's next scan has seen the damage, only the two untouched regions are
 		// read: the damaged containers serve no series (no stale values), the others theirs.
-		poll(t, adoptTimeout, fmt.Sprintf("round %d: the damage on /metrics", round), func() string {
+		poll(t, fmt.Sprintf("round %d: the damage on /metrics", round), func() string {
 			code, f, err := scrape(t.Context(), n.url)
 			if err != nil {
 				return fmt.Sprintf("scrape: %d %v", code, err)
@@ -213,7 +209,7 @@ func TestMonitorSurvivesBadRegions(t *testing.T) {
 		for i := range 3 {
 			paths[i] = cs[i].write(t, n.root)
 		}
-		poll(t, adoptTimeout, fmt.Sprintf("round %d: the rewritten regions on /metrics", round), func() string {
+		poll(t, fmt.Sprintf("round %d: the rewritten regions on /metrics", round), func() string {
 			code, f, err := scrape(t.Context(), n.url)
 			if err != nil {
 				return fmt.Sprintf("scrape: %d %v", code, err)
