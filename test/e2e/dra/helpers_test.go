@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,6 +23,7 @@ import (
 	"github.com/hamireg/hamireg/draplugin"
 	"github.com/hamireg/hamireg/envtest/kubeletpeer"
 	"github.com/hamireg/hamireg/kubeletplugin"
+	"github.com/hamireg/hamireg/monitor"
 	"github.com/hamireg/hamireg/nodeagent"
 	"github.com/hamireg/hamireg/nodeagent/nodedra"
 	"github.com/hamireg/hamireg/nvmlscan"
@@ -39,6 +42,10 @@ type nodeOptions struct {
 	deviceManager bool
 	// period is the agent's rescan period; zero: 30 s.
 	period time.Duration
+	// monitor runs the node monitor in the agent (nodeagent.Options.Monitor, a 200 ms
+	// round) on <hook>/vgpu, with the DRA driver making each claim's folder there
+	// (PrepareStateDir) and the agent's metrics on draNode.metrics.
+	monitor bool
 }
 
 // draNode is a Node with the kubelet's DRA manager (and device-plugin registration server
@@ -52,6 +59,8 @@ type draNode struct {
 	dm      *kubeletpeer.DeviceManager // with deviceManager
 	sim     *nvmlscantest.Node
 	root    string
+	hook    string               // HAMi-core's hook path, with monitor
+	metrics *prometheus.Registry // the agent's registry, with monitor
 	cdiDir  string
 	kubelet string // the device plugins' folder (kubelet.sock)
 
@@ -97,6 +106,14 @@ func startDRANode(t *testing.T, o nodeOptions) *draNode {
 		n.kubelet = srv.Dir()
 	}
 	n.sim = nvmlscantest.NewNode(t, dgxa100.New())
+	if o.monitor {
+		n.hook = t.TempDir()
+		// What examples/deviceplugin's prepareRoot makes: the monitor's scan fails while
+		// <root>/containers is missing, claims/ included.
+		if err := os.MkdirAll(filepath.Join(n.hook, "vgpu", "containers"), 0o777); err != nil {
+			t.Fatal(err)
+		}
+	}
 	n.startAgent(t)
 	t.Cleanup(n.stopAgent)
 	harness.WaitForDriver(t, n.dra, o.profile.Driver)
@@ -112,25 +129,30 @@ func (n *draNode) startAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	world, err := nodedra.New(cp.AdminClient(), n.name, nodedra.Options{
-		Plugin: draplugin.Options{
-			Profile:        n.profile,
-			RegistrarDir:   n.dra.RegistryDir(),
-			PluginDir:      filepath.Join(n.root, "plugin"),
-			CDIDir:         n.cdiDir,
-			SliceSyncDelay: -1,
-		},
-		GPUs: n.opts.gpus,
-	})
+	popts := draplugin.Options{
+		Profile:        n.profile,
+		RegistrarDir:   n.dra.RegistryDir(),
+		PluginDir:      filepath.Join(n.root, "plugin"),
+		CDIDir:         n.cdiDir,
+		SliceSyncDelay: -1,
+	}
+	aopts := nodeagent.Options{
+		Period:  n.opts.period,
+		Kubelet: kubeletplugin.Options{PluginDir: n.kubelet},
+	}
+	if n.opts.monitor {
+		popts.Env.HookPath, popts.PrepareStateDir = n.hook, true
+		n.metrics = prometheus.NewRegistry()
+		aopts.Registerer = n.metrics
+		aopts.Monitor = &monitor.Options{Root: filepath.Join(n.hook, "vgpu"), Period: 200 * time.Millisecond}
+	}
+	world, err := nodedra.New(cp.AdminClient(), n.name, nodedra.Options{Plugin: popts, GPUs: n.opts.gpus})
 	if err != nil {
 		_ = scanner.Close()
 		t.Fatal(err)
 	}
-	agent, err := nodeagent.New(cp.AdminClient(), n.name, scanner, nodeagent.Options{
-		Period:  n.opts.period,
-		Kubelet: kubeletplugin.Options{PluginDir: n.kubelet},
-		DRA:     world,
-	})
+	aopts.DRA = world
+	agent, err := nodeagent.New(cp.AdminClient(), n.name, scanner, aopts)
 	if err != nil {
 		_ = scanner.Close()
 		t.Fatal(err)
