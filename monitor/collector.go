@@ -87,7 +87,9 @@ const uuidLabelSize = 40
 // Every scrape reads the regions ([Monitor.Containers]) and, when Options.Host is set, the
 // host GPUs; see docs/monitor.md for the families per Options.Version.
 func (m *Monitor) Register(reg prometheus.Registerer) error {
-	return m.register(reg, newCollector(m, m.Containers))
+	c := newCollector(m, m.Containers)
+	c.fromFolders = true
+	return m.register(reg, c)
 }
 
 // register registers hami_build_info and c with reg.
@@ -152,6 +154,8 @@ type collector struct {
 	m *Monitor
 	// containers is the source of the regions: m.Containers, a test's slice otherwise.
 	containers func(context.Context) []Container
+	// fromFolders is set when containers is m.Containers: the scan's failed loads count too.
+	fromFolders bool
 	// recovered, when set, is told of a panic Collect recovered (tests fail on it).
 	recovered func(any)
 	d         descs
@@ -311,6 +315,12 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	states := make(map[string]int, len(regionStates))
 	for i := range cs {
 		states[regionState(&cs[i])]++
+	}
+	if c.fromFolders {
+		// The regions the last scan could not load are not adopted (no series), but counted.
+		for _, err := range c.m.failedLoads() {
+			states[regionState(&Container{Err: err})]++
+		}
 	}
 	for _, st := range regionStates {
 		s.send(c.d.regions, float64(states[st]), st)

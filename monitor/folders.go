@@ -138,11 +138,17 @@ func (m *Monitor) scan(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	dir := filepath.Join(m.opts.Root, ContainersDir)
 	entries, err := os.ReadDir(dir)
+	if err != nil && errors.Is(err, fs.ErrNotExist) && m.opts.Claims != nil {
+		// A node whose GPUs are all DRA's may have no container folder yet: its claim
+		// folders are still scanned.
+		entries, err = nil, nil
+	}
 	if err != nil {
 		err = fmt.Errorf("read cache folders: %w", err)
 		m.setScanResult(nil, err)
 		return err
 	}
+	m.scanFailed = map[string]error{}
 	s := &scanState{logger: logger, next: map[string]*folder{}, seen: map[string]bool{}}
 	m.mu.Lock()
 	s.old = m.folders
@@ -178,13 +184,16 @@ func (m *Monitor) scan(ctx context.Context) error {
 	return nil
 }
 
-// setScanResult stores a scan's folders (nil: keep them) and outcome for Ready.
+// setScanResult stores a scan's folders (nil: keep them), the regions it could not load and
+// its outcome for Ready.
 func (m *Monitor) setScanResult(next map[string]*folder, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if next != nil {
 		m.folders = next
+		m.failed = m.scanFailed
 	}
+	m.scanFailed = nil
 	if err == nil {
 		m.scanned = true
 	}
@@ -267,6 +276,9 @@ func (m *Monitor) adopt(logger klog.Logger, key, dir string, users []Container) 
 // with an error, at V(4) when it fails the same way again (HAMi logs it every 5 s) and when
 // the region is not initialised yet (HAMi-core is creating it: normal for a moment).
 func (m *Monitor) loadFailed(logger klog.Logger, key, dir string, err error) {
+	if m.scanFailed != nil {
+		m.scanFailed[key] = err
+	}
 	msg := "Failed to load cache: " + dir + ", error: " + err.Error()
 	if errors.Is(err, region.ErrNotInitialized) || errors.Is(err, region.ErrTooSmall) || m.loadErrs[key] == err.Error() {
 		logger.V(4).Info(msg)
@@ -443,6 +455,14 @@ func (m *Monitor) Containers(_ context.Context) []Container {
 			cmp.Compare(a.Name, b.Name), cmp.Compare(a.Key, b.Key))
 	})
 	return out
+}
+
+// failedLoads returns the errors of the region folders the last scan could not load (not
+// adopted, tried again next round), by folder key, for hamireg_monitor_regions.
+func (m *Monitor) failedLoads() map[string]error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.failed
 }
 
 // read reads f's region once, refusing a file that is not the one adopted.

@@ -61,6 +61,9 @@ type Monitor struct {
 	folders map[string]*folder
 	scanned bool
 	scanErr error
+	// failed are the load errors of the last scan's folders (scanFailed while it runs, under
+	// scanMu), by key.
+	failed, scanFailed map[string]error
 
 	fb        feedbackState // the priority feedback's rounds and last state (feedback.go)
 	scrapeCtx scrapeParent  // the parent of each scrape's context, set by Run (collector.go)
