@@ -107,7 +107,8 @@ func TestMonitorServesRegions(t *testing.T) {
 // /metrics is scraped without pause: one region truncated to 4096 bytes, another replaced
 // by random bytes, a third's folder deleted. Every scrape answers 200 with the two
 // untouched containers' series exactly right; once the monitor's next scan has seen the
-// damage, hamireg_monitor_regions{state="ok"} is 2 and the damaged containers serve no
+// damage, hamireg_monitor_regions is ok 2, unknown_layout 1 (the truncated file) and
+// not_initialized 1 (the garbage), the damaged containers serve no
 // series at all (never stale values); rewriting the three regions brings all five back;
 // the plugin keeps running (and exits 0 at the end).
 func TestMonitorSurvivesBadRegions(t *testing.T) {
@@ -200,8 +201,10 @@ func TestMonitorSurvivesBadRegions(t *testing.T) {
 			if err != nil {
 				return fmt.Sprintf("scrape: %d %v", code, err)
 			}
-			if st := regionStates(f); st["ok"] != 2 {
-				return fmt.Sprintf("%s = %v, want ok 2", famRegions, st)
+			// The truncated file (4096 bytes) matches no layout, the garbage has no magic;
+			// the deleted folder is gone.
+			if st := regionStates(f); st["ok"] != 2 || st["unknown_layout"] != 1 || st["not_initialized"] != 1 {
+				return fmt.Sprintf("%s = %v, want ok 2, unknown_layout 1, not_initialized 1", famRegions, st)
 			}
 			return diffFamilies(f, untouched)
 		})
