@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -107,12 +106,8 @@ func startDRANode(t *testing.T, o nodeOptions) *draNode {
 	}
 	n.sim = nvmlscantest.NewNode(t, dgxa100.New())
 	if o.monitor {
+		// No <root>/containers: with the DRA world's claims the monitor scans claims/ alone.
 		n.hook = t.TempDir()
-		// What examples/deviceplugin's prepareRoot makes: the monitor's scan fails while
-		// <root>/containers is missing, claims/ included.
-		if err := os.MkdirAll(filepath.Join(n.hook, "vgpu", "containers"), 0o777); err != nil {
-			t.Fatal(err)
-		}
 	}
 	n.startAgent(t)
 	t.Cleanup(n.stopAgent)
