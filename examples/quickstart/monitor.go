@@ -96,8 +96,7 @@ func (q *quickstart) nodeMonitor(ctx context.Context, hc *http.Client) error {
 	if err != nil {
 		return failed(fmt.Errorf("scrape %s: %w (last: %w)", url, err, lastErr), "deviceplugin", q.plugin)
 	}
-	rel, _ := filepath.Rel(q.work, file)
-	q.out.item("region", "HAMi-core's region of container %s, as it writes it at the container's first CUDA call: <work>/%s", demoCtr, rel)
+	q.out.item("region", "container %s's HAMi-core region, written here as HAMi-core writes it at the container's first CUDA call (no container runs): %s", demoCtr, file)
 	q.out.item("monitor", "GET %s: the device plugin's node monitor (HAMi's vGPUmonitor) adopted it in %v; hami_vgpu_memory_used_bytes, hami_vgpu_memory_limit_bytes, hami_container_device_utilization_ratio:", url, round(time.Since(t)))
 	for _, l := range lines {
 		q.out.item("usage", "%s", l)

@@ -245,7 +245,7 @@ func TestQuickstart(t *testing.T) {
 		regexp.MustCompile(`(?m)^ +hami_resource_quota_used\{limit="20000",namespace="team-a",quota_name="nvidia\.com/gpumem",zone="vGPU"\} 8000$`),
 		// Step 4 too: the demo container's region, as HAMi-core writes it, on the device
 		// plugin's node monitor.
-		regexp.MustCompile(`(?m)^   region +HAMi-core's region of container cuda, .*: <work>/hook/vgpu/containers/[0-9a-f-]{36}_cuda/[0-9a-f-]+\.cache$`),
+		regexp.MustCompile(`(?m)^   region +container cuda's HAMi-core region, .*: /\S+/hook/vgpu/containers/[0-9a-f-]{36}_cuda/[0-9a-f-]+\.cache$`),
 		regexp.MustCompile(`(?m)^   monitor +GET http://127\.0\.0\.1:\d+/metrics: the device plugin's node monitor`),
 		regexp.MustCompile(`(?m)^   usage +default/demo cuda (GPU-[0-9a-f-]+): 3072 MiB of 10240 MiB, SM 25 %\n   usage +default/demo cuda GPU-[0-9a-f-]+: 1024 MiB of 10240 MiB, SM 10 %$`),
 		// Step 5: healthy, the case and its fix, the heal.
