@@ -36,6 +36,17 @@ hami_vgpu_memory_context_bytes{container="cuda",device_uuid="GPU-6",namespace="d
 	if lines, err := usageLines(partial, "default", "demo", "cuda", []string{"GPU-6", "GPU-7"}); err == nil || !strings.Contains(err.Error(), "GPU-7: 2 of the 3 families") {
 		t.Errorf("usageLines without GPU-7's utilisation = %q, %v", lines, err)
 	}
+	// Another namespace's pod of the same name is not this one.
+	if lines, err := usageLines(body, "team-a", "demo", "cuda", []string{"GPU-6"}); err == nil || !strings.Contains(err.Error(), "team-a/demo container cuda on GPU-6: 1 of the 3 families") {
+		t.Errorf("usageLines of team-a/demo = %q, %v", lines, err)
+	}
+	// Nor another container of the pod, nor another pod.
+	if lines, err := usageLines(body, "default", "demo", "other", []string{"GPU-6"}); err == nil || !strings.Contains(err.Error(), "default/demo container other on GPU-6: 1 of the 3 families") {
+		t.Errorf("usageLines of container other = %q, %v", lines, err)
+	}
+	if lines, err := usageLines(body, "default", "web", "cuda", []string{"GPU-6"}); err == nil || !strings.Contains(err.Error(), "0 of the 3 families") {
+		t.Errorf("usageLines of pod web = %q, %v", lines, err)
+	}
 	if _, err := usageLines("", "default", "demo", "cuda", []string{"GPU-6"}); err == nil {
 		t.Error("usageLines of an empty body: no error")
 	}
