@@ -19,6 +19,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/hamireg/hamireg/envtest"
 	"github.com/hamireg/hamireg/envtest/kubeletpeer"
@@ -64,8 +65,14 @@ type quickstart struct {
 	metricsURL  string            // the extender's /metrics
 	demoGPUs    []string          // the UUIDs of the demo pod's GPUs
 	demoEnv     map[string]string // the env the demo pod's Allocate returned
+	demoUID     types.UID         // the demo pod's UID
 	klogOut     *lateWriter       // where klog's global logger writes (nil in tests)
-	objects     []runtime.Object
+	// hook is the device plugin's --hook-path: HAMi-core's folders under vgpu/ (the
+	// DaemonSet's hostPath /usr/local/vgpu); pluginMetricsURL is the running plugin's
+	// /metrics, once learnt from its log.
+	hook             string
+	pluginMetricsURL string
+	objects          []runtime.Object
 }
 
 func (q *quickstart) since() time.Duration { return round(time.Since(q.start)) }

@@ -286,14 +286,17 @@ func (q *quickstart) startPlugin(ctx context.Context, extra ...string) error {
 		return fmt.Errorf("credentials of ServiceAccount %s/%s: %w", namespace, pluginName, err)
 	}
 	root := filepath.Dir(q.dm.Dir()) // <root>/device-plugins is the device manager's folder
-	var args []string
-	for _, a := range ctr.Args {
-		if !strings.HasPrefix(a, "--kubelet-root-dir=") {
-			args = append(args, a)
-		}
+	if q.hook == "" {
+		q.hook = mkdir(q.work, "hook")
 	}
+	args := pluginArgs(ctr.Args)
 	args = append(args, extra...)
-	args = append(args, "--kubelet-root-dir="+root, "--simulate=dgxa100", "--simulate-uuid-seed="+q.opts.node, "--prepare-state-dir=false", "--kubeconfig="+kubeconfig, fmt.Sprintf("-v=%d", q.opts.verbosity))
+	// HAMi-core's folders in the work folder (the DaemonSet's hostPath is /usr/local/vgpu):
+	// Allocate makes each container's folder there and the node monitor reads it, every 200ms
+	// rather than HAMi's 5s so that step 4 need not wait.
+	args = append(args, "--kubelet-root-dir="+root, "--simulate=dgxa100", "--simulate-uuid-seed="+q.opts.node,
+		"--hook-path="+q.hook, "--prepare-state-dir=true", "--monitor-period="+monitorPeriod.String(),
+		"--kubeconfig="+kubeconfig, fmt.Sprintf("-v=%d", q.opts.verbosity))
 	// The container's literal env (HOOK_PATH, ENABLE_TOPOLOGY_SCORE, …) and NODE_NAME, which
 	// the DaemonSet takes from spec.nodeName, over this process's own.
 	env := []string{"NODE_NAME=" + q.opts.node}
@@ -330,6 +333,7 @@ func (q *quickstart) startPlugin(ctx context.Context, extra ...string) error {
 		return err
 	}
 	q.plugin = p
+	q.pluginMetricsURL = "" // learnt from the new process's log when needed
 	if restart {
 		q.out.item("plugin", "examples/deviceplugin restarted with %s", strings.Join(args[:len(args)-2], " "))
 		return nil
@@ -338,6 +342,31 @@ func (q *quickstart) startPlugin(ctx context.Context, extra ...string) error {
 	q.out.item("", "%s", strings.Join(args[:len(args)-2], " "))
 	q.out.item("", "%s", strings.Join(env[1:1+len(manifestEnv)], " "))
 	return nil
+}
+
+// pluginArgs are the DaemonSet container's arguments for a device plugin on this machine:
+// without --kubelet-root-dir (the caller gives the node's), and with /metrics on a free
+// loopback port rather than the Pod's :9394, which several plugins here (and several
+// quickstarts on one machine) would share; an empty --metrics-bind-address stays off.
+func pluginArgs(ctrArgs []string) []string {
+	var args []string
+	metricsSet := false
+	for _, a := range ctrArgs {
+		switch {
+		case strings.HasPrefix(a, "--kubelet-root-dir="):
+			continue
+		case strings.HasPrefix(a, "--metrics-bind-address="):
+			metricsSet = true
+			if v := strings.TrimPrefix(a, "--metrics-bind-address="); v != "" && v != "0" {
+				a = "--metrics-bind-address=" + pluginMetricsBind
+			}
+		}
+		args = append(args, a)
+	}
+	if !metricsSet { // the plugin's default, :9394
+		args = append(args, "--metrics-bind-address="+pluginMetricsBind)
+	}
+	return args
 }
 
 // labelString writes labels as k=v,k=v, sorted.

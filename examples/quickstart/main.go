@@ -9,7 +9,8 @@
 // manager as the node's kubelet. On them it applies the deploy manifests of examples/extender
 // and examples/deviceplugin, runs examples/extender with the Deployment's arguments (its
 // ports moved to free loopback ones) and examples/deviceplugin --simulate dgxa100 (8 simulated
-// A100s on NVSwitches) with the DaemonSet's arguments and env, and then:
+// A100s on NVSwitches) with the DaemonSet's arguments and env (its /metrics on a free
+// loopback port, its --hook-path, HAMi-core's host folder, in the work folder), and then:
 //
 //  1. shows the node's three channels going healthy, each with how long it took: the
 //     register annotation (with the topology scores the DaemonSet has it publish), the device
@@ -26,7 +27,10 @@
 //     (limits.nvidia.com/gpumem), a pod under it, which is placed, and one over it, which
 //     stays Pending with the extender's FilteringFailed and ResourceQuotaNotFit Events;
 //  4. scrapes examples/extender's /metrics and shows HAMi's gauges for the demo pod's GPUs
-//     and the namespace's quota;
+//     and the namespace's quota; then writes the demo container's HAMi-core region (3 GiB
+//     and 1 GiB used, SM 25 % and 10 %) where the device plugin's Allocate made its folder,
+//     as HAMi-core does at a container's first CUDA call, and shows the device plugin's node
+//     monitor (HAMi's vGPUmonitor) serving that container's usage on the plugin's /metrics;
 //  5. runs cmd/kubectl-hami_doctor as kubectl hami-doctor on the node (healthy) and on the pod over
 //     the quota (case P3), breaks one channel on purpose (the
 //     register annotation deleted by hand) and runs it again (the case and the fix), then

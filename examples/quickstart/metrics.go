@@ -11,15 +11,24 @@ import (
 )
 
 // metrics is step 4: examples/extender's /metrics scraped, HAMi's gauges for the demo pod's
-// GPUs, its containers and the quota of step 3.
+// GPUs, its containers and the quota of step 3; then the node monitor's usage of the demo
+// container on the device plugin's /metrics.
 func (q *quickstart) metrics(ctx context.Context) error {
-	q.out.step(4, time.Since(q.start), "the extender's /metrics: HAMi's gauges (its Grafana dashboard, HAMi-WebUI)")
+	q.out.step(4, time.Since(q.start), "the extender's /metrics and the node monitor's: HAMi's gauges (its Grafana dashboard, HAMi-WebUI)")
+	hc := &http.Client{Timeout: 2 * time.Second}
+	defer hc.CloseIdleConnections()
+	if err := q.extenderMetrics(ctx, hc); err != nil {
+		return err
+	}
+	return q.nodeMonitor(ctx, hc)
+}
+
+// extenderMetrics is step 4's scrape of the extender.
+func (q *quickstart) extenderMetrics(ctx context.Context, hc *http.Client) error {
 	if q.metricsURL == "" {
 		q.out.item("metrics", "none: the Deployment sets --metrics-bind-address empty")
 		return nil
 	}
-	hc := &http.Client{Timeout: 2 * time.Second}
-	defer hc.CloseIdleConnections()
 	var lines []string
 	var total int
 	var lastErr error

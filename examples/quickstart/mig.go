@@ -66,12 +66,7 @@ func (q *quickstart) migNode(ctx context.Context, step int) error {
 	if err != nil {
 		return fmt.Errorf("credentials of ServiceAccount %s/%s: %w", namespace, pluginName, err)
 	}
-	var args []string
-	for _, a := range ctr.Args {
-		if !strings.HasPrefix(a, "--kubelet-root-dir=") {
-			args = append(args, a)
-		}
-	}
+	args := pluginArgs(ctr.Args)
 	args = append(args, "--mig", "--kubelet-root-dir="+root, "--simulate=dgxa100", "--prepare-state-dir=false", "--kubeconfig="+kubeconfig, fmt.Sprintf("-v=%d", q.opts.verbosity))
 	env := []string{"NODE_NAME=" + node}
 	for _, e := range ctr.Env {

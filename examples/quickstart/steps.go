@@ -176,6 +176,7 @@ func (q *quickstart) demo(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("create pod %s/%s: %w", demoNamespace, demoPod, err)
 	}
+	q.demoUID = created.UID
 	a, err := q.waitForAdmission(ctx, created.UID)
 	if err != nil {
 		return failed(fmt.Errorf("pod %s/%s was not bound and admitted: %w%s", demoNamespace, demoPod, err, q.podEvents(ctx, created)), "extender", q.extender)
@@ -423,6 +424,9 @@ func (q *quickstart) keep(ctx context.Context) error {
 	q.out.item("", "%s pod %s/%s", filepath.Join(q.bin, doctorBinary), quotaNamespace, overPod)
 	if q.metricsURL != "" {
 		q.out.item("", "curl -s %s | grep ^hami_", q.metricsURL)
+	}
+	if url, err := q.pluginMetrics(ctx); err == nil {
+		q.out.item("", "curl -s %s | grep -E '^hami_(vgpu|container)_'   # the node monitor", url)
 	}
 	q.out.item("", "kill -USR1 %d                         # a critical XID on GPU 0: 10 devices fewer on both channels", q.plugin.Pid())
 	q.out.item("logs", "%s/*.log", q.work)

@@ -243,6 +243,11 @@ func TestQuickstart(t *testing.T) {
 		regexp.MustCompile(`(?m)^ +hami_gpu_memory_allocated_bytes\{.*device_uuid="GPU-[0-9a-f-]+",node="qs-node",zone="vGPU"\} 1\.073741824e\+10\n +hami_gpu_memory_allocated_bytes\{.*\} 1\.073741824e\+10$`),
 		regexp.MustCompile(`(?m)^ +hami_vgpu_memory_allocated_bytes\{container_index="0",device_uuid="GPU-[0-9a-f-]+",namespace="default",node="qs-node",pod="demo",zone="vGPU"\} 1\.073741824e\+10$`),
 		regexp.MustCompile(`(?m)^ +hami_resource_quota_used\{limit="20000",namespace="team-a",quota_name="nvidia\.com/gpumem",zone="vGPU"\} 8000$`),
+		// Step 4 too: the demo container's region, as HAMi-core writes it, on the device
+		// plugin's node monitor.
+		regexp.MustCompile(`(?m)^   region +container cuda's HAMi-core region, .*: /\S+/hook/vgpu/containers/[0-9a-f-]{36}_cuda/[0-9a-f-]+\.cache$`),
+		regexp.MustCompile(`(?m)^   monitor +GET http://127\.0\.0\.1:\d+/metrics: the device plugin's node monitor`),
+		regexp.MustCompile(`(?m)^   usage +default/demo cuda (GPU-[0-9a-f-]+): 3072 MiB of 10240 MiB, SM 25 %\n   usage +default/demo cuda GPU-[0-9a-f-]+: 1024 MiB of 10240 MiB, SM 10 %$`),
 		// Step 5: healthy, the case and its fix, the heal.
 		regexp.MustCompile(`(?m)^== 5\. the doctor on qs-node`),
 		regexp.MustCompile(`(?m)^   │ Node qs-node: healthy$`),
@@ -287,6 +292,13 @@ func TestQuickstart(t *testing.T) {
 	}
 	if strings.Contains(out, "== 9.") {
 		t.Error("step 9 (--keep) ran without --keep")
+	}
+	// The monitor's first GPU of the demo container is the first of its allocation (the
+	// region's device order is the container's).
+	alloc := regexp.MustCompile(`(?m)^ +hami\.io/vgpu-devices-allocated: (GPU-[0-9a-f-]+),NVIDIA,10240,30:(GPU-[0-9a-f-]+),`).FindStringSubmatch(out)
+	usage := regexp.MustCompile(`(?m)^   usage +default/demo cuda (GPU-[0-9a-f-]+): 3072 MiB`).FindStringSubmatch(out)
+	if alloc == nil || usage == nil || usage[1] != alloc[1] {
+		t.Errorf("the monitor's first GPU of default/demo %v is not the allocation's first %v", usage, alloc)
 	}
 	// The MIG UUID of the reservation is the one the kubelet's Allocate answered.
 	if m := regexp.MustCompile(`"migUUID":"(MIG-[0-9a-f-]+)"`).FindStringSubmatch(out); m == nil || !strings.Contains(out, "NVIDIA_VISIBLE_DEVICES="+m[1]+" ") {
