@@ -150,8 +150,20 @@ func (a *Agent) Healthy() error {
 // the node's metrics out of a Service. Otherwise the error wraps [ErrNotReady] and names the
 // first step not done, with its cause (the last scan's or the annotation write's error) when
 // there is one; before Run and after it returned it also wraps [ErrNotRunning]. Ready is cheap
-// (no request) and safe for concurrent use.
+// (no request) and safe for concurrent use. With Options.Monitor the node monitor must be
+// ready too (its last scan read the region folders and listed the pods: monitor.Monitor.Ready).
 func (a *Agent) Ready() error {
+	if err := a.published(); err != nil || a.monitor == nil {
+		return err
+	}
+	if err := a.monitor.Ready(); err != nil {
+		return fmt.Errorf("%w: node %s: %w", ErrNotReady, a.node, err)
+	}
+	return nil
+}
+
+// published is Ready without the node monitor.
+func (a *Agent) published() error {
 	p := &a.probe
 	p.mu.Lock()
 	defer p.mu.Unlock()

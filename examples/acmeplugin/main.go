@@ -79,9 +79,9 @@ func run(ctx context.Context, args []string, stderr io.Writer, getenv func(strin
 		fmt.Fprintf(stderr, "acmeplugin: %v\n", err)
 		return code
 	}
-	metricsAddr, err := metricsAddress(*metricsBind)
+	metricsAddr, err := nodeagent.ParseMetricsAddress(*metricsBind)
 	if err != nil {
-		return fail(2, err)
+		return fail(2, fmt.Errorf("--metrics-bind-address: %w", err))
 	}
 	logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(*verbosity), textlogger.Output(stderr)))
 	ctx = klog.NewContext(ctx, logger)
@@ -114,7 +114,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, getenv func(strin
 	if err != nil {
 		return fail(2, err)
 	}
-	if err := runServing(ctx, agent, reg, metricsAddr); err != nil {
+	if err := agent.RunServing(ctx, metricsAddr, reg); err != nil {
 		return fail(1, err)
 	}
 	// end snippet

@@ -90,8 +90,8 @@ func TestRunUsage(t *testing.T) {
 		"negative simulate":            {args: []string{"--simulate", "-1"}, env: withNode, code: 2, want: "--simulate -1 is negative"},
 		"zero split":                   {args: []string{"--device-split-count", "0"}, env: withNode, code: 2, want: "--device-split-count 0 is not within"},
 		"zero memory":                  {args: []string{"--device-memory", "0"}, env: withNode, code: 2, want: "--device-memory 0 is not within"},
-		"metrics address without port": {args: []string{"--metrics-bind-address", "9396"}, env: withNode, code: 2, want: `--metrics-bind-address "9396": address 9396: missing port in address`},
-		"metrics port by name":         {args: []string{"--metrics-bind-address", "localhost:metrics"}, env: withNode, code: 2, want: `--metrics-bind-address "localhost:metrics": port "metrics" is not a number`},
+		"metrics address without port": {args: []string{"--metrics-bind-address", "9396"}, env: withNode, code: 2, want: `--metrics-bind-address: invalid metrics address "9396": address 9396: missing port in address`},
+		"metrics port by name":         {args: []string{"--metrics-bind-address", "localhost:metrics"}, env: withNode, code: 2, want: `--metrics-bind-address: invalid metrics address "localhost:metrics": port "metrics" is not a number`},
 		"no kubeconfig file": {
 			args: []string{"--simulate", "1", "--kubeconfig", filepath.Join(t.TempDir(), "missing")}, env: withNode,
 			code: 1, want: "give --kubeconfig",
@@ -326,15 +326,15 @@ func servingAddress(t *testing.T, stderr *syncBuffer) string {
 	}
 }
 
-// An address in use stops the plugin with status 1, naming the flag, before it registers.
+// An address in use stops the plugin with status 1, naming the address, before it registers.
 func TestRunMetricsAddressInUse(t *testing.T) {
 	t.Parallel()
 	cs := clienttest.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "npu-1"}})
 	var stderr syncBuffer
 	code := run(t.Context(), []string{"--simulate", "1", "--dev-root", filepath.Join(t.TempDir(), "dev"), "--kubelet-root-dir", t.TempDir(),
 		"--metrics-bind-address", busy(t)}, &stderr, env(map[string]string{"NODE_NAME": "npu-1"}), cs)
-	if code != 1 || !strings.Contains(stderr.String(), "acmeplugin: --metrics-bind-address: listen tcp") {
-		t.Errorf("exit status %d, want 1 naming the flag; stderr:\n%s", code, stderr.String())
+	if code != 1 || !strings.Contains(stderr.String(), "acmeplugin: listen on the metrics address 127.0.0.1:") {
+		t.Errorf("exit status %d, want 1 naming the address; stderr:\n%s", code, stderr.String())
 	}
 }
 

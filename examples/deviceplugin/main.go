@@ -286,9 +286,9 @@ func run(ctx context.Context, args []string, stderr io.Writer, h host) int {
 	if err := env.Validate(); err != nil {
 		return usage("--device-list-strategy, --cdi-kind, --cdi-annotation-prefix: %v", err)
 	}
-	metricsAddr, err := metricsAddress(*metricsBind)
+	metricsAddr, err := nodeagent.ParseMetricsAddress(*metricsBind)
 	if err != nil {
-		return usage("%v", err)
+		return usage("--metrics-bind-address: %v", err)
 	}
 	if *debugAddr != "" && *simulate == "" {
 		return usage("--simulate-debug-address needs --simulate")
@@ -395,7 +395,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, h host) int {
 	if err != nil {
 		return usage("%v", err)
 	}
-	if err := runServing(ctx, agent, reg, metricsAddr); err != nil {
+	if err := agent.RunServing(ctx, metricsAddr, reg); err != nil {
 		fmt.Fprintf(stderr, "deviceplugin: %v\n", err)
 		return 1
 	}

@@ -91,12 +91,12 @@ func TestRunUsage(t *testing.T) {
 			args: []string{"--simulate", "dgxa100", "--dra", "--dra-gpus", "0,,1"}, env: withNode, host: true,
 			code: 2, want: `GPUs entry ""`,
 		},
-		"metrics address without port": {args: []string{"--metrics-bind-address", "9394"}, env: withNode, code: 2, want: `--metrics-bind-address "9394": address 9394: missing port in address`},
-		"metrics port by name":         {args: []string{"--metrics-bind-address", ":http"}, env: withNode, code: 2, want: `--metrics-bind-address ":http": port "http" is not a number`},
+		"metrics address without port": {args: []string{"--metrics-bind-address", "9394"}, env: withNode, code: 2, want: `--metrics-bind-address: invalid metrics address "9394": address 9394: missing port in address`},
+		"metrics port by name":         {args: []string{"--metrics-bind-address", ":http"}, env: withNode, code: 2, want: `--metrics-bind-address: invalid metrics address ":http": port "http" is not a number`},
 		"metrics port too large":       {args: []string{"--metrics-bind-address", "127.0.0.1:65536"}, env: withNode, code: 2, want: `port "65536" is not a number within [0, 65535]`},
 		"metrics port in use": {
 			args: []string{"--simulate", "dgxa100", "--metrics-bind-address", busy(t)}, env: withNode, host: true,
-			code: 1, want: "deviceplugin: --metrics-bind-address: listen tcp",
+			code: 1, want: "deviceplugin: listen on the metrics address 127.0.0.1:",
 		},
 		"no kubeconfig file": {
 			args: []string{"--simulate", "dgxh100", "--kubeconfig", filepath.Join(t.TempDir(), "missing")}, env: withNode,

@@ -1,9 +1,11 @@
-package main
+package nodeagent_test
 
 import (
 	"net"
 	"strconv"
 	"testing"
+
+	"github.com/hamireg/hamireg/nodeagent"
 )
 
 func TestMetricsAddress(t *testing.T) {
@@ -27,9 +29,9 @@ func TestMetricsAddress(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			got, err := metricsAddress(tc.in)
+			got, err := nodeagent.ParseMetricsAddress(tc.in)
 			if (err == nil) != tc.ok || got != tc.want {
-				t.Errorf("metricsAddress(%q) = %q, %v; want %q, ok %v", tc.in, got, err, tc.want, tc.ok)
+				t.Errorf("ParseMetricsAddress(%q) = %q, %v; want %q, ok %v", tc.in, got, err, tc.want, tc.ok)
 			}
 		})
 	}
@@ -42,7 +44,7 @@ func FuzzMetricsAddress(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, in string) {
-		got, err := metricsAddress(in)
+		got, err := nodeagent.ParseMetricsAddress(in)
 		if err != nil || got == "" {
 			return
 		}
