@@ -331,9 +331,11 @@ func TestMIGInfoWithoutNodeLabel(t *testing.T) {
 }
 
 // BenchmarkScrape is one Gather of a node of 110 containers on 8 GPUs each (two live
-// processes per device), the host families and the legacy names: regions in memory (what
-// the collector itself costs), and read from their files per scrape (Containers' read, the
-// way HAMi re-reads every region at each scrape).
+// processes per device), the host families and the legacy names: hamireg, every region read
+// from its file at the scrape (Containers' positioned reads, what a scrape of the monitor
+// does); hamireg-regions-in-memory, the collector alone; hami, the baseline, HAMi v2.10.0's
+// way of re-reading every region at each scrape (through mappings made once, summing the
+// slots per accessor, const metrics on a registerer wrapped with zone="vGPU").
 func BenchmarkScrape(b *testing.B) {
 	const containers, gpus = 110, 8
 	host := &fakeHost{}
@@ -359,11 +361,18 @@ func BenchmarkScrape(b *testing.B) {
 		}
 		cs = append(cs, c)
 	}
-	for _, mode := range []string{"regions-in-memory", "read-files"} {
+	for _, mode := range []string{"hamireg", "hamireg-regions-in-memory", "hami"} {
 		b.Run(mode, func(b *testing.B) {
 			m := newTestMonitor(b, Options{Host: host, LegacyMetrics: true})
+			reg := prometheus.NewRegistry()
 			source := func(context.Context) []Container { return cs }
-			if mode == "read-files" {
+			if mode == "hami" {
+				// HAMi's way, the baseline: mapped regions, const metrics, a wrapping registerer.
+				if err := prometheus.WrapRegistererWith(prometheus.Labels{LabelZone: DefaultZone}, reg).Register(newHAMiScrape(b, cs, host)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if mode == "hamireg" {
 				source = func(context.Context) []Container {
 					out := make([]Container, len(cs))
 					for i, c := range cs {
@@ -373,9 +382,10 @@ func BenchmarkScrape(b *testing.B) {
 					return out
 				}
 			}
-			reg := prometheus.NewRegistry()
-			if err := m.register(reg, newCollector(m, source)); err != nil {
-				b.Fatal(err)
+			if mode != "hami" {
+				if err := m.register(reg, newCollector(m, source)); err != nil {
+					b.Fatal(err)
+				}
 			}
 			var before, after runtime.MemStats
 			runtime.ReadMemStats(&before)
