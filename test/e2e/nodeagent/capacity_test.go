@@ -70,7 +70,8 @@ func TestNodeCapacity(t *testing.T) {
 		t.Fatal(errExtenderBuild)
 	}
 	url := cp.StartExtender(t, extenderBin, cp.LabelNodes(t, g))
-	sched, err := cp.StartScheduler(ctx, envtest.SchedulerOptions{Config: harness.ExtenderSchedulerConfig(t, url)})
+	cfg, schedulerName := ownScheduler(t, url)
+	sched, err := cp.StartScheduler(ctx, envtest.SchedulerOptions{Config: cfg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +93,7 @@ func TestNodeCapacity(t *testing.T) {
 	for name, limits := range pods {
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: g.Namespace},
-			Spec: corev1.PodSpec{SchedulerName: "hami-scheduler", Affinity: onNode, Containers: []corev1.Container{{
+			Spec: corev1.PodSpec{SchedulerName: schedulerName, Affinity: onNode, Containers: []corev1.Container{{
 				Name: "main", Image: "registry.invalid/app:0", Resources: corev1.ResourceRequirements{Limits: limits},
 			}}},
 		}

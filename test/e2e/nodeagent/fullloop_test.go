@@ -36,7 +36,8 @@ func TestFullLoop(t *testing.T) {
 		t.Fatal(errExtenderBuild)
 	}
 	url := cp.StartExtender(t, extenderBin, "--node-scheduler-policy", "spread", cp.LabelNodes(t, nodes...))
-	sched, err := cp.StartScheduler(ctx, envtest.SchedulerOptions{Config: harness.ExtenderSchedulerConfig(t, url)})
+	cfg, schedulerName := ownScheduler(t, url)
+	sched, err := cp.StartScheduler(ctx, envtest.SchedulerOptions{Config: cfg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +53,7 @@ func TestFullLoop(t *testing.T) {
 	for i := range pods {
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("loop-%02d", i), Namespace: ns},
-			Spec: corev1.PodSpec{SchedulerName: "hami-scheduler", Containers: []corev1.Container{{
+			Spec: corev1.PodSpec{SchedulerName: schedulerName, Containers: []corev1.Container{{
 				Name: "cuda", Image: "registry.invalid/cuda:0",
 				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
 					resourceName:          resource.MustParse("1"),

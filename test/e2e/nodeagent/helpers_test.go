@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 
+	kubeschedulerconfigv1 "k8s.io/kube-scheduler/config/v1"
+
 	"github.com/hamireg/hamireg/test/e2e/harness"
 )
 
@@ -34,4 +36,18 @@ func describe(err error) string {
 		return "no error"
 	}
 	return fmt.Sprintf("error %q", err)
+}
+
+// ownScheduler is the KubeSchedulerConfiguration of deploy/ with the extender at url, under a
+// scheduler name of this test's own: the package's tests run in parallel, each with its own
+// kube-scheduler, and a kube-scheduler takes every pending pod of its name (another test's
+// scheduler would bind this test's pods through its own extender).
+func ownScheduler(tb testing.TB, url string) (*kubeschedulerconfigv1.KubeSchedulerConfiguration, string) {
+	tb.Helper()
+	cfg := harness.ExtenderSchedulerConfig(tb, url)
+	name := harness.UniqueName("hami-scheduler")
+	for i := range cfg.Profiles {
+		cfg.Profiles[i].SchedulerName = &name
+	}
+	return cfg, name
 }

@@ -39,7 +39,8 @@ func TestTopologyAwarePlacement(t *testing.T) {
 		t.Fatal(errExtenderBuild)
 	}
 	url := cp.StartExtender(t, extenderBin, cp.LabelNodes(t, f)) // this test's node only: the package's other tests have theirs
-	sched, err := cp.StartScheduler(ctx, envtest.SchedulerOptions{Config: harness.ExtenderSchedulerConfig(t, url)})
+	cfg, schedulerName := ownScheduler(t, url)
+	sched, err := cp.StartScheduler(ctx, envtest.SchedulerOptions{Config: cfg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +56,7 @@ func TestTopologyAwarePlacement(t *testing.T) {
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.Namespace,
 				Annotations: map[string]string{allocation.KeyGPUSchedulerPolicy: string(allocation.PolicyTopologyAware)}},
-			Spec: corev1.PodSpec{SchedulerName: "hami-scheduler", Containers: []corev1.Container{{
+			Spec: corev1.PodSpec{SchedulerName: schedulerName, Containers: []corev1.Container{{
 				Name: "cuda", Image: "registry.invalid/cuda:0", Resources: corev1.ResourceRequirements{Limits: limits}}}},
 		}
 		if _, err := cp.AdminClient().CoreV1().Pods(f.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
