@@ -81,7 +81,11 @@ func TestSlice(t *testing.T) {
 		}
 	}
 
-	// Unchanged scans write nothing.
+	// Unchanged scans write nothing. The plugin's slice controller counts its create once the
+	// request returned, which may be after the watch saw the slice: wait for the count first.
+	harness.Eventually(t, "the plugin's count of its slice create", harness.DRAWait, func() bool {
+		return n.currentWorld().Plugin().Stats().SliceCreates >= 1
+	})
 	before, scans := w.Writes(), n.currentAgent().Stats().Scans
 	pluginBefore := n.currentWorld().Plugin().Stats()
 	harness.Eventually(t, "5 more scans", harness.DRAWait, func() bool { return n.currentAgent().Stats().Scans >= scans+5 })
