@@ -25,7 +25,7 @@ import (
 
 // ScrapeTimeout bounds the work of one scrape: the Host's GPUs call and the read of the
 // regions. Prometheus's Collect carries no context, so the collector derives its own from the
-// context Run was given (or, before Run, a root context) with this timeout.
+// context Run was given, with this timeout (a scrape before Run queries no host).
 const ScrapeTimeout = 10 * time.Second
 
 // LabelZone is the const label HAMi's monitor puts on every series but hami_build_info.
@@ -136,14 +136,15 @@ type scrapeParent struct {
 	p atomic.Pointer[context.Context]
 }
 
-// scrapeContext returns the context of one scrape and its cancel.
-func (m *Monitor) scrapeContext() (context.Context, context.CancelFunc) {
+// scrapeContext returns the context of one scrape and its cancel; ok is false before Run
+// gave one (Register may come first, and Collect carries no context): such a scrape reads
+// the regions but queries no host, as one after Run ended.
+func (m *Monitor) scrapeContext() (ctx context.Context, cancel context.CancelFunc, ok bool) {
 	if p := m.scrapeCtx.p.Load(); p != nil {
-		return context.WithTimeout(*p, ScrapeTimeout)
+		ctx, cancel = context.WithTimeout(*p, ScrapeTimeout)
+		return ctx, cancel, true
 	}
-	// Register may come before Run and Collect carries no context: a root one bounded by
-	// ScrapeTimeout, logging to klog's global logger.
-	return context.WithTimeout(context.Background(), ScrapeTimeout) //nolint:forbidigo // Collect has no caller context (see ScrapeTimeout)
+	return nil, func() {}, false
 }
 
 // collector is the monitor's prometheus.Collector: HAMi's families of the Options.Version,
@@ -285,9 +286,13 @@ type scrape struct {
 // panic in it would kill the process (the registry collects in its own goroutine); one is
 // recovered and logged, the series sent before it stay.
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := c.m.scrapeContext()
+	ctx, cancel, bound := c.m.scrapeContext()
 	defer cancel()
-	s := &scrape{c: c, ch: ch, log: klog.FromContext(ctx).WithName("monitor"), devices: map[deviceKey]struct{}{},
+	log := logr.Discard()
+	if bound {
+		log = klog.FromContext(ctx).WithName("monitor")
+	}
+	s := &scrape{c: c, ch: ch, log: log, devices: map[deviceKey]struct{}{},
 		seen: map[*prometheus.Desc]map[string]struct{}{}}
 	defer func() {
 		if r := recover(); r != nil {
@@ -301,7 +306,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		gpus    []HostGPU
 		hostErr error
 	)
-	if h := c.m.opts.Host; h != nil {
+	if h := c.m.opts.Host; h != nil && bound {
 		gpus, hostErr = h.GPUs(ctx)
 		if hostErr != nil {
 			s.log.Error(hostErr, "Cannot read the host GPUs; no host series this scrape")

@@ -289,6 +289,7 @@ func checkMetricsVector(t *testing.T, v *metricsVector, version annotation.Versi
 	if err != nil {
 		t.Fatal(err)
 	}
+	m.bindScrapeContext(t.Context()) // as Run does: scrapes query the host
 	text, ctype := scrapeText(t, m, cs)
 	if ctype != v.WantContentType {
 		t.Errorf("Content-Type %q, want %q", ctype, v.WantContentType)

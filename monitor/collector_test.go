@@ -42,6 +42,7 @@ func newTestMonitor(tb testing.TB, opts Options) *Monitor {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	m.bindScrapeContext(tb.Context()) // as Run does: scrapes query the host
 	return m
 }
 
