@@ -178,6 +178,9 @@ func TestRunRecreatesADeletedSlice(t *testing.T) {
 		s := slicesOf(t, client)
 		return len(s) == 1 && s[0].Name != old.Name
 	})
+	// The controller counts a create after the API server answered it, so the new slice
+	// can be listed a moment before the count moves.
+	waitFor(t, "the second create counted", func() bool { return p.Stats().SliceCreates >= 2 })
 	if st := p.Stats(); st.SliceCreates != 2 {
 		t.Errorf("stats %+v, want 2 creates", st)
 	}
