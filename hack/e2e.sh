@@ -30,6 +30,9 @@ echo "e2e: peer binaries ready in $((t1 - t0))s ($bin)"
 
 race=(-race)
 [[ ${E2E_RACE:-1} == 0 ]] && race=()
+# Each test binary may run this long (go test's default of 10 minutes is too short for the
+# quickstart package on a loaded 2-core machine); a -timeout in the arguments overrides it.
+race+=(-timeout "${E2E_TIMEOUT:-25m}")
 
 status=0
 (cd "$root/envtest" && go test "${race[@]}" -count=1 -tags e2e -v ./... "$@") || status=$?
