@@ -106,11 +106,12 @@ type Options struct {
 	// DisableHealthService turns the kubelet's device health stream off
 	// (kubeletplugin.HealthService(false)): the plugin then does not advertise the
 	// DRAResourceHealth service, the kubelet does not call WatchHealthStatus, and device
-	// health is only the slice's <driver>/unhealthy taint. Set it for a kubelet that must not
-	// be offered the service (one before 1.36 without the ResourceHealthStatus gate has no use
-	// for it; one that rejects unknown services at registration needs it off). Default
-	// false: health is served, and a kubelet 1.36+ (ResourceHealthStatus beta, on) shows it
-	// in the pods' status.containerStatuses[].allocatedResourcesStatus.
+	// health is only the slice's <driver>/unhealthy taint. Set it for a kubelet that is not
+	// to be offered the service: one before 1.36, where the ResourceHealthStatus gate is
+	// alpha and off (it never subscribes, the service is only advertised at registration),
+	// or a cluster whose pods' status must not carry device health. Default false: health is
+	// served, and a kubelet 1.36+ (ResourceHealthStatus beta, on) shows it in the pods'
+	// status.containerStatuses[].allocatedResourcesStatus.
 	DisableHealthService bool
 	// HealthCheckTimeout is the lease the kubelet puts on each reported device health: a
 	// device not reported again within it reads Unknown. The plugin re-sends the full state

@@ -35,7 +35,7 @@ func TestHealthDRA(t *testing.T) {
 		name corev1.ResourceName
 		id   corev1.ResourceID
 	}{{b, draResourceName, idB}, {c, harness.GPUResource, idC}} {
-		if h := health(n.getPod(t, o.pod.Name), o.name)[o.id]; h != corev1.ResourceHealthStatusHealthy {
+		if h := health(n.getPod(t.Context(), t, o.pod.Name), o.name)[o.id]; h != corev1.ResourceHealthStatusHealthy {
 			t.Errorf("pod %s's device %s reads %q after GPU 2's XID, want Healthy", o.pod.Name, o.id, h)
 		}
 	}
@@ -65,7 +65,7 @@ func TestHealthDevicePlugin(t *testing.T) {
 		name corev1.ResourceName
 		id   corev1.ResourceID
 	}{{b, harness.GPUResource, idB}, {c, draResourceName, idC}} {
-		if h := health(n.getPod(t, o.pod.Name), o.name)[o.id]; h != corev1.ResourceHealthStatusHealthy {
+		if h := health(n.getPod(t.Context(), t, o.pod.Name), o.name)[o.id]; h != corev1.ResourceHealthStatusHealthy {
 			t.Errorf("pod %s's device %s reads %q after GPU %d's XID, want Healthy", o.pod.Name, o.id, h, dpGPU0)
 		}
 	}

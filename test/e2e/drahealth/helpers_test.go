@@ -195,7 +195,7 @@ func (n *healthNode) claimPod(tb testing.TB, name string, gpu int) (*corev1.Pod,
 		if err := n.dra.WritePodStatus(ctx, cp.AdminClient().CoreV1(), pod); err != nil {
 			tb.Fatal(err)
 		}
-		return health(n.getPod(tb, name), draResourceName)[id] == corev1.ResourceHealthStatusHealthy
+		return health(n.getPod(ctx, tb, name), draResourceName)[id] == corev1.ResourceHealthStatusHealthy
 	})
 	return pod, id
 }
@@ -243,7 +243,7 @@ func (n *healthNode) devicePluginPod(tb testing.TB, name string, gpu int) (*core
 		if err := n.dm.WritePodStatus(ctx, cp.AdminClient().CoreV1(), pod); err != nil {
 			tb.Fatal(err)
 		}
-		return health(n.getPod(tb, name), harness.GPUResource)[id] == corev1.ResourceHealthStatusHealthy
+		return health(n.getPod(ctx, tb, name), harness.GPUResource)[id] == corev1.ResourceHealthStatusHealthy
 	})
 	return pod, id
 }
@@ -268,9 +268,9 @@ func (n *healthNode) markRunning(tb testing.TB, pod *corev1.Pod) {
 	}
 }
 
-func (n *healthNode) getPod(tb testing.TB, name string) *corev1.Pod {
+func (n *healthNode) getPod(ctx context.Context, tb testing.TB, name string) *corev1.Pod {
 	tb.Helper()
-	p, err := cp.AdminClient().CoreV1().Pods(n.name).Get(tb.Context(), name, metav1.GetOptions{})
+	p, err := cp.AdminClient().CoreV1().Pods(n.name).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		tb.Fatal(err)
 	}
