@@ -4,9 +4,9 @@
 //
 // It stands on k8s.io/dynamic-resource-allocation: [Plugin.Run] starts the helper
 // (kubeletplugin.Start: the registrar socket <RegistrarDir>/<driver>-reg.sock and
-// <PluginDir>/dra.sock, gRPC calls serialised, the health service off because the slice's
-// <driver>/unhealthy taint carries health) and a resourceslice controller that owns one pool
-// named after the node, with one slice, owned by the Node object.
+// <PluginDir>/dra.sock, gRPC calls serialised, the DRAResourceHealth service on unless
+// Options.DisableHealthService) and a resourceslice controller that owns one pool named
+// after the node, with one slice, owned by the Node object.
 //
 // # Publishing
 //
@@ -15,6 +15,24 @@
 // slice and writes only a change, after Options.SliceSyncDelay. The kubelet's DRA manager
 // deletes the node's slices when it starts: the controller watches them and creates the
 // slice again.
+//
+// # Device health
+//
+// The health of a device has one source: the scan handed to SetDevices. A GPU the scan marks
+// unhealthy (the XID watch, or a GPU that stops answering) gets the slice's NoSchedule taint
+// <driver>/unhealthy, so new claims avoid it, and the same SetDevices reports it Unhealthy to
+// the kubelet through [Plugin.WatchHealthStatus] (KEP-4680, the kubelet's
+// ResourceHealthStatus gate, beta and on since 1.36): every stream gets the state of every
+// published device at once, each change at once, and the full state again every third of
+// Options.HealthCheckTimeout (the kubelet reads a device not re-reported within it as
+// Unknown, and clears the driver's health when the stream ends). The kubelet writes it into
+// the status of each pod whose prepared claim holds the device:
+// status.containerStatuses[].allocatedResourcesStatus[] with name "claim:<pod claim
+// name>" (or "claim:<name>/<request>"), one resource per device with resourceID the claim's
+// CDI device ID k8s.hamireg.io/claim=<claim UID>-<device name>, health Healthy or Unhealthy
+// and, where the kubelet's ResourceHealthStatusMessage gate is on, the plugin's message
+// naming the GPU. Options.DisableHealthService turns the service off for a kubelet that
+// must not be offered it; health is then the taint alone.
 //
 // # Prepare and Unprepare
 //
@@ -42,6 +60,8 @@
 // New starts nothing. Run blocks until its context ends, then stops the helper and the
 // controller and returns nil; it may run again afterwards, but not twice at once
 // ([ErrAlreadyRunning]). SetDevices, [Plugin.PreparedGPUs] and [Plugin.Stats] are safe for
-// concurrent use with everything; Prepare and Unprepare are serialised. Options.Refuse is
+// concurrent use with everything; Prepare and Unprepare are serialised. WatchHealthStatus
+// calls run one per kubelet stream and never block SetDevices; Run ends them and waits for
+// them before it returns. Options.Refuse is
 // called without the plugin's state lock, so it may call PreparedGPUs.
 package draplugin

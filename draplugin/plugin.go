@@ -19,6 +19,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/dra"
@@ -101,6 +102,25 @@ type Options struct {
 	// error (publishing the ResourceSlice, the gRPC servers), for instance to record an Event
 	// on the Node. Nil: the error is only logged.
 	OnError func(ctx context.Context, err error, msg string)
+
+	// DisableHealthService turns the kubelet's device health stream off
+	// (kubeletplugin.HealthService(false)): the plugin then does not advertise the
+	// DRAResourceHealth service, the kubelet does not call WatchHealthStatus, and device
+	// health is only the slice's <driver>/unhealthy taint. Set it for a kubelet that is not
+	// to be offered the service: one before 1.36, where the ResourceHealthStatus gate is
+	// alpha and off (it never subscribes, the service is only advertised at registration),
+	// or a cluster whose pods' status must not carry device health. Default false: health is
+	// served, and a kubelet 1.36+ (ResourceHealthStatus beta, on) shows it in the pods'
+	// status.containerStatuses[].allocatedResourcesStatus.
+	DisableHealthService bool
+	// HealthCheckTimeout is the lease the kubelet puts on each reported device health: a
+	// device not reported again within it reads Unknown. The plugin re-sends the full state
+	// every third of it. Default [DefaultHealthCheckTimeout] (30 s); at least 1 s (the wire
+	// carries whole seconds).
+	HealthCheckTimeout time.Duration
+	// Clock is the time source of the health reports (their LastUpdated and the re-send
+	// ticker). Default: the real clock.
+	Clock clock.WithTicker
 }
 
 // Stats are a Plugin's counters.
@@ -111,6 +131,8 @@ type Stats struct {
 	// SliceCreates, SliceUpdates and SliceDeletes are the ResourceSlice controller's writes,
 	// summed over the plugin's runs.
 	SliceCreates, SliceUpdates, SliceDeletes int64
+	// HealthReports counts the device health reports sent to the kubelet (every stream's).
+	HealthReports uint64
 }
 
 // Plugin is the DRA kubelet plugin of one node: it registers with the kubelet, publishes the
@@ -136,6 +158,13 @@ type Plugin struct {
 	claims      map[types.UID]preparedClaim
 
 	prepared, unprepared, refused atomic.Uint64
+
+	// Device health for the kubelet (health.go).
+	clock          clock.WithTicker
+	healthTimeout  time.Duration
+	health         healthState // guarded by mu, but for its WaitGroup
+	healthReports  atomic.Uint64
+	healthWatchers atomic.Int64
 }
 
 var _ kubeletplugin.DRAPlugin = (*Plugin)(nil)
@@ -160,6 +189,9 @@ func New(opts Options) (*Plugin, error) {
 		return nil, fmt.Errorf("%w: Options.Env.DeviceListStrategy %q: %w: a claim's devices are listed in the claim's own CDI spec, which cannot name other CDI devices: use envvar or volume-mounts for DRA",
 			ErrInvalidOptions, opts.Env.DeviceListStrategy, hamicore.ErrCDIUnsupported)
 	}
+	if t := opts.HealthCheckTimeout; t != 0 && t < time.Second {
+		return nil, fmt.Errorf("%w: Options.HealthCheckTimeout %v: the kubelet takes whole seconds, give at least 1s (or 0 for %v)", ErrInvalidOptions, t, DefaultHealthCheckTimeout)
+	}
 	opts.RegistrarDir = cmp.Or(opts.RegistrarDir, DefaultRegistrarDir)
 	opts.PluginDir = cmp.Or(opts.PluginDir, filepath.Join(DefaultPluginDirBase, opts.Profile.Driver))
 	opts.CDIDir = cmp.Or(opts.CDIDir, DefaultCDIDir)
@@ -172,9 +204,12 @@ func New(opts Options) (*Plugin, error) {
 		}
 	}
 	p := &Plugin{
-		opts:     opts,
-		ckptPath: filepath.Join(opts.PluginDir, CheckpointFile),
+		opts:          opts,
+		ckptPath:      filepath.Join(opts.PluginDir, CheckpointFile),
+		clock:         defaultClock(opts.Clock),
+		healthTimeout: cmp.Or(opts.HealthCheckTimeout, DefaultHealthCheckTimeout),
 	}
+	p.health.changed = make(chan struct{})
 	switch {
 	case opts.SliceSyncDelay < 0:
 		p.syncDelay = 0
@@ -195,8 +230,9 @@ func New(opts Options) (*Plugin, error) {
 func (p *Plugin) Driver() string { return p.opts.Profile.Driver }
 
 // SetDevices sets the scanned GPUs and their DRA devices (dra.Devices of the same scan):
-// the slice follows them (written only when it changes), and Prepare resolves device names
-// through them. It may be called before Run.
+// the slice follows them (written only when it changes), Prepare resolves device names
+// through them, and the health reported to the kubelet follows their <driver>/unhealthy
+// taints (see [Plugin.WatchHealthStatus]). It may be called before Run.
 func (p *Plugin) SetDevices(gpus []annotation.Device, devices []resourcev1.Device) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -205,6 +241,7 @@ func (p *Plugin) SetDevices(gpus []annotation.Device, devices []resourcev1.Devic
 	for i := range devices {
 		devices[i].DeepCopyInto(&p.devices[i])
 	}
+	p.setHealthLocked(p.devices)
 	p.haveDevices = true
 	p.devVersion++
 	if p.ctrl != nil {
@@ -259,6 +296,8 @@ func (p *Plugin) Run(ctx context.Context) error {
 		}
 		uid = node.UID
 	}
+	p.startHealth()
+	defer p.stopHealth() // after the helper stopped: ends the health streams and waits for them
 	helper, err := kubeletplugin.Start(ctx, p,
 		kubeletplugin.DriverName(p.opts.Profile.Driver),
 		kubeletplugin.KubeClient(p.opts.Client),
@@ -266,7 +305,7 @@ func (p *Plugin) Run(ctx context.Context) error {
 		kubeletplugin.NodeUID(uid),
 		kubeletplugin.RegistrarDirectoryPath(p.opts.RegistrarDir),
 		kubeletplugin.PluginDataDirectoryPath(p.opts.PluginDir),
-		kubeletplugin.HealthService(false), // the slice's taints carry health
+		kubeletplugin.HealthService(!p.opts.DisableHealthService),
 		kubeletplugin.Serialize(true),
 	)
 	if err != nil {
@@ -328,13 +367,6 @@ func (p *Plugin) HandleError(ctx context.Context, err error, msg string) {
 	}
 }
 
-// WatchHealthStatus implements kubeletplugin.DRAPlugin: it returns
-// kubeletplugin.ErrHealthNotSupported. Run turns the health service off (the slice's
-// <driver>/unhealthy taint carries health), so the kubelet does not call it.
-func (p *Plugin) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceHealthReport) error {
-	return kubeletplugin.ErrHealthNotSupported
-}
-
 // PreparedGPUs returns the UUIDs of the GPUs that prepared claims hold, with the claim UIDs.
 func (p *Plugin) PreparedGPUs() map[string][]types.UID {
 	p.mu.Lock()
@@ -384,12 +416,13 @@ func (p *Plugin) Stats() Stats {
 	}
 	p.mu.Unlock()
 	return Stats{
-		Prepared:     p.prepared.Load(),
-		Unprepared:   p.unprepared.Load(),
-		Refused:      p.refused.Load(),
-		SliceCreates: slices.NumCreates,
-		SliceUpdates: slices.NumUpdates,
-		SliceDeletes: slices.NumDeletes,
+		Prepared:      p.prepared.Load(),
+		Unprepared:    p.unprepared.Load(),
+		Refused:       p.refused.Load(),
+		SliceCreates:  slices.NumCreates,
+		SliceUpdates:  slices.NumUpdates,
+		SliceDeletes:  slices.NumDeletes,
+		HealthReports: p.healthReports.Load(),
 	}
 }
 

@@ -525,8 +525,9 @@ func TestHandleErrorAndHealth(t *testing.T) {
 	if !slices.Equal(got, []string{"publish: boom"}) {
 		t.Errorf("OnError got %v", got)
 	}
-	if err := p.WatchHealthStatus(t.Context(), nil); !errors.Is(err, kubeletplugin.ErrHealthNotSupported) {
-		t.Errorf("WatchHealthStatus: %v", err)
+	opts.DisableHealthService = true
+	if err := newPlugin(t, opts).WatchHealthStatus(t.Context(), nil); !errors.Is(err, kubeletplugin.ErrHealthNotSupported) {
+		t.Errorf("WatchHealthStatus with DisableHealthService: %v, want ErrHealthNotSupported", err)
 	}
 }
 

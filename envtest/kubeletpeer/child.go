@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"sync"
 	"syscall"
 
 	cadvisorapi "github.com/google/cadvisor/lib/model"
@@ -45,7 +46,7 @@ func RunIfChild(ctx context.Context) (code int, child bool) {
 // childMain runs in a new mount namespace (CLONE_NEWNS, plus CLONE_NEWUSER when not root).
 // stdin carries one JSON request per line, stdout one JSON reply per line, stderr is the log.
 func childMain(ctx context.Context) int {
-	out := json.NewEncoder(os.Stdout)
+	out := &lockedEncoder{enc: json.NewEncoder(os.Stdout)}
 	logger := klog.FromContext(ctx)
 
 	if err := setupMounts(os.Getenv(envDir)); err != nil {
@@ -66,6 +67,9 @@ func childMain(ctx context.Context) int {
 		return 1
 	}
 	_ = out.Encode(reply{})
+	// The manager's device health updates go to the parent as they come, between replies.
+	stopForward := forwardUpdates(m, out)
+	defer func() { stopForward() }()
 
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
@@ -84,9 +88,13 @@ func childMain(ctx context.Context) int {
 				r.Error = "stop device manager: " + err.Error()
 				break
 			}
+			stopForward()
 			if m, tm, err = startManager(logger, activePods, topo); err != nil {
 				r.Error = err.Error()
+				stopForward = func() {}
+				break
 			}
+			stopForward = forwardUpdates(m, out)
 		case "allocate":
 			if req.Pod == nil {
 				r.Error = "allocate: no pod"
@@ -107,6 +115,13 @@ func childMain(ctx context.Context) int {
 				active = append(active, req.Pod)
 				r.Admission = admit(ctx, m, tm, req.Pod)
 			}
+		case "resourcesStatus":
+			if req.Pod == nil || req.Status == nil {
+				r.Error = "resourcesStatus: no pod or no status"
+				break
+			}
+			m.UpdateAllocatedResourcesStatus(logger, req.Pod, req.Status)
+			r.Status = req.Status
 		default:
 			r.Error = "unknown request " + strconv.Quote(req.Op)
 		}
@@ -268,4 +283,44 @@ func allocate(ctx context.Context, m *devicemanager.ManagerImpl, pod *corev1.Pod
 		a.DeviceIDs[res] = sets.List(sets.KeySet(devs))
 	}
 	return a, nil
+}
+
+// lockedEncoder serialises the child's lines on stdout: the replies of the request loop and
+// the device health updates of forwardUpdates.
+type lockedEncoder struct {
+	mu  sync.Mutex
+	enc *json.Encoder
+}
+
+func (e *lockedEncoder) Encode(v any) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.enc.Encode(v)
+}
+
+// forwardUpdates sends each update of m's updates channel (pods whose devices changed
+// health) to the parent as a podUpdate line, until the returned stop is called; stop waits
+// for it.
+func forwardUpdates(m *devicemanager.ManagerImpl, out *lockedEncoder) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-quit:
+				return
+			case u := <-m.Updates():
+				if len(u.PodUIDs) > 0 {
+					_ = out.Encode(reply{PodUpdate: u.PodUIDs})
+				}
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			close(quit)
+			<-done
+		})
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/klog/v2"
 
 	"github.com/hamireg/hamireg/envtest"
 	"github.com/hamireg/hamireg/envtest/proc"
@@ -87,6 +89,22 @@ type DeviceManager struct {
 	cmds    *os.File
 	repR    *os.File
 	replies *bufio.Reader
+
+	// lines carries the child's replies from the reader goroutine (readLines), which sends
+	// the child's device health updates to updates instead; quit ends the reader, which
+	// closes readerDone.
+	lines      chan lineResult
+	updates    chan []string
+	quit       chan struct{}
+	readerDone chan struct{}
+	status     podRegistry // pods allocated or admitted, for SyncPodStatus
+	syncing    atomic.Bool // a SyncPodStatus runs
+}
+
+// lineResult is one line of the child's stdout, or the error that ended it.
+type lineResult struct {
+	line []byte
+	err  error
 }
 
 // StartDeviceManager starts the child and returns when ManagerImpl.Start has returned
@@ -102,7 +120,8 @@ func StartDeviceManager(ctx context.Context, opts DeviceManagerOptions) (_ *Devi
 	if err != nil {
 		return nil, err
 	}
-	m := &DeviceManager{opts: opts, base: base, spawner: proc.NewSpawner()}
+	m := &DeviceManager{opts: opts, base: base, spawner: proc.NewSpawner(),
+		lines: make(chan lineResult, 1), updates: make(chan []string, 100), quit: make(chan struct{}), readerDone: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			_ = m.Stop()
@@ -174,6 +193,7 @@ func (m *DeviceManager) start(ctx context.Context) error {
 	m.mu.Lock()
 	m.p, m.cmds, m.repR, m.replies = p, cmdW, repR, bufio.NewReader(repR)
 	m.mu.Unlock()
+	go m.readLines(m.replies)
 
 	// The child answers once when the mounts are in place and ManagerImpl has started.
 	ctx, cancel := context.WithTimeoutCause(ctx, m.opts.StartTimeout,
@@ -197,17 +217,22 @@ type Admission struct {
 }
 
 type request struct {
-	Op        string      `json:"op"`
-	Pod       *corev1.Pod `json:"pod,omitempty"`
-	Container string      `json:"container,omitempty"`
+	Op        string            `json:"op"`
+	Pod       *corev1.Pod       `json:"pod,omitempty"`
+	Container string            `json:"container,omitempty"`
+	Status    *corev1.PodStatus `json:"status,omitempty"` // op resourcesStatus
 }
 
 type reply struct {
-	Error      string      `json:"error,omitempty"`
-	Namespace  bool        `json:"namespace,omitempty"` // the error is about the namespace setup
-	Resources  *Resources  `json:"resources,omitempty"`
-	Allocation *Allocation `json:"allocation,omitempty"`
-	Admission  *Admission  `json:"admission,omitempty"`
+	Error      string            `json:"error,omitempty"`
+	Namespace  bool              `json:"namespace,omitempty"` // the error is about the namespace setup
+	Resources  *Resources        `json:"resources,omitempty"`
+	Allocation *Allocation       `json:"allocation,omitempty"`
+	Admission  *Admission        `json:"admission,omitempty"`
+	Status     *corev1.PodStatus `json:"status,omitempty"` // op resourcesStatus
+	// PodUpdate is not a reply: the child sends it, unasked, when the manager's updates
+	// channel names pods whose devices changed health.
+	PodUpdate []string `json:"podUpdate,omitempty"`
 }
 
 // Allocation is what the kubelet's device manager gave one container: the device ids it
@@ -236,19 +261,40 @@ type Mount struct {
 	ReadOnly      bool   `json:"readOnly,omitempty"`
 }
 
-func (m *DeviceManager) readReply(ctx context.Context) (*reply, error) {
-	type result struct {
-		line []byte
-		err  error
+// readLines reads the child's stdout until it ends or quit is closed: device health updates
+// go to m.updates (dropped when it is full, as the kubelet's channel drops them), replies
+// and the final error to m.lines.
+func (m *DeviceManager) readLines(r *bufio.Reader) {
+	defer close(m.readerDone)
+	for {
+		line, err := r.ReadBytes('\n')
+		if err == nil {
+			var u struct {
+				PodUpdate []string `json:"podUpdate"`
+			}
+			if json.Unmarshal(line, &u) == nil && len(u.PodUpdate) > 0 {
+				select {
+				case m.updates <- u.PodUpdate:
+				default:
+				}
+				continue
+			}
+		}
+		select {
+		case m.lines <- lineResult{line, err}:
+		case <-m.quit:
+			return
+		}
+		if err != nil {
+			return
+		}
 	}
-	ch := make(chan result, 1)
-	go func() {
-		line, err := m.replies.ReadBytes('\n')
-		ch <- result{line, err}
-	}()
-	var res result
+}
+
+func (m *DeviceManager) readReply(ctx context.Context) (*reply, error) {
+	var res lineResult
 	select {
-	case res = <-ch:
+	case res = <-m.lines:
 	case <-ctx.Done():
 		_ = m.p.Stop(time.Second) // unblocks the reader
 		return nil, fmt.Errorf("kubelet device manager: %w\n%s", context.Cause(ctx), m.p.LogTail(20))
@@ -313,6 +359,7 @@ func (m *DeviceManager) Allocate(ctx context.Context, pod *corev1.Pod, container
 	if err != nil {
 		return Allocation{}, err
 	}
+	m.status.add(pod)
 	if r.Allocation == nil {
 		return Allocation{}, errors.New("allocate: empty reply")
 	}
@@ -330,6 +377,7 @@ func (m *DeviceManager) Admit(ctx context.Context, pod *corev1.Pod) (Admission, 
 	if err != nil {
 		return Admission{}, err
 	}
+	m.status.add(pod)
 	if r.Admission == nil {
 		return Admission{}, errors.New("admit: empty reply")
 	}
@@ -418,6 +466,8 @@ func (m *DeviceManager) Stop() error {
 	}
 	if repR != nil {
 		_ = repR.Close()
+		close(m.quit)
+		<-m.readerDone
 	}
 	m.spawner.Close()
 	if err := os.RemoveAll(m.base); err != nil {
@@ -457,4 +507,67 @@ func (m *DeviceManager) UpdateNodeStatus(ctx context.Context, nodes corev1client
 		return fmt.Errorf("update status of node %s: %w", nodeName, err)
 	}
 	return nil
+}
+
+// UpdateAllocatedResourcesStatus is the device manager's part of the kubelet's pod status
+// (ManagerImpl.UpdateAllocatedResourcesStatus, in the child): for each entry of
+// status.ContainerStatuses whose container got devices through [DeviceManager.Allocate] or
+// [DeviceManager.Admit], it sets one allocatedResourcesStatus entry per device-plugin
+// resource (name: the resource, e.g. nvidia.com/gpu) listing each device the container holds
+// (resourceID: the device ID from ListAndWatch, e.g. HAMi's replica ID <GPU UUID>-<i>) as
+// Healthy, or Unhealthy when the plugin's last ListAndWatch marked it so or the plugin is
+// gone. Other entries (DRA claims') are kept. It returns the updated status and writes
+// nothing to the API server.
+func (m *DeviceManager) UpdateAllocatedResourcesStatus(ctx context.Context, pod *corev1.Pod, status *corev1.PodStatus) (*corev1.PodStatus, error) {
+	r, err := m.do(ctx, request{Op: "resourcesStatus", Pod: pod, Status: status})
+	if err != nil {
+		return nil, err
+	}
+	if r.Status == nil {
+		return nil, errors.New("resourcesStatus: empty reply")
+	}
+	return r.Status, nil
+}
+
+// WritePodStatus is the kubelet's status sync of pod as far as device-plugin device health
+// goes: it reads the pod from the API server, adds a waiting container status (reason
+// ContainerCreating) for each container the status lacks, sets the allocatedResourcesStatus
+// of the containers with [DeviceManager.UpdateAllocatedResourcesStatus] and writes the status
+// (UpdateStatus, retried on conflicts) when it changed. pods needs get and update of
+// pods/status.
+func (m *DeviceManager) WritePodStatus(ctx context.Context, pods corev1client.PodsGetter, pod *corev1.Pod) error {
+	return writePodStatus(ctx, pods, types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}, func(p *corev1.Pod, s *corev1.PodStatus) error {
+		updated, err := m.UpdateAllocatedResourcesStatus(ctx, p, s)
+		if err != nil {
+			return err
+		}
+		*s = *updated
+		return nil
+	})
+}
+
+// SyncPodStatus is the kubelet's sync loop for device health (the device manager's updates
+// channel, which ManagerImpl fills when a ListAndWatch message changes the health of a
+// device a pod holds, as kubelet.go's syncLoopIteration reads containerManager.Updates()):
+// it writes the status of the pods named ([DeviceManager.WritePodStatus]) among those given
+// to Allocate or Admit. It blocks until ctx ends or the manager stops, then returns nil; a
+// failed write is logged (klog.FromContext(ctx)) and the loop goes on. One SyncPodStatus at
+// a time ([ErrSyncRunning]). Updates that arrive while none runs are kept, up to 100 (the
+// device manager's channel size), and handled when one starts.
+func (m *DeviceManager) SyncPodStatus(ctx context.Context, pods corev1client.PodsGetter) error {
+	if !m.syncing.CompareAndSwap(false, true) {
+		return fmt.Errorf("sync pod status of the device manager: %w", ErrSyncRunning)
+	}
+	defer m.syncing.Store(false)
+	logger := klog.FromContext(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-m.readerDone:
+			return nil
+		case uids := <-m.updates:
+			syncPods(ctx, logger, pods, uids, &m.status, m.WritePodStatus)
+		}
+	}
 }

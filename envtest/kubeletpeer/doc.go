@@ -106,6 +106,22 @@
 // background; [DRAManager.WaitForWipe] waits for it, so a driver that publishes afterwards
 // is not wiped. A manager started again on the same StateDir is a kubelet restart.
 //
+// # Device health in the pod's status
+//
+// The kubelet writes the health of a pod's devices into
+// status.containerStatuses[].allocatedResourcesStatus (KEP-4680, ResourceHealthStatus, on
+// in 1.37) whenever it syncs the pod's status, and syncs a pod when a manager reports on its
+// updates channel that one of the pod's devices changed health. Both peers do that part:
+// [DRAManager.UpdateAllocatedResourcesStatus] and [DeviceManager.UpdateAllocatedResourcesStatus]
+// fill in a status as the kubelet's managers do (DRA: entry "claim:<pod claim name>", the
+// device's CDI device ID as resourceID, the health and message the driver streamed;
+// device plugin: entry per resource name, the device ID, the health from ListAndWatch);
+// WritePodStatus reads the pod, adds waiting statuses for containers without one, fills them
+// in and writes the status when it changed; SyncPodStatus follows the manager's updates
+// channel and writes the status of the pods it names, among those given to Prepare
+// (DRA) or Allocate and Admit (device plugin), until its context ends. Nothing is written
+// unless a test calls them, so a peer without them behaves as before.
+//
 // The package's Example is a node agent's test against the API server and the device
 // manager together.
 //

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -75,6 +76,11 @@ type DRAManager struct {
 	wiped          chan struct{}
 	stopOnce       sync.Once
 	stopErr        error
+
+	logger  klog.Logger
+	done    <-chan struct{} // closed by Stop
+	status  podRegistry     // pods prepared, for SyncPodStatus
+	syncing atomic.Bool     // a SyncPodStatus runs
 }
 
 // StartDRAManager starts the DRA manager and the plugin manager. It returns once both run;
@@ -110,6 +116,7 @@ func StartDRAManager(ctx context.Context, opts DRAManagerOptions) (_ *DRAManager
 	logger := klog.FromContext(ctx)
 	runCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	m.cancel = cancel
+	m.logger, m.done = logger, runCtx.Done()
 	sources := config.NewSourcesReady(func(sets.Set[string]) bool { return true })
 	activePods := m.opts.ActivePods
 	if activePods == nil {
@@ -177,7 +184,11 @@ func (m *DRAManager) StateDir() string { return m.opts.StateDir }
 // and reserved for pod) it calls NodePrepareResources of the claim's drivers and records
 // the CDI devices they return (DRA manager PrepareResources).
 func (m *DRAManager) Prepare(ctx context.Context, pod *corev1.Pod) error {
-	return m.mgr.PrepareResources(ctx, pod)
+	if err := m.mgr.PrepareResources(ctx, pod); err != nil {
+		return err
+	}
+	m.status.add(pod)
+	return nil
 }
 
 // GetResources is what the kubelet hands the container runtime for the container named
@@ -210,7 +221,11 @@ func (m *DRAManager) GetResources(pod *corev1.Pod, container string) ([]string, 
 // claim pod holds that no other prepared pod holds (DRA manager UnprepareResources).
 // Idempotent.
 func (m *DRAManager) Unprepare(ctx context.Context, pod *corev1.Pod) error {
-	return m.mgr.UnprepareResources(ctx, pod)
+	if err := m.mgr.UnprepareResources(ctx, pod); err != nil {
+		return err
+	}
+	m.status.remove(pod.UID)
+	return nil
 }
 
 // WaitForDriver waits until a plugin of driverName has registered through RegistryDir
