@@ -29,7 +29,7 @@ type MIGDevices interface {
 	Destroy(ctx context.Context, inst mig.Instance) error
 }
 
-// ErrNoMIG: a claim's result names a MIG device and the plugin has no Options.MIG, or the
+// ErrNoMIG means a claim's result names a MIG device and the plugin has no Options.MIG, or the
 // checkpoint records MIG devices and New was given none.
 var ErrNoMIG = errors.New("no MIG realiser")
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -501,5 +502,59 @@ func TestMIGOptions(t *testing.T) {
 	_, err := New(clienttest.NewClientset(), testNode, staticSource(migDevices()), Options{MIG: newFakeMIG(), MIGReconcilePeriod: -time.Second})
 	if !errors.Is(err, ErrInvalidOptions) {
 		t.Errorf("New = %v, want ErrInvalidOptions", err)
+	}
+}
+
+// TestMIGOwnedByDRA: a MIG GPU the DRA world owns is cordoned for HAMi's extender and left
+// out of the kubelet's devices, the release leaves its instances (the DRA world's claims')
+// alone, and the DRA world gets the agent's MIG realiser through its host.
+func TestMIGOwnedByDRA(t *testing.T) {
+	t.Parallel()
+	fm := newFakeMIG(migGPU0, migGPU1, "GPU-plain")
+	world := &fakeDRA{gpus: []string{migGPU1}}
+	f := newMIGFixture(t, fm, Options{DRA: world})
+	orphan := fm.add(migGPU0, "1g.5gb", mig.Placement{Start: 6, Size: 1}, 1)
+	claimed := fm.add(migGPU1, "3g.20gb", mig.Placement{Start: 0, Size: 4}, 1)
+	_ = orphan
+	podsCaughtUp(t, f.agent)
+	if err := f.agent.reconcileMIG(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if diff := gocmp.Diff([]mig.Instance{claimed}, fm.state()); diff != "" {
+		t.Errorf("instances after the release (-want +got):\n%s", diff)
+	}
+	waitFor(t, "the DRA-owned MIG GPU cordoned", func() bool {
+		node, err := f.cs.CoreV1().Nodes().Get(f.ctx, testNode, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return node.Annotations[allocation.KeyDeviceCordon] == migGPU1
+	})
+	for _, d := range f.agent.plugin.Devices() {
+		if strings.HasPrefix(d.ID, migGPU1) {
+			t.Errorf("kubelet device %s of the DRA-owned MIG GPU", d.ID)
+		}
+	}
+
+	waitFor(t, "the DRA world running", func() bool { return world.runHost() != nil })
+	realiser := world.runHost().MIG()
+	if realiser == nil {
+		t.Fatal("the host lends no MIG realiser")
+	}
+	inst, err := realiser.Create(f.ctx, migGPU1, "1g.5gb", mig.Placement{Start: 6, Size: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if insts, err := realiser.Instances(f.ctx); err != nil || !slices.Contains(insts, inst) {
+		t.Errorf("Instances = %v, %v; want the created %s", insts, err, inst.MigUUID)
+	}
+	if err := realiser.Destroy(f.ctx, inst); err != nil || slices.Contains(fm.state(), inst) {
+		t.Errorf("Destroy = %v; instances %v", err, fm.state())
+	}
+
+	// Without Options.MIG the host lends none.
+	g := newMIGFixture(t, nil, Options{DRA: &fakeDRA{gpus: []string{migGPU1}}})
+	if m := (draHost{g.agent}).MIG(); m != nil {
+		t.Errorf("MIG() without Options.MIG = %v, want nil", m)
 	}
 }
