@@ -81,4 +81,3 @@ func TestDeviceClassesCEL(t *testing.T) {
 		}
 	}
 }
-
