@@ -91,3 +91,34 @@ func slicesIndex(gpus []annotation.Device, id string) int {
 	}
 	return -1
 }
+
+// FuzzMIGFromResult reads random results against a node with MIG and shared GPUs: it never
+// panics, fails only with ErrInvalidResult, and what it returns is a placement of a MIG GPU of
+// the node whose device name is the result's.
+func FuzzMIGFromResult(f *testing.F) {
+	f.Add(false, "gpu.hamireg.io", "gpu-0-mig-1g-10gb-6")
+	f.Add(true, "hami-core-gpu.project-hami.io", "hami-gpu-2-mig-7g-40gb-0")
+	f.Add(false, "gpu.hamireg.io", "gpu-1-mig-1g-5gb-0")
+	f.Add(false, "gpu.hamireg.io", "gpu--mig-")
+	f.Add(false, "gpu.hamireg.io", "gpu-0-mig-1g-5gb-plus-me-3")
+	f.Fuzz(func(t *testing.T, hami bool, driver, device string) {
+		p := dra.SDKProfile()
+		if hami {
+			p = dra.HAMiProfile()
+		}
+		gpus := []annotation.Device{a100MIG(0, "GPU-a"), a100(1, "GPU-b"), a100MIG(2, "GPU-c"), {ID: "GPU-d", Index: 3, Mode: "mig"}}
+		gpus[2].MIGProfiles = append(gpus[2].MIGProfiles, annotation.MigProfile{Name: "1g.5gb+me", Placements: []annotation.MigPlacement{{Start: 3, Size: 1}}})
+		r := resourcev1.DeviceRequestAllocationResult{Request: "gpu/mig", Driver: driver, Pool: "n", Device: device}
+		m, err := dra.MIGFromResult(p, r, gpus)
+		if err != nil {
+			if !errors.Is(err, dra.ErrInvalidResult) {
+				t.Fatalf("MIGFromResult = %v, want an ErrInvalidResult", err)
+			}
+			return
+		}
+		if driver != p.Driver || !p.IsMIGDeviceName(device) || p.MIGDeviceName(m.Index, m.Profile.Name, m.Placement) != device ||
+			(m.GPUUUID != "GPU-a" && m.GPUUUID != "GPU-c") {
+			t.Fatalf("MIGFromResult(%s %s) = %+v", driver, device, m)
+		}
+	})
+}
