@@ -222,6 +222,27 @@ func TestPrepareMIGFailures(t *testing.T) {
 			t.Errorf("instances: %+v", live)
 		}
 	})
+	t.Run("refused by the owner check", func(t *testing.T) {
+		t.Parallel()
+		opts := testOptions(t, newClient())
+		fm := &fakeMIG{}
+		opts.MIG = fm
+		var asked []string
+		opts.Refuse = func(_ context.Context, gpus []annotation.Device) error {
+			for _, g := range gpus {
+				asked = append(asked, g.ID)
+			}
+			return errors.New("GPU held by pod default/hami through HAMi")
+		}
+		p := newPlugin(t, opts)
+		p.SetSlices(gpus, migSlices(t, gpus))
+		if r := prepare(t, p, migClaim("u", "gpu-2-mig-1g-10gb-6"))["u"]; !errors.Is(r.Err, ErrRefused) || !strings.Contains(r.Err.Error(), "default/hami") {
+			t.Errorf("prepare of a GPU held by HAMi: %v", r.Err)
+		}
+		if !slices.Equal(asked, []string{gpus[2].ID}) || len(fm.instances()) != 0 {
+			t.Errorf("Refuse asked about %v, instances %v; want the MIG GPU and none created", asked, fm.instances())
+		}
+	})
 	t.Run("unhealthy or unpublished", func(t *testing.T) {
 		t.Parallel()
 		opts := testOptions(t, newClient())

@@ -558,3 +558,23 @@ func TestMIGOwnedByDRA(t *testing.T) {
 		t.Errorf("MIG() without Options.MIG = %v, want nil", m)
 	}
 }
+
+// TestMIGAllocateRefusesDRAGPU: a pod HAMi's scheduler placed on a MIG GPU the DRA world owns
+// is refused at Allocate (ErrOwnership), and no instance is created for it.
+func TestMIGAllocateRefusesDRAGPU(t *testing.T) {
+	t.Parallel()
+	fm := newFakeMIG(migGPU0, migGPU1)
+	pod := migPod("p", corev1.PodPending, res(0, 0, migGPU1, "1g.5gb", 6, 1))
+	f := newMIGFixture(t, fm, Options{DRA: &fakeDRA{gpus: []string{migGPU1}}}, pod)
+	f.schedule(t, pod, allocation.PodDevices{{migDev(migGPU1, 4864, 15)}})
+	_, err := f.call(migGPU0 + "-0")
+	if err == nil {
+		t.Fatal("Allocate succeeded")
+	}
+	if msg := message(err); !strings.Contains(msg, migGPU1) || !strings.Contains(msg, ErrOwnership.Error()) {
+		t.Errorf("error %q, want the DRA-owned GPU and %q", msg, ErrOwnership)
+	}
+	if st := fm.state(); len(st) != 0 {
+		t.Errorf("instances %+v, want none", st)
+	}
+}
