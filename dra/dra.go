@@ -152,7 +152,8 @@ type Options struct {
 }
 
 // Devices maps the scanned devices to DRA devices, one per GPU, sorted by index (the
-// allocator picks first fit in slice order). GPUs in MIG mode are left out. Unhealthy GPUs
+// allocator picks first fit in slice order). GPUs in MIG mode are left out ([Slices]
+// publishes their placements). Unhealthy GPUs
 // stay, with the NoSchedule taint <driver>/unhealthy. Errors wrap [ErrInvalidDevice].
 //
 // Every device allows multiple allocations and carries the capacities memory (Devmem MiB in
