@@ -22,7 +22,8 @@ func parentSelector(p dra.Profile, uuid string) string {
 // a claim for a 1g.10gb of GPU 0 gets its highest placement from kube-scheduler, Prepare
 // creates that instance and gives the container its MIG UUID (no HAMi-core limit); a claim
 // for the whole GPU (7g.40gb) cannot be allocated while it exists, and is once the first
-// claim is unprepared (instance destroyed) and released.
+// claim is unprepared (instance destroyed) and released, and its instance is destroyed by a
+// restarted agent's Unprepare.
 func TestMIGClaim(t *testing.T) {
 	t.Parallel()
 	n := startMIGNode(t)
@@ -102,6 +103,12 @@ func TestMIGClaim(t *testing.T) {
 	n.prepare(t, podB)
 	if insts := n.sim.MIGInstances(0); len(insts) != 1 || insts[0].Profile != "7g.40gb" {
 		t.Fatalf("instances of GPU 0: %v, want the 7g.40gb", n.instances(0))
+	}
+	// The agent restarts between Prepare and Unprepare: its MIG release keeps the claim's
+	// instance, and the new DRA plugin destroys it from its checkpoint.
+	n.restart(t)
+	if insts := n.sim.MIGInstances(0); len(insts) != 1 || insts[0].Profile != "7g.40gb" {
+		t.Fatalf("instances of GPU 0 after the restart: %v, want the claim's 7g.40gb kept", n.instances(0))
 	}
 	n.unprepare(t, podB)
 	if left := n.instances(0); len(left) != 0 {

@@ -86,6 +86,9 @@ type migNode struct {
 	agent   *nodeagent.Agent
 	// uuids are the simulated GPUs' UUIDs by index.
 	uuids []string
+	// start starts the node agent and its DRA world; stop stops them (one test goroutine).
+	start func(*testing.T)
+	stop  func()
 }
 
 // startMIGNode creates the Node (ready, untainted) and its namespace, starts the kubelet
@@ -146,40 +149,54 @@ func startMIGNode(t *testing.T) *migNode {
 	}
 	t.Cleanup(func() { _ = coreScanner.Close() })
 
-	world, err := nodedra.New(cp.AdminClient(), n.name, nodedra.Options{
-		Plugin: draplugin.Options{
-			Profile:        n.profile,
-			RegistrarDir:   n.dra.RegistryDir(),
-			PluginDir:      filepath.Join(root, "plugin"),
-			CDIDir:         n.cdiDir,
-			SliceSyncDelay: -1,
-		},
-		GPUs: draGPUs,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	agent, err := nodeagent.New(cp.AdminClient(), n.name, mixedSource{mig: migScanner, core: coreScanner}, nodeagent.Options{
-		Kubelet: kubeletplugin.Options{PluginDir: srv.Dir()},
-		DRA:     world,
-		MIG:     migScanner.MIG(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.world, n.agent = world, agent
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- agent.Run(runCtx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("node agent of %s: %v", n.name, err)
+	n.start = func(t *testing.T) {
+		world, err := nodedra.New(cp.AdminClient(), n.name, nodedra.Options{
+			Plugin: draplugin.Options{
+				Profile:        n.profile,
+				RegistrarDir:   n.dra.RegistryDir(),
+				PluginDir:      filepath.Join(root, "plugin"),
+				CDIDir:         n.cdiDir,
+				SliceSyncDelay: -1,
+			},
+			GPUs: draGPUs,
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
-	})
+		agent, err := nodeagent.New(cp.AdminClient(), n.name, mixedSource{mig: migScanner, core: coreScanner}, nodeagent.Options{
+			Kubelet: kubeletplugin.Options{PluginDir: srv.Dir()},
+			DRA:     world,
+			MIG:     migScanner.MIG(),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.world, n.agent = world, agent
+		runCtx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- agent.Run(runCtx) }()
+		n.stop = func() {
+			cancel()
+			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+				t.Errorf("node agent of %s: %v", n.name, err)
+			}
+		}
+	}
+	n.start(t)
+	t.Cleanup(func() { n.stop() })
 	harness.WaitForDriver(t, n.dra, n.profile.Driver)
 	n.makeReady(t)
 	return n
+}
+
+// restart stops the node agent and starts a new one on the same folders (its DRA plugin reads
+// the checkpoint of the old one), and waits until it has registered again.
+func (n *migNode) restart(t *testing.T) {
+	t.Helper()
+	regs := n.dra.Registrations(n.profile.Driver)
+	n.stop()
+	n.start(t)
+	harness.Eventually(t, "the restarted agent registered", harness.DRAWait, func() bool { return n.dra.Registrations(n.profile.Driver) > regs })
 }
 
 // makeReady gives the Node what a kubelet would: room for pods, the Ready condition, no
@@ -232,14 +249,18 @@ func (n *migNode) prepare(t *testing.T, pod *corev1.Pod) []string {
 	return ids
 }
 
-// unprepare plays the kubelet ending pod: Unprepare.
+// unprepare plays the kubelet ending pod: Unprepare, retried until the plugin (after a
+// restart, once it registered again) answers.
 func (n *migNode) unprepare(t *testing.T, pod *corev1.Pod) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(harness.Context(t), harness.DRAWait)
-	defer cancel()
-	if err := n.dra.Unprepare(ctx, pod); err != nil {
-		t.Fatalf("unprepare pod %s: %v", pod.Name, err)
-	}
+	ctx := harness.Context(t)
+	harness.Eventually(t, "Unprepare of pod "+pod.Name, harness.DRAWait, func() bool {
+		err := n.dra.Unprepare(ctx, pod)
+		if err != nil {
+			t.Logf("unprepare pod %s: %v", pod.Name, err)
+		}
+		return err == nil
+	})
 }
 
 // instances are the simulation's live MIG instances of GPU i.
