@@ -230,8 +230,8 @@
 //   - The kubelet's device count (nvidia.com/gpu) offers only the device-plugin-owned GPUs.
 //   - The DRA world gets every scanned GPU ([DRA].SetDevices), with its PCI bus ID when the
 //     source is a [PCISource] (nvmlscan's Scanner); nodedra publishes a device-plugin-owned
-//     GPU with the NoSchedule taint <driver>/owned-by-hami, an unhealthy one with
-//     <driver>/unhealthy. An unchanged scan writes no slice.
+//     GPU with the NoSchedule taint <driver>/owned-by-hami (one in MIG mode not at all), an
+//     unhealthy one with <driver>/unhealthy. An unchanged scan writes no slice.
 //
 // So HAMi's scheduler sees the DRA GPUs but gives them no pod, and a claim never gets a
 // device-plugin GPU unless it tolerates the taint. At the node, the last line of defence:
