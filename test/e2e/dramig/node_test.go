@@ -150,6 +150,7 @@ func startMIGNode(t *testing.T) *migNode {
 	t.Cleanup(func() { _ = coreScanner.Close() })
 
 	n.start = func(t *testing.T) {
+		t.Helper()
 		world, err := nodedra.New(cp.AdminClient(), n.name, nodedra.Options{
 			Plugin: draplugin.Options{
 				Profile:        n.profile,
