@@ -54,11 +54,24 @@
 // never hands it to a claim while HAMi's extender counts its memory; the node agent keeps
 // the GPUs DRA owns out of the extender's view in turn.
 //
+// # MIG as partitionable devices
+//
+// [Slices] publishes a GPU in MIG mode that the DRA world owns the way KEP-4815 (partitionable
+// devices, beta and on in Kubernetes 1.37) intends and NVIDIA's driver does for its dynamic
+// MIG: a counter set per GPU with one counter per memory slice, and one device per placement
+// of each MIG profile the scan found ([annotation.Device] MIGProfiles), consuming the counters
+// of its memory slices, so that kube-scheduler never hands out two overlapping placements.
+// Counter sets and devices go in separate slices of the node's pool, within the API's limits.
+// [MIGDeviceClass] selects the MIG devices, [DeviceClass] the GPU devices; a claim picks a
+// profile with the CEL of [ProfileSelector] and may fall back to a share of a GPU with a
+// firstAvailable request (KEP-4816, GA). [MIGFromResult] reads an allocation back to the GPU
+// and the placement, which the kubelet plugin then creates.
+//
 // # What is left out
 //
-// GPUs in MIG mode are not published: MIG instances are not shared by HAMi-core and map to
-// DRA's partitionable devices (counter sets), a different shape. They stay with the device
-// plugin. [ConsumedFromResult] rejects a result that names one.
+// A GPU in MIG mode that the device plugin owns is not published at all (the device plugin's
+// MIG path serves it), nor is its MIG placements' sharing: a MIG device goes to one claim.
+// [ConsumedFromResult] rejects a result that names a MIG device; [MIGFromResult] reads it.
 //
 // Everything here is a pure function of its arguments: no I/O, no logging, no global state,
 // safe for concurrent use. Errors wrap [ErrInvalidDevice] or [ErrInvalidResult] and say what

@@ -152,7 +152,8 @@ type Options struct {
 }
 
 // Devices maps the scanned devices to DRA devices, one per GPU, sorted by index (the
-// allocator picks first fit in slice order). GPUs in MIG mode are left out. Unhealthy GPUs
+// allocator picks first fit in slice order). GPUs in MIG mode are left out ([Slices]
+// publishes their placements). Unhealthy GPUs
 // stay, with the NoSchedule taint <driver>/unhealthy. Errors wrap [ErrInvalidDevice].
 //
 // Every device allows multiple allocations and carries the capacities memory (Devmem MiB in
@@ -327,12 +328,15 @@ func capacity(v int64, f resource.Format, policy func(v int64) *resourcev1.Capac
 
 func quantity(v int64, f resource.Format) *resource.Quantity { return resource.NewQuantity(v, f) }
 
-// DeviceClass is the DeviceClass of p: named p.Driver, selecting the devices of the driver
-// (HAMi profile: HAMi-DRA chart's CEL on type == "hami-gpu").
+// DeviceClass is the DeviceClass of p: named p.Driver, selecting the GPU devices of the
+// driver, not its MIG devices (SDK profile: no attribute profile; HAMi profile: HAMi-DRA
+// chart's CEL on type == "hami-gpu"). [MIGDeviceClass] selects the MIG devices.
 func DeviceClass(p Profile) *resourcev1.DeviceClass {
 	cel := fmt.Sprintf("device.driver == %q", p.Driver)
 	if p.HAMiAttributes {
 		cel += fmt.Sprintf(" && device.attributes[%q].type == %q", p.Driver, HAMiType)
+	} else {
+		cel += fmt.Sprintf(" && !has(device.attributes[%q].%s)", p.Driver, AttributeProfile)
 	}
 	return &resourcev1.DeviceClass{
 		TypeMeta:   metav1.TypeMeta{APIVersion: resourcev1.SchemeGroupVersion.String(), Kind: "DeviceClass"},

@@ -445,7 +445,7 @@ func TestDeviceClass(t *testing.T) {
 		name string
 		cel  string
 	}{
-		"sdk":  {dra.SDKProfile(), "gpu.hamireg.io", `device.driver == "gpu.hamireg.io"`},
+		"sdk":  {dra.SDKProfile(), "gpu.hamireg.io", `device.driver == "gpu.hamireg.io" && !has(device.attributes["gpu.hamireg.io"].profile)`},
 		"hami": {dra.HAMiProfile(), "hami-core-gpu.project-hami.io", `device.driver == "hami-core-gpu.project-hami.io" && device.attributes["hami-core-gpu.project-hami.io"].type == "hami-gpu"`},
 	}
 	for name, tc := range tests {

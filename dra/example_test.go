@@ -51,7 +51,7 @@ func ExampleDeviceClass() {
 		fmt.Printf("%s: %s\n", c.Name, c.Spec.Selectors[0].CEL.Expression)
 	}
 	// Output:
-	// gpu.hamireg.io: device.driver == "gpu.hamireg.io"
+	// gpu.hamireg.io: device.driver == "gpu.hamireg.io" && !has(device.attributes["gpu.hamireg.io"].profile)
 	// hami-core-gpu.project-hami.io: device.driver == "hami-core-gpu.project-hami.io" && device.attributes["hami-core-gpu.project-hami.io"].type == "hami-gpu"
 }
 

@@ -45,6 +45,9 @@ type preparedDevice struct {
 	UUID        string     `json:"uuid"`
 	MemoryMiB   int64      `json:"memoryMiB"`
 	Cores       int64      `json:"cores"`
+	// MIG is the MIG device created for a result naming a MIG placement (UUID is then the
+	// parent GPU's); nil for a share of a GPU.
+	MIG *preparedMIG `json:"mig,omitempty"`
 }
 
 // checkpointFix is the advice every checkpoint decoding error ends with.
@@ -121,6 +124,8 @@ func checkClaim(uid types.UID, c preparedClaim) error {
 			return fmt.Errorf("device %d: CDI device ID %q, want %q", i, d.CDIDeviceID, cdiDeviceID(uid, d.Device))
 		case d.MemoryMiB < 0 || d.Cores < 0:
 			return fmt.Errorf("device %d: negative memory or cores", i)
+		case d.MIG != nil && (d.MIG.MigUUID == "" || d.MIG.Profile == "" || d.MIG.Size == 0):
+			return fmt.Errorf("device %d: MIG device without MIG UUID, profile or placement size", i)
 		}
 	}
 	return nil

@@ -6,7 +6,7 @@
 // (kubeletplugin.Start: the registrar socket <RegistrarDir>/<driver>-reg.sock and
 // <PluginDir>/dra.sock, gRPC calls serialised, the DRAResourceHealth service on unless
 // Options.DisableHealthService) and a resourceslice controller that owns one pool named
-// after the node, with one slice, owned by the Node object.
+// after the node, with the slices it is given, owned by the Node object.
 //
 // # Publishing
 //
@@ -54,6 +54,22 @@
 // reads it, and a checkpoint that cannot be read fails New with an error wrapping
 // [ErrCheckpoint] that names the file. Both calls are idempotent: a prepared claim gets the
 // same answer again without a rewrite, and unpreparing a claim that is not prepared succeeds.
+//
+// # MIG devices
+//
+// [Plugin.SetSlices] publishes the slices of dra.Slices: besides the GPU devices, the MIG
+// placements of the GPUs in MIG mode that the DRA world owns, with their counter sets in
+// slices of their own. A claim whose result names a MIG placement (dra.MIGFromResult) is
+// prepared by creating that MIG device through Options.MIG ([MIGDevices], the node agent's
+// realiser): first destroying an instance at the placement that no prepared claim records
+// (left by a plugin that stopped between the create and its checkpoint), then creating the
+// instance at exactly the placement. The claim's CDI spec gives the container the MIG
+// device as the device plugin's MIG Allocate does (hamicore.MIGResponse:
+// NVIDIA_VISIBLE_DEVICES=<MIG UUID>, no HAMi-core limit or mount), the checkpoint records
+// the instance, and Unprepare destroys it, also after a restart. A claim with both MIG
+// devices and shares of GPUs is refused (one container cannot get both), so is a MIG
+// placement overlapping one a prepared claim holds. New refuses a checkpoint with MIG
+// devices when Options.MIG is nil ([ErrNoMIG]).
 //
 // # Lifecycle and concurrency
 //

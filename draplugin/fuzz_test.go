@@ -18,6 +18,9 @@ func FuzzCheckpoint(f *testing.F) {
 	valid, err := encodeCheckpoint("gpu.hamireg.io", map[types.UID]preparedClaim{
 		"u1": {Namespace: "default", Name: "c", CDISpec: "/var/run/cdi/" + cdiSpecFile("u1"), StateDir: "/usr/local/vgpu/claims/u1",
 			Devices: []preparedDevice{{Request: "gpu", Pool: "n", Device: "gpu-0", ShareID: &share, CDIDeviceID: cdiDeviceID("u1", "gpu-0"), UUID: "GPU-0", MemoryMiB: 1024, Cores: 30}}},
+		"u2": {CDISpec: "/var/run/cdi/" + cdiSpecFile("u2"), Devices: []preparedDevice{{Request: "gpu/mig", Pool: "n", Device: "gpu-1-mig-1g-10gb-6",
+			CDIDeviceID: cdiDeviceID("u2", "gpu-1-mig-1g-10gb-6"), UUID: "GPU-1", MemoryMiB: 9856, Cores: 15,
+			MIG: &preparedMIG{Profile: "1g.10gb", ProfileID: 15, Start: 6, Size: 2, MigUUID: "MIG-1", GPUInstanceID: 1}}}},
 	})
 	if err != nil {
 		f.Fatal(err)
@@ -27,6 +30,7 @@ func FuzzCheckpoint(f *testing.F) {
 		`{"version":1,"driver":"gpu.hamireg.io","claims":{"..":{}}}`,
 		`{"version":1,"driver":"gpu.hamireg.io","claims":{"u":{"cdiSpec":"/etc/passwd","devices":[]}}}`,
 		`{"version":2,"driver":"gpu.hamireg.io","claims":{}}`, `{"version":1,"driver":"x"} {}`,
+		`{"version":1,"driver":"gpu.hamireg.io","claims":{"u":{"cdiSpec":"/c/k8s.hamireg.io-claim_u.json","devices":[{"pool":"n","device":"d","uuid":"G","cdiDeviceID":"k8s.hamireg.io/claim=u-d","mig":{"profile":"","size":0}}]}}}`,
 	} {
 		f.Add([]byte(s))
 	}

@@ -98,6 +98,12 @@ type Options struct {
 	// error refuses the claim (wrapped in [ErrRefused]). The node agent refuses GPUs the
 	// device-plugin world owns or that hold a HAMi allocation. Nil: refuse none.
 	Refuse func(ctx context.Context, gpus []annotation.Device) error
+	// MIG creates the MIG device of a result that names a MIG placement (dra.Slices
+	// publishes them for GPUs in MIG mode) at Prepare and destroys it at Unprepare: the node
+	// agent's MIG realiser (package nodedra sets it). Nil: a claim with a MIG device is
+	// refused ([ErrNoMIG]), and New fails when the checkpoint records MIG devices, which only
+	// a realiser can destroy.
+	MIG MIGDevices
 	// OnError, when set, is called by [Plugin.HandleError] after it logged a background
 	// error (publishing the ResourceSlice, the gRPC servers), for instance to record an Event
 	// on the Node. Nil: the error is only logged.
@@ -149,7 +155,8 @@ type Plugin struct {
 
 	mu          sync.Mutex
 	gpus        []annotation.Device
-	devices     []resourcev1.Device
+	devices     []resourcev1.Device // of all slices, for Prepare
+	slices      []resourceslice.Slice
 	haveDevices bool
 	devVersion  uint64 // bumped by SetDevices
 	running     bool
@@ -222,6 +229,9 @@ func New(opts Options) (*Plugin, error) {
 	if err != nil {
 		return nil, err
 	}
+	if opts.MIG == nil && checkpointHasMIG(claims) {
+		return nil, fmt.Errorf("%w: %w: the checkpoint %s records MIG devices of prepared claims, which Unprepare must destroy: set Options.MIG", ErrInvalidOptions, ErrNoMIG, p.ckptPath)
+	}
 	p.claims = claims
 	return p, nil
 }
@@ -232,14 +242,38 @@ func (p *Plugin) Driver() string { return p.opts.Profile.Driver }
 // SetDevices sets the scanned GPUs and their DRA devices (dra.Devices of the same scan):
 // the slice follows them (written only when it changes), Prepare resolves device names
 // through them, and the health reported to the kubelet follows their <driver>/unhealthy
-// taints (see [Plugin.WatchHealthStatus]). It may be called before Run.
+// taints (see [Plugin.WatchHealthStatus]). It may be called before Run. It is SetSlices with
+// one slice.
 func (p *Plugin) SetDevices(gpus []annotation.Device, devices []resourcev1.Device) {
+	p.SetSlices(gpus, []dra.Slice{{Devices: devices}})
+}
+
+// SetSlices sets the scanned GPUs and the slices of the node's pool (dra.Slices of the same
+// scan: GPU devices, MIG devices and their counter sets): the pool's slices follow them, in
+// order (written only when they change), and Prepare resolves device names through them. It
+// may be called before Run.
+func (p *Plugin) SetSlices(gpus []annotation.Device, slices []dra.Slice) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.gpus = append([]annotation.Device(nil), gpus...)
-	p.devices = make([]resourcev1.Device, len(devices))
-	for i := range devices {
-		devices[i].DeepCopyInto(&p.devices[i])
+	p.devices = nil
+	p.slices = make([]resourceslice.Slice, len(slices))
+	for i, s := range slices {
+		out := resourceslice.Slice{}
+		if s.SharedCounters != nil {
+			out.SharedCounters = make([]resourcev1.CounterSet, len(s.SharedCounters))
+			for j := range s.SharedCounters {
+				s.SharedCounters[j].DeepCopyInto(&out.SharedCounters[j])
+			}
+		}
+		if s.Devices != nil || s.SharedCounters == nil {
+			out.Devices = make([]resourcev1.Device, len(s.Devices))
+			for j := range s.Devices {
+				s.Devices[j].DeepCopyInto(&out.Devices[j])
+			}
+			p.devices = append(p.devices, out.Devices...)
+		}
+		p.slices[i] = out
 	}
 	p.setHealthLocked(p.devices)
 	p.haveDevices = true
@@ -250,15 +284,16 @@ func (p *Plugin) SetDevices(gpus []annotation.Device, devices []resourcev1.Devic
 	}
 }
 
-// resourcesLocked is the desired state of the controller: one pool named after the node,
-// one slice with the devices in their given order; nil before the first SetDevices, so that
-// a plugin that has not scanned yet does not publish an empty pool. p.mu is held.
+// resourcesLocked is the desired state of the controller: one pool named after the node
+// with the slices of the last SetSlices (SetDevices: one slice with the devices in their
+// given order); nil before the first, so that a plugin that has not scanned yet does not
+// publish an empty pool. p.mu is held.
 func (p *Plugin) resourcesLocked() *resourceslice.DriverResources {
 	if !p.haveDevices {
 		return nil
 	}
 	return &resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{
-		p.opts.NodeName: {Slices: []resourceslice.Slice{{Devices: p.devices}}},
+		p.opts.NodeName: {Slices: p.slices},
 	}}
 }
 

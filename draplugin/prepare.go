@@ -23,6 +23,7 @@ import (
 	"github.com/hamireg/hamireg/dra"
 	"github.com/hamireg/hamireg/hamicore"
 	"github.com/hamireg/hamireg/internal/statedir"
+	"github.com/hamireg/hamireg/mig"
 )
 
 // cdiSpecFile is the file name of a claim's transient CDI spec (the CDI library's
@@ -49,7 +50,9 @@ func cdiDeviceID(uid types.UID, device string) string {
 // Options.PrepareStateDir the claim's state folder, then the checkpoint, and answers one
 // device per result with its CDI device ID and share ID. A claim prepared already gets the
 // same answer again, with nothing rewritten (unless its CDI spec is gone: a reboot empties
-// /var/run); a claim with no result of this driver gets no devices.
+// /var/run); a claim with no result of this driver gets no devices. A result that names a
+// MIG placement creates that MIG device through Options.MIG instead (see the package
+// documentation, "MIG devices").
 func (p *Plugin) PrepareResourceClaims(ctx context.Context, claims []*resourcev1.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
 	p.opMu.Lock()
 	defer p.opMu.Unlock()
@@ -110,7 +113,21 @@ func (p *Plugin) prepareClaim(ctx context.Context, claim *resourcev1.ResourceCla
 	pc := preparedClaim{Namespace: claim.Namespace, Name: claim.Name, CDISpec: filepath.Join(p.opts.CDIDir, cdiSpecFile(uid))}
 	devs := make([]hamicore.ClaimDevice, 0, len(results))
 	named := make([]annotation.Device, 0, len(results))
+	nMIG := 0
 	for _, r := range results {
+		if p.opts.Profile.IsMIGDeviceName(r.Device) {
+			gpu, d, err := p.migResult(r, gpus, published, others, pc.Devices)
+			if err != nil {
+				return nil, fmt.Errorf("prepare claim %s: %w", klog.KObj(claim), err)
+			}
+			d.CDIDeviceID = cdiDeviceID(uid, r.Device)
+			pc.Devices = append(pc.Devices, d)
+			if !slices.ContainsFunc(named, func(g annotation.Device) bool { return g.ID == gpu.ID }) {
+				named = append(named, gpu)
+			}
+			nMIG++
+			continue
+		}
 		c, err := dra.ConsumedFromResult(p.opts.Profile, r, gpus)
 		if err != nil {
 			return nil, fmt.Errorf("prepare claim %s: %w: %w", klog.KObj(claim), ErrRefused, err)
@@ -135,16 +152,42 @@ func (p *Plugin) prepareClaim(ctx context.Context, claim *resourcev1.ResourceCla
 			CDIDeviceID: cdiDeviceID(uid, r.Device), UUID: gpu.ID, MemoryMiB: c.MemoryMiB, Cores: c.Cores,
 		})
 	}
+	if nMIG > 0 && len(devs) > 0 {
+		return nil, fmt.Errorf("prepare claim %s: %w: %d of its %d devices are MIG devices and the others shares of GPUs, which one container cannot get together (HAMi-core does not run on MIG devices): ask for them in two claims",
+			klog.KObj(claim), ErrRefused, nMIG, len(pc.Devices))
+	}
 	if p.opts.Refuse != nil {
 		if err := p.opts.Refuse(ctx, named); err != nil {
 			return nil, fmt.Errorf("prepare claim %s: %w: %w", klog.KObj(claim), ErrRefused, err)
 		}
 	}
-	resp, err := hamicore.ClaimResponse(string(uid), devs, p.opts.Env)
+	var (
+		resp    allocation.Response
+		created []mig.Instance
+		err     error
+	)
+	if nMIG > 0 {
+		var before *preparedClaim
+		if ok {
+			before = &done
+		}
+		if created, err = p.realiseMIG(ctx, pc.Devices, before, others); err != nil {
+			return nil, fmt.Errorf("prepare claim %s: %w", klog.KObj(claim), err)
+		}
+		uuids := make([]string, len(pc.Devices))
+		for i, d := range pc.Devices {
+			uuids[i] = d.MIG.MigUUID
+		}
+		resp, err = hamicore.MIGResponse(uuids, p.opts.Env)
+	} else {
+		resp, err = hamicore.ClaimResponse(string(uid), devs, p.opts.Env)
+	}
 	if err != nil {
+		p.destroyMIG(ctx, created)
 		return nil, fmt.Errorf("prepare claim %s: %w", klog.KObj(claim), err)
 	}
 	if err := p.writeCDISpec(uid, pc, resp); err != nil {
+		p.destroyMIG(ctx, created)
 		return nil, fmt.Errorf("prepare claim %s: %w", klog.KObj(claim), err)
 	}
 	if p.opts.PrepareStateDir && resp.StateDir != "" {
@@ -164,6 +207,7 @@ func (p *Plugin) prepareClaim(ctx context.Context, claim *resourcev1.ResourceCla
 		if pc.StateDir != "" {
 			_ = os.RemoveAll(pc.StateDir)
 		}
+		p.destroyMIG(ctx, created)
 		return nil, fmt.Errorf("prepare claim %s: %w", klog.KObj(claim), err)
 	}
 	p.mu.Lock()
@@ -242,9 +286,13 @@ func cdiSpec(c preparedClaim, uid types.UID, r allocation.Response) (*cdispec.Sp
 		})
 	}
 	for i, d := range c.Devices {
+		id := d.UUID
+		if d.MIG != nil {
+			id = d.MIG.MigUUID
+		}
 		spec.Devices = append(spec.Devices, cdispec.Device{
 			Name:           cdiDeviceName(uid, d.Device),
-			ContainerEdits: cdispec.ContainerEdits{Env: []string{"HAMIREG_DRA_DEVICE_" + strconv.Itoa(i) + "=" + d.UUID}},
+			ContainerEdits: cdispec.ContainerEdits{Env: []string{"HAMIREG_DRA_DEVICE_" + strconv.Itoa(i) + "=" + id}},
 		})
 	}
 	v, err := cdispec.MinimumRequiredVersion(spec)
@@ -276,8 +324,8 @@ func (p *Plugin) writeCDISpec(uid types.UID, c preparedClaim, r allocation.Respo
 }
 
 // UnprepareResourceClaims implements kubeletplugin.DRAPlugin: for each claim prepared (by
-// UID, from the checkpoint, so also after a restart) it removes the CDI spec and the state
-// folder and drops the claim from the checkpoint. A claim not prepared is a success.
+// UID, from the checkpoint, so also after a restart) it destroys its MIG devices, removes the
+// CDI spec and the state folder and drops the claim from the checkpoint. A claim not prepared is a success.
 func (p *Plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
 	p.opMu.Lock()
 	defer p.opMu.Unlock()
@@ -291,6 +339,10 @@ func (p *Plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 			logger.V(4).Info("Claim not prepared, nothing to unprepare", "claim", ref.NamespacedName, "claimUID", ref.UID)
 			p.unprepared.Add(1)
 			out[ref.UID] = nil
+			continue
+		}
+		if err := p.unprepareMIG(ctx, c); err != nil {
+			out[ref.UID] = fmt.Errorf("unprepare claim %s: %w", ref.NamespacedName, err)
 			continue
 		}
 		if err := os.Remove(c.CDISpec); err != nil && !errors.Is(err, fs.ErrNotExist) {

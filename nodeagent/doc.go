@@ -163,7 +163,8 @@
 // the cause: NVML's error, the placement taken, ...), and the MIG devices created by the
 // failed call are destroyed again.
 //
-// Release. The agent owns every MIG device on the GPUs it registers in MIG mode, as HAMi's
+// Release. The agent owns every MIG device on the GPUs it registers in MIG mode (but those its
+// DRA world owns, see DRA below), as HAMi's
 // start-up reset of idle GPUs assumes: at start and every Options.MIGReconcilePeriod (5 s,
 // HAMi's), under the Allocate lock, it reads the node's pods from its pod informer (see "The
 // node's pods"; a MIG device the agent created in the last 30 s for a pod the informer has
@@ -205,8 +206,11 @@
 // ResourceSlice pool named after the node and prepares claims as CDI specs with HAMi-core's
 // limits. Each physical GPU has exactly one owner: the DRA world (claims, kube-scheduler's
 // structured allocator) or the device-plugin world (HAMi's scheduler or this SDK's extender,
-// pod annotations, Allocate). The world says which GPUs it owns; a GPU in MIG mode is never
-// DRA's ([Agent.OwnedByDRA]).
+// pod annotations, Allocate). The world says which GPUs it owns ([Agent.OwnedByDRA]), in MIG
+// mode or not. A DRA-owned GPU in MIG mode is published by the world as MIG placements
+// (partitionable devices), whose instances the world creates at Prepare with the agent's own
+// MIG realiser, lent through [DRAHost].MIG and called under the Allocate lock; the agent's
+// MIG release leaves such a GPU's instances alone (they belong to claims).
 //
 // A program opts into DRA by importing package github.com/hamireg/hamireg/nodeagent/nodedra
 // (nodedra.New: the DRA kubelet plugin of package draplugin, ownership by UUID or NVML index)
@@ -226,8 +230,8 @@
 //   - The kubelet's device count (nvidia.com/gpu) offers only the device-plugin-owned GPUs.
 //   - The DRA world gets every scanned GPU ([DRA].SetDevices), with its PCI bus ID when the
 //     source is a [PCISource] (nvmlscan's Scanner); nodedra publishes a device-plugin-owned
-//     GPU with the NoSchedule taint <driver>/owned-by-hami, an unhealthy one with
-//     <driver>/unhealthy. An unchanged scan writes no slice.
+//     GPU with the NoSchedule taint <driver>/owned-by-hami (one in MIG mode not at all), an
+//     unhealthy one with <driver>/unhealthy. An unchanged scan writes no slice.
 //
 // So HAMi's scheduler sees the DRA GPUs but gives them no pod, and a claim never gets a
 // device-plugin GPU unless it tolerates the taint. At the node, the last line of defence:

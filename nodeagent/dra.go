@@ -13,6 +13,7 @@ import (
 
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/annotation"
+	"github.com/hamireg/hamireg/mig"
 )
 
 // ErrOwnership is wrapped when a GPU is asked for by the world that does not own it: Allocate
@@ -60,6 +61,11 @@ type DRAHost interface {
 	// Error records an error of the DRA world as the Warning Event
 	// [EventReasonDRAPublishFailed] on the Node, once per distinct message.
 	Error(ctx context.Context, err error, msg string)
+	// MIG returns the agent's MIG realiser (Options.MIG), the one its device-plugin path
+	// creates instances with, for the MIG devices of the claims the DRA world prepares on the
+	// GPUs in MIG mode it owns; each call runs under the agent's Allocate lock, so the two
+	// worlds never drive NVML's MIG calls at once. Nil without Options.MIG.
+	MIG() MIGInstances
 }
 
 // PCISource is a [Source] that also knows each GPU's PCI bus ID: nvmlscan's Scanner is one.
@@ -80,9 +86,11 @@ type draState struct {
 }
 
 // OwnedByDRA reports whether the agent's DRA world owns dev (always false without
-// Options.DRA). A GPU in MIG mode is never DRA's.
+// Options.DRA). A GPU in MIG mode may be DRA's: the DRA world then publishes its MIG
+// placements and creates the instances of its claims, and the agent's MIG release leaves the
+// GPU's instances alone.
 func (a *Agent) OwnedByDRA(dev annotation.Device) bool {
-	if a.dra == nil || dev.Mode == allocation.ModeMIG {
+	if a.dra == nil {
 		return false
 	}
 	return a.dra.world.Owns(dev)
@@ -176,6 +184,37 @@ type draHost struct{ a *Agent }
 var _ DRAHost = draHost{}
 
 func (h draHost) Error(ctx context.Context, err error, msg string) { h.a.draError(ctx, err, msg) }
+
+// MIG implements [DRAHost]: the agent's Options.MIG behind its Allocate lock.
+func (h draHost) MIG() MIGInstances {
+	if h.a.mig == nil {
+		return nil
+	}
+	return lockedMIG(h)
+}
+
+// lockedMIG is the agent's MIG realiser with each call under the Allocate lock.
+type lockedMIG struct{ a *Agent }
+
+var _ MIGInstances = lockedMIG{}
+
+func (l lockedMIG) Instances(ctx context.Context) ([]mig.Instance, error) {
+	l.a.allocMu.Lock()
+	defer l.a.allocMu.Unlock()
+	return l.a.mig.Instances(ctx)
+}
+
+func (l lockedMIG) Create(ctx context.Context, gpuUUID, profile string, placement mig.Placement) (mig.Instance, error) {
+	l.a.allocMu.Lock()
+	defer l.a.allocMu.Unlock()
+	return l.a.mig.Create(ctx, gpuUUID, profile, placement)
+}
+
+func (l lockedMIG) Destroy(ctx context.Context, inst mig.Instance) error {
+	l.a.allocMu.Lock()
+	defer l.a.allocMu.Unlock()
+	return l.a.mig.Destroy(ctx, inst)
+}
 
 // HeldByHAMi implements [DRAHost]: it reads the node's live pods from the agent's informer.
 func (h draHost) HeldByHAMi(ctx context.Context, uuids []string) error {

@@ -120,7 +120,7 @@ func newDRAAgent(t *testing.T, src Source, opts Options) (*Agent, *record.FakeRe
 	return a, rec
 }
 
-// TestOwnedByDRA: the world's answer, never for a GPU in MIG mode, never without a world.
+// TestOwnedByDRA: the world's answer, for a GPU in MIG mode too, never without a world.
 func TestOwnedByDRA(t *testing.T) {
 	t.Parallel()
 	devs := append(testGPUs(), annotation.Device{ID: "GPU-9", Index: 9, Count: 1, Devmem: 40960, Devcore: 100, Mode: "mig", Health: true})
@@ -128,9 +128,9 @@ func TestOwnedByDRA(t *testing.T) {
 		world DRA
 		want  []string
 	}{
-		"all":          {&fakeDRA{}, []string{"GPU-0", "GPU-1", "GPU-2", "GPU-3"}},
+		"all":          {&fakeDRA{}, []string{"GPU-0", "GPU-1", "GPU-2", "GPU-3", "GPU-9"}},
 		"some":         {&fakeDRA{gpus: []string{"GPU-1", "GPU-3"}}, []string{"GPU-1", "GPU-3"}},
-		"MIG excluded": {&fakeDRA{gpus: []string{"GPU-9", "GPU-1"}}, []string{"GPU-1"}},
+		"MIG included": {&fakeDRA{gpus: []string{"GPU-9", "GPU-1"}}, []string{"GPU-1", "GPU-9"}},
 		"no DRA":       {nil, nil},
 	} {
 		t.Run(name, func(t *testing.T) {

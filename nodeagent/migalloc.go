@@ -350,7 +350,7 @@ func placementString(p mig.Placement) string {
 
 // reconcileMIG releases the MIG devices no live reservation owns: under the Allocate lock, it
 // reads the node's pods from the agent's pod informer and destroys every MIG device on the node's GPUs in MIG mode (as last
-// scanned) that no reservation of a pod that is not finished owns (see [migClaim.owns]).
+// scanned; not those the DRA world owns, whose instances its claims hold) that no reservation of a pod that is not finished owns (see [migClaim.owns]).
 // Devices matching a live reservation's runtime identity are kept: after a restart, that is
 // how the agent adopts them. A reservation naming a GPU the node does not have is skipped
 // (logged). When a live pod's reservation annotation does not decode, nothing is destroyed
@@ -364,6 +364,12 @@ func (a *Agent) reconcileMIG(ctx context.Context) error {
 		return nil // not scanned yet
 	}
 	gpus := migGPUs(*p)
+	for id := range gpus {
+		// The DRA world owns the instances of the MIG GPUs it owns (its prepared claims).
+		if i := slices.IndexFunc(*p, func(d annotation.Device) bool { return d.ID == id }); i >= 0 && a.OwnedByDRA((*p)[i]) {
+			delete(gpus, id)
+		}
+	}
 	if len(gpus) == 0 {
 		return nil
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -501,5 +502,79 @@ func TestMIGOptions(t *testing.T) {
 	_, err := New(clienttest.NewClientset(), testNode, staticSource(migDevices()), Options{MIG: newFakeMIG(), MIGReconcilePeriod: -time.Second})
 	if !errors.Is(err, ErrInvalidOptions) {
 		t.Errorf("New = %v, want ErrInvalidOptions", err)
+	}
+}
+
+// TestMIGOwnedByDRA: a MIG GPU the DRA world owns is cordoned for HAMi's extender and left
+// out of the kubelet's devices, the release leaves its instances (the DRA world's claims')
+// alone, and the DRA world gets the agent's MIG realiser through its host.
+func TestMIGOwnedByDRA(t *testing.T) {
+	t.Parallel()
+	fm := newFakeMIG(migGPU0, migGPU1, "GPU-plain")
+	world := &fakeDRA{gpus: []string{migGPU1}}
+	f := newMIGFixture(t, fm, Options{DRA: world})
+	orphan := fm.add(migGPU0, "1g.5gb", mig.Placement{Start: 6, Size: 1}, 1)
+	claimed := fm.add(migGPU1, "3g.20gb", mig.Placement{Start: 0, Size: 4}, 1)
+	_ = orphan
+	podsCaughtUp(t, f.agent)
+	if err := f.agent.reconcileMIG(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if diff := gocmp.Diff([]mig.Instance{claimed}, fm.state()); diff != "" {
+		t.Errorf("instances after the release (-want +got):\n%s", diff)
+	}
+	waitFor(t, "the DRA-owned MIG GPU cordoned", func() bool {
+		node, err := f.cs.CoreV1().Nodes().Get(f.ctx, testNode, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return node.Annotations[allocation.KeyDeviceCordon] == migGPU1
+	})
+	for _, d := range f.agent.plugin.Devices() {
+		if strings.HasPrefix(d.ID, migGPU1) {
+			t.Errorf("kubelet device %s of the DRA-owned MIG GPU", d.ID)
+		}
+	}
+
+	waitFor(t, "the DRA world running", func() bool { return world.runHost() != nil })
+	realiser := world.runHost().MIG()
+	if realiser == nil {
+		t.Fatal("the host lends no MIG realiser")
+	}
+	inst, err := realiser.Create(f.ctx, migGPU1, "1g.5gb", mig.Placement{Start: 6, Size: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if insts, err := realiser.Instances(f.ctx); err != nil || !slices.Contains(insts, inst) {
+		t.Errorf("Instances = %v, %v; want the created %s", insts, err, inst.MigUUID)
+	}
+	if err := realiser.Destroy(f.ctx, inst); err != nil || slices.Contains(fm.state(), inst) {
+		t.Errorf("Destroy = %v; instances %v", err, fm.state())
+	}
+
+	// Without Options.MIG the host lends none.
+	g := newMIGFixture(t, nil, Options{DRA: &fakeDRA{gpus: []string{migGPU1}}})
+	if m := (draHost{g.agent}).MIG(); m != nil {
+		t.Errorf("MIG() without Options.MIG = %v, want nil", m)
+	}
+}
+
+// TestMIGAllocateRefusesDRAGPU: a pod HAMi's scheduler placed on a MIG GPU the DRA world owns
+// is refused at Allocate (ErrOwnership), and no instance is created for it.
+func TestMIGAllocateRefusesDRAGPU(t *testing.T) {
+	t.Parallel()
+	fm := newFakeMIG(migGPU0, migGPU1)
+	pod := migPod("p", corev1.PodPending, res(0, 0, migGPU1, "1g.5gb", 6, 1))
+	f := newMIGFixture(t, fm, Options{DRA: &fakeDRA{gpus: []string{migGPU1}}}, pod)
+	f.schedule(t, pod, allocation.PodDevices{{migDev(migGPU1, 4864, 15)}})
+	_, err := f.call(migGPU0 + "-0")
+	if err == nil {
+		t.Fatal("Allocate succeeded")
+	}
+	if msg := message(err); !strings.Contains(msg, migGPU1) || !strings.Contains(msg, ErrOwnership.Error()) {
+		t.Errorf("error %q, want the DRA-owned GPU and %q", msg, ErrOwnership)
+	}
+	if st := fm.state(); len(st) != 0 {
+		t.Errorf("instances %+v, want none", st)
 	}
 }

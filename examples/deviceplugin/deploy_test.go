@@ -76,14 +76,15 @@ func TestManifests(t *testing.T) {
 	}
 	// --dra: the DeviceClass of each profile, as package dra writes it, and its extra RBAC.
 	for _, p := range []dra.Profile{dra.SDKProfile(), dra.HAMiProfile()} {
-		want := dra.DeviceClass(p)
-		got, ok := classes[want.Name]
-		if !ok {
-			t.Errorf("no DeviceClass %s (profile %s)", want.Name, p.Name)
-			continue
-		}
-		if diff := cmp.Diff(want.Spec, got.Spec); diff != "" {
-			t.Errorf("DeviceClass %s differs from dra.DeviceClass (-want +got):\n%s", want.Name, diff)
+		for _, want := range []*resourcev1.DeviceClass{dra.DeviceClass(p), dra.MIGDeviceClass(p)} {
+			got, ok := classes[want.Name]
+			if !ok {
+				t.Errorf("no DeviceClass %s (profile %s)", want.Name, p.Name)
+				continue
+			}
+			if diff := cmp.Diff(want.Spec, got.Spec); diff != "" {
+				t.Errorf("DeviceClass %s differs from package dra's (-want +got):\n%s", want.Name, diff)
+			}
 		}
 	}
 	if diff := cmp.Diff(nodedra.ClusterRoleRules(), draRole.Rules); diff != "" {

@@ -104,7 +104,10 @@
 // those DRA owns (default: all); the others stay with the device plugin. A DRA-owned GPU is
 // cordoned for HAMi's extender (hami.io/device-cordon; health false with v2.9.0's) and not
 // counted in nvidia.com/gpu; a device-plugin-owned GPU is published tainted
-// <driver>/owned-by-hami so no claim gets it. deploy/dra.yaml has the DeviceClasses of both
+// <driver>/owned-by-hami so no claim gets it. With --mig, a DRA-owned GPU is published as its
+// MIG placements (devices consuming the GPU's memory-slice counters, DeviceClass
+// mig.<driver>), and Prepare creates a claim's placement with the same MIG manager as
+// Allocate (docs/dra.md, "MIG through DRA"). deploy/dra.yaml has the DeviceClasses of both
 // profiles and the extra RBAC (resourceslices, resourceclaims); the DaemonSet shows the flags
 // and the folders to mount.
 //

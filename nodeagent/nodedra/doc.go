@@ -23,8 +23,8 @@
 //
 // # Ownership
 //
-// Options.GPUs lists the GPUs the DRA world owns, by UUID or NVML index (empty: every GPU); a
-// GPU in MIG mode is never DRA's ([World.Owns]). The agent keeps the owned GPUs out of the
+// Options.GPUs lists the GPUs the DRA world owns, by UUID or NVML index (empty: every GPU),
+// in MIG mode or not ([World.Owns]). The agent keeps the owned GPUs out of the
 // kubelet's device count, cordons them in the register annotation and refuses them at
 // Allocate. The world publishes every GPU the agent scans (dra.Devices with the profile of
 // Options.Plugin, PCI bus IDs from a nodeagent.PCISource), a device-plugin GPU with the
@@ -32,6 +32,16 @@
 // refuses at Prepare a GPU it does not own, or one that a live pod on the node holds through
 // HAMi's pod annotation. That last check reads the agent's node-scoped pod informer through
 // nodeagent.DRAHost: no API request per Prepare. Refusals wrap nodeagent.ErrOwnership.
+//
+// # MIG
+//
+// A GPU in MIG mode that the world owns is published as partitionable devices (dra.Slices:
+// a counter set of its memory slices, a device per placement of each profile), withheld from
+// the device plugin's MIG path (the kubelet's count, hami.io/device-cordon, Allocate
+// refuses it, and the agent's MIG release leaves its instances alone). A claim that gets a
+// placement is prepared by creating that instance with the agent's MIG realiser
+// (nodeagent.Options.MIG, through nodeagent.DRAHost.MIG, under the agent's Allocate lock),
+// and unprepared by destroying it.
 //
 // # Lifecycle and concurrency
 //

@@ -16,6 +16,7 @@ import (
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/dra"
 	"github.com/hamireg/hamireg/draplugin"
+	"github.com/hamireg/hamireg/mig"
 	"github.com/hamireg/hamireg/nodeagent"
 )
 
@@ -33,11 +34,16 @@ var (
 type Options struct {
 	// Plugin configures the DRA kubelet plugin: Profile (required), folders, Env. Client and
 	// NodeName are New's arguments; Refuse is the world's ownership check and must be left
-	// nil; OnError, if set, is called after the agent recorded the error as an Event.
+	// nil; OnError, if set, is called after the agent recorded the error as an Event. MIG,
+	// when nil (the default), is the node agent's MIG realiser (nodeagent.Options.MIG, lent
+	// through nodeagent.DRAHost while the agent runs the world): the same that creates the
+	// device plugin's MIG instances; a claim with a MIG device reaching Prepare on an agent
+	// without Options.MIG is refused (draplugin.ErrNoMIG).
 	Plugin draplugin.Options
 	// GPUs selects the GPUs the DRA world owns, by UUID or NVML index ("GPU-…" or "3").
-	// Empty: all of them. The others stay in the device-plugin world. GPUs in MIG mode are
-	// never DRA's, even when listed.
+	// Empty: all of them. The others stay in the device-plugin world. A GPU in MIG mode that
+	// the world owns is published as MIG placements (dra.Slices), whose instances the agent's
+	// MIG realiser creates at Prepare.
 	GPUs []string
 }
 
@@ -91,6 +97,9 @@ func New(client kubernetes.Interface, nodeName string, opts Options) (*World, er
 	po.Client, po.NodeName = client, nodeName
 	po.Refuse = w.refuse
 	po.OnError = w.handleError
+	if po.MIG == nil {
+		po.MIG = hostMIG{w}
+	}
 	p, err := draplugin.New(po)
 	if err != nil {
 		if errors.Is(err, draplugin.ErrInvalidOptions) {
@@ -111,18 +120,16 @@ func (e invalidPluginError) Unwrap() []error { return []error{e.err, ErrInvalidO
 // Plugin returns the world's DRA kubelet plugin, for its Stats and PreparedGPUs.
 func (w *World) Plugin() *draplugin.Plugin { return w.plugin }
 
-// Owns implements nodeagent.DRA: dev is not in MIG mode and Options.GPUs is empty or names
-// its UUID or index.
+// Owns implements nodeagent.DRA: Options.GPUs is empty or names the UUID or index of dev,
+// whatever its mode.
 func (w *World) Owns(dev annotation.Device) bool {
-	if dev.Mode == dra.ModeMIG {
-		return false
-	}
 	return w.all || w.uuids[dev.ID] || w.indexes[dev.Index]
 }
 
-// SetDevices implements nodeagent.DRA: it maps the scan to DRA devices (dra.Devices with the
-// profile, the device-plugin GPUs tainted, the PCI bus IDs as attributes) and hands them to
-// the plugin. A mapping error leaves the plugin's devices as they were.
+// SetDevices implements nodeagent.DRA: it maps the scan to the slices of the node's pool
+// (dra.Slices with the profile: the device-plugin GPUs tainted, the MIG GPUs the world owns
+// as MIG placements with their counter sets, the PCI bus IDs as attributes) and hands them
+// to the plugin. A mapping error leaves the plugin's slices as they were.
 func (w *World) SetDevices(ctx context.Context, devices []annotation.Device, pciBusIDs map[string]string) error {
 	opts := dra.Options{Profile: w.profile, Owned: w.Owns}
 	if len(pciBusIDs) > 0 {
@@ -131,13 +138,60 @@ func (w *World) SetDevices(ctx context.Context, devices []annotation.Device, pci
 			opts.Extras[uuid] = dra.Extra{PCIBusID: id}
 		}
 	}
-	devs, err := dra.Devices(devices, opts)
+	slices, err := dra.Slices(devices, opts)
 	if err != nil {
 		return fmt.Errorf("map the GPUs to DRA devices: %w", err)
 	}
-	klog.FromContext(ctx).V(4).Info("DRA devices", "driver", w.profile.Driver, "devices", len(devs))
-	w.plugin.SetDevices(devices, devs)
+	n := 0
+	for _, s := range slices {
+		n += len(s.Devices)
+	}
+	klog.FromContext(ctx).V(4).Info("DRA devices", "driver", w.profile.Driver, "devices", n, "slices", len(slices))
+	w.plugin.SetSlices(devices, slices)
 	return nil
+}
+
+// hostMIG is the plugin's MIG realiser: the running agent's (nodeagent.DRAHost.MIG).
+type hostMIG struct{ w *World }
+
+var _ draplugin.MIGDevices = hostMIG{}
+
+// realiser is the agent's MIG realiser; an error wrapping [ErrNotRunning] or
+// draplugin.ErrNoMIG when there is none.
+func (h hostMIG) realiser() (nodeagent.MIGInstances, error) {
+	host := h.w.host.Load()
+	if host == nil {
+		return nil, fmt.Errorf("use the node agent's MIG realiser: %w", ErrNotRunning)
+	}
+	m := (*host).MIG()
+	if m == nil {
+		return nil, fmt.Errorf("the node agent has no MIG realiser: set nodeagent.Options.MIG (nvmlscan's MIG manager): %w", draplugin.ErrNoMIG)
+	}
+	return m, nil
+}
+
+func (h hostMIG) Instances(ctx context.Context) ([]mig.Instance, error) {
+	m, err := h.realiser()
+	if err != nil {
+		return nil, err
+	}
+	return m.Instances(ctx)
+}
+
+func (h hostMIG) Create(ctx context.Context, gpuUUID, profile string, placement mig.Placement) (mig.Instance, error) {
+	m, err := h.realiser()
+	if err != nil {
+		return mig.Instance{}, err
+	}
+	return m.Create(ctx, gpuUUID, profile, placement)
+}
+
+func (h hostMIG) Destroy(ctx context.Context, inst mig.Instance) error {
+	m, err := h.realiser()
+	if err != nil {
+		return err
+	}
+	return m.Destroy(ctx, inst)
 }
 
 // PreparedGPUs implements nodeagent.DRA: the plugin's prepared claims by GPU UUID.

@@ -103,7 +103,7 @@ func TestNew(t *testing.T) {
 }
 
 // TestOwns: GPUs chosen by UUID and by index, all of them when none is listed; a GPU in MIG
-// mode never.
+// mode too.
 func TestOwns(t *testing.T) {
 	t.Parallel()
 	devs := append(testGPUs(), annotation.Device{ID: "GPU-9", Index: 9, Count: 1, Devmem: 40960, Devcore: 100, Mode: "mig", Health: true})
@@ -111,11 +111,11 @@ func TestOwns(t *testing.T) {
 		gpus []string
 		want []string
 	}{
-		"all":          {nil, []string{"GPU-0", "GPU-1", "GPU-2", "GPU-3"}},
+		"all":          {nil, []string{"GPU-0", "GPU-1", "GPU-2", "GPU-3", "GPU-9"}},
 		"by UUID":      {[]string{"GPU-1", "GPU-3"}, []string{"GPU-1", "GPU-3"}},
 		"by index":     {[]string{"0", "2"}, []string{"GPU-0", "GPU-2"}},
 		"mixed":        {[]string{"GPU-0", "3"}, []string{"GPU-0", "GPU-3"}},
-		"MIG excluded": {[]string{"GPU-9", "9", "1"}, []string{"GPU-1"}},
+		"MIG included": {[]string{"GPU-9", "1"}, []string{"GPU-1", "GPU-9"}},
 		"unknown":      {[]string{"GPU-42", "42"}, nil},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"github.com/hamireg/hamireg/clienttest"
 	"github.com/hamireg/hamireg/dra"
 	"github.com/hamireg/hamireg/draplugin"
+	"github.com/hamireg/hamireg/mig"
 	"github.com/hamireg/hamireg/nodeagent"
 )
 
@@ -31,6 +32,8 @@ func (h *fakeHost) HeldByHAMi(_ context.Context, uuids []string) error {
 	}
 	return nil
 }
+
+func (h *fakeHost) MIG() nodeagent.MIGInstances { return nil }
 
 func (h *fakeHost) Error(_ context.Context, err error, msg string) {
 	h.errors = append(h.errors, msg+": "+err.Error())
@@ -81,5 +84,52 @@ func TestRefuse(t *testing.T) {
 	w.handleError(ctx, errors.New("slice write failed"), "Publishing failed")
 	if h := host.(*fakeHost); len(h.errors) != 1 || len(userErrors) != 1 {
 		t.Errorf("errors: host %q, user %q; want one each", h.errors, userErrors)
+	}
+}
+
+// migHost is a fakeHost that lends a MIG realiser.
+type migHost struct {
+	fakeHost
+	realiser nodeagent.MIGInstances
+}
+
+func (h *migHost) MIG() nodeagent.MIGInstances { return h.realiser }
+
+// recordingMIG records the placements it is asked to create.
+type recordingMIG struct{ created []mig.Placement }
+
+func (r *recordingMIG) Instances(context.Context) ([]mig.Instance, error) { return nil, nil }
+func (r *recordingMIG) Create(_ context.Context, gpu, profile string, pl mig.Placement) (mig.Instance, error) {
+	r.created = append(r.created, pl)
+	return mig.Instance{GPUUUID: gpu, Profile: profile, Placement: pl, Runtime: mig.Runtime{MigUUID: "MIG-1"}}, nil
+}
+func (r *recordingMIG) Destroy(context.Context, mig.Instance) error { return nil }
+
+// TestHostMIG: the plugin's MIG realiser is the running agent's; without a running agent, or
+// an agent without one, it refuses with a classified error.
+func TestHostMIG(t *testing.T) {
+	t.Parallel()
+	_, ctx := ktesting.NewTestContext(t)
+	w, err := New(clienttest.NewClientset(), "gpu-1", Options{Plugin: draplugin.Options{Profile: dra.SDKProfile(), PluginDir: t.TempDir(), RegistrarDir: t.TempDir()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := hostMIG{w}
+	if _, err := h.Create(ctx, "GPU-0", "1g.10gb", mig.Placement{Start: 0, Size: 2}); !errors.Is(err, ErrNotRunning) {
+		t.Errorf("Create without an agent = %v, want ErrNotRunning", err)
+	}
+	var host nodeagent.DRAHost = &migHost{}
+	w.host.Store(&host)
+	if _, err := h.Instances(ctx); !errors.Is(err, draplugin.ErrNoMIG) {
+		t.Errorf("Instances on an agent without Options.MIG = %v, want draplugin.ErrNoMIG", err)
+	}
+	r := &recordingMIG{}
+	host = &migHost{realiser: r}
+	w.host.Store(&host)
+	if inst, err := h.Create(ctx, "GPU-0", "1g.10gb", mig.Placement{Start: 2, Size: 2}); err != nil || inst.MigUUID != "MIG-1" || len(r.created) != 1 {
+		t.Errorf("Create through the agent = %+v, %v; realiser calls %v", inst, err, r.created)
+	}
+	if err := h.Destroy(ctx, mig.Instance{}); err != nil {
+		t.Errorf("Destroy: %v", err)
 	}
 }
