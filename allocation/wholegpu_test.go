@@ -24,21 +24,22 @@ func TestWholeGPUs(t *testing.T) {
 		whole      bool
 		shared     string
 	}{
-		"count only":               {ctrs: []corev1.Container{ctr("nvidia.com/gpu", "1")}, whole: true},
-		"two GPUs":                 {ctrs: []corev1.Container{ctr("nvidia.com/gpu", "2")}, whole: true},
-		"webhook's cores 100":      {ctrs: []corev1.Container{ctr("nvidia.com/gpu", "1", "nvidia.com/gpucores", "100")}, whole: true},
-		"percentage 100":           {ctrs: []corev1.Container{ctr("nvidia.com/gpu", "1", "nvidia.com/gpumem-percentage", "100")}, whole: true},
-		"memory":                   {ctrs: []corev1.Container{ctr("nvidia.com/gpu", "1", "nvidia.com/gpumem", "3000")}, shared: "nvidia.com/gpumem"},
-		"cores 30":                 {ctrs: []corev1.Container{ctr("nvidia.com/gpu", "1", "nvidia.com/gpucores", "30")}, shared: "nvidia.com/gpucores"},
-		"percentage 50":            {ctrs: []corev1.Container{ctr("nvidia.com/gpu", "1", "nvidia.com/gpumem-percentage", "50")}, shared: "nvidia.com/gpumem-percentage"},
-		"second container shares":  {ctrs: []corev1.Container{ctr("nvidia.com/gpu", "1"), ctr("nvidia.com/gpu", "1", "nvidia.com/gpumem", "10")}, shared: "nvidia.com/gpumem"},
-		"init container shares":    {init: []corev1.Container{ctr("nvidia.com/gpu", "1", "nvidia.com/gpucores", "10")}, ctrs: []corev1.Container{ctr("nvidia.com/gpu", "1")}, shared: "nvidia.com/gpucores"},
-		"no GPU":                   {ctrs: []corev1.Container{ctr("cpu", "1")}},
-		"memory without a count":   {ctrs: []corev1.Container{ctr("nvidia.com/gpumem", "10"), ctr("nvidia.com/gpu", "1")}, whole: true},
-		"count 0":                  {ctrs: []corev1.Container{ctr("nvidia.com/gpu", "0", "nvidia.com/gpumem", "10")}},
-		"chart's default memory":   {ctrs: []corev1.Container{ctr("nvidia.com/gpu", "1")}, cfg: allocation.Config{DefaultMemory: 1000}, whole: true},
-		"renamed memory resource":  {ctrs: []corev1.Container{ctr("nvidia.com/gpu", "1", "example.com/mem", "10")}, cfg: allocation.Config{ResourceMemory: "example.com/mem"}, shared: "example.com/mem"},
-		"requests when no limits":  {ctrs: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1"), "nvidia.com/gpucores": resource.MustParse("50")}}}}, shared: "nvidia.com/gpucores"},
+		"count only":                 {ctrs: []corev1.Container{ctr("nvidia.com/gpu", "1")}, whole: true},
+		"two GPUs":                   {ctrs: []corev1.Container{ctr("nvidia.com/gpu", "2")}, whole: true},
+		"webhook's cores 100":        {ctrs: []corev1.Container{ctr("nvidia.com/gpu", "1", "nvidia.com/gpucores", "100")}, whole: true},
+		"percentage 100":             {ctrs: []corev1.Container{ctr("nvidia.com/gpu", "1", "nvidia.com/gpumem-percentage", "100")}, whole: true},
+		"memory":                     {ctrs: []corev1.Container{ctr("nvidia.com/gpu", "1", "nvidia.com/gpumem", "3000")}, shared: "nvidia.com/gpumem"},
+		"cores 30":                   {ctrs: []corev1.Container{ctr("nvidia.com/gpu", "1", "nvidia.com/gpucores", "30")}, shared: "nvidia.com/gpucores"},
+		"percentage 100 over memory": {ctrs: []corev1.Container{ctr("nvidia.com/gpu", "1", "nvidia.com/gpumem", "3000", "nvidia.com/gpumem-percentage", "100")}, whole: true},
+		"percentage 50":              {ctrs: []corev1.Container{ctr("nvidia.com/gpu", "1", "nvidia.com/gpumem-percentage", "50")}, shared: "nvidia.com/gpumem-percentage"},
+		"second container shares":    {ctrs: []corev1.Container{ctr("nvidia.com/gpu", "1"), ctr("nvidia.com/gpu", "1", "nvidia.com/gpumem", "10")}, shared: "nvidia.com/gpumem"},
+		"init container shares":      {init: []corev1.Container{ctr("nvidia.com/gpu", "1", "nvidia.com/gpucores", "10")}, ctrs: []corev1.Container{ctr("nvidia.com/gpu", "1")}, shared: "nvidia.com/gpucores"},
+		"no GPU":                     {ctrs: []corev1.Container{ctr("cpu", "1")}},
+		"memory without a count":     {ctrs: []corev1.Container{ctr("nvidia.com/gpumem", "10"), ctr("nvidia.com/gpu", "1")}, whole: true},
+		"count 0":                    {ctrs: []corev1.Container{ctr("nvidia.com/gpu", "0", "nvidia.com/gpumem", "10")}},
+		"chart's default memory":     {ctrs: []corev1.Container{ctr("nvidia.com/gpu", "1")}, cfg: allocation.Config{DefaultMemory: 1000}, whole: true},
+		"renamed memory resource":    {ctrs: []corev1.Container{ctr("nvidia.com/gpu", "1", "example.com/mem", "10")}, cfg: allocation.Config{ResourceMemory: "example.com/mem"}, shared: "example.com/mem"},
+		"requests when no limits":    {ctrs: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1"), "nvidia.com/gpucores": resource.MustParse("50")}}}}, shared: "nvidia.com/gpucores"},
 	}
 	for name, tc := range tests {
 		pod := &corev1.Pod{Spec: corev1.PodSpec{InitContainers: tc.init, Containers: tc.ctrs}}
