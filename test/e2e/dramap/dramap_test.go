@@ -295,3 +295,39 @@ func unschedulableMessage(p *corev1.Pod) string {
 	}
 	return ""
 }
+
+// TestShareOnDevicePluginNode: with the mapping on, kube-scheduler's DynamicResources plugin
+// also judges a share on a device-plugin node: a pod asking nvidia.com/gpumem is refused
+// there while the node's allocatable does not list gpumem, and placed HAMi's way once it does
+// (what the agent's --report-node-capacity writes, here the agent itself).
+func TestShareOnDevicePluginNode(t *testing.T) {
+	ensureMappingClass(t)
+	group := harness.UniqueName("dpshare")
+	plain := startNode(t, nodeOptions{group: group + "-plain"})
+	withCapacity := startNode(t, nodeOptions{group: group, nodeCapacity: true})
+	startScheduler(t)
+	ns := namespace(t)
+	pods := cp.AdminClient().CoreV1().Pods(ns)
+	limits := corev1.ResourceList{harness.GPUResource: resource.MustParse("1"), "nvidia.com/gpumem": resource.MustParse("3000")}
+	for _, n := range []struct {
+		pod, group string
+	}{{"plain", group + "-plain"}, {"capacity", group}} {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: n.pod}, Spec: gpuPodSpec(n.group, limits)}
+		if _, err := pods.Create(t.Context(), p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = pods.Delete(context.WithoutCancel(t.Context()), p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64(0))})
+		})
+	}
+	msg := cp.WaitForUnschedulable(t, ns, "plain")
+	if !strings.Contains(msg, "cannot fit resource") {
+		t.Errorf("pod plain on %s (no gpumem in its allocatable): unschedulable with %q, want the DynamicResources plugin's \"cannot fit resource\"", plain.name, msg)
+	}
+	t.Logf("share on a device-plugin node without --report-node-capacity: %s", msg)
+	bound := cp.WaitForBound(t, ns, "capacity")
+	if bound.Spec.NodeName != withCapacity.name || bound.Annotations[allocation.KeyNode] != withCapacity.name || bound.Status.ExtendedResourceClaimStatus != nil {
+		t.Errorf("pod capacity on %q, %s %q, extendedResourceClaimStatus %v; want %s HAMi's way", bound.Spec.NodeName, allocation.KeyNode,
+			bound.Annotations[allocation.KeyNode], bound.Status.ExtendedResourceClaimStatus, withCapacity.name)
+	}
+}
