@@ -163,10 +163,23 @@ func FuzzDeviceClassWith(f *testing.F) {
 	})
 }
 
+// mappingClass is the SDK profile's class mapping nvidia.com/gpu (docs/dra.md).
+func mappingClass() (*resourcev1.DeviceClass, error) {
+	// snippet: README
+	class, err := dra.DeviceClassWith(dra.SDKProfile(), dra.DeviceClassOptions{
+		ExtendedResourceName: "nvidia.com/gpu", // nvidia.com/gpu: N is N whole GPUs on DRA nodes
+	})
+	if err != nil {
+		return nil, err // dra.ErrInvalidClass: not an extended resource name
+	}
+	// end snippet
+	return class, nil
+}
+
 // The SDK profile's class mapping nvidia.com/gpu, and where kube-scheduler serves that name
 // through it.
 func ExampleDeviceClassWith() {
-	c, err := dra.DeviceClassWith(dra.SDKProfile(), dra.DeviceClassOptions{ExtendedResourceName: "nvidia.com/gpu"})
+	c, err := mappingClass()
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -174,13 +187,18 @@ func ExampleDeviceClassWith() {
 	fmt.Println(c.Name, *c.Spec.ExtendedResourceName)
 	classes := []*resourcev1.DeviceClass{c}
 	for _, n := range []struct {
-		node        string
+		name        string
 		allocatable corev1.ResourceList
 	}{
 		{"device-plugin node", corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("80")}},
 		{"DRA node (every GPU DRA's)", corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("0")}},
 	} {
-		fmt.Printf("%s: through DRA %t\n", n.node, dra.ServedThroughDRA("nvidia.com/gpu", n.allocatable, classes))
+		node := &corev1.Node{Status: corev1.NodeStatus{Allocatable: n.allocatable}}
+		// snippet: README
+		// true where the node's allocatable has no nvidia.com/gpu: kube-scheduler writes the claim
+		viaDRA := dra.ServedThroughDRA("nvidia.com/gpu", node.Status.Allocatable, classes)
+		// end snippet
+		fmt.Printf("%s: through DRA %t\n", n.name, viaDRA)
 	}
 	// Output:
 	// gpu.hamireg.io nvidia.com/gpu
