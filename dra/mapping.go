@@ -10,8 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
-// ErrInvalidClass: a DeviceClass cannot be written as asked (an extendedResourceName that is
-// not an extended resource name).
+// ErrInvalidClass is wrapped when a DeviceClass cannot be written as asked (an
+// extendedResourceName that is not an extended resource name).
 var ErrInvalidClass = errors.New("invalid DeviceClass")
 
 // DeviceClassOptions shape [DeviceClassWith]. The zero value is [DeviceClass]'s class.

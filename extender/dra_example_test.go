@@ -71,7 +71,8 @@ func ExampleOptions_deviceClasses() {
 			fmt.Println("passed:", *res.NodeNames)
 		}
 		for n, reason := range res.FailedAndUnresolvableNodes {
-			fmt.Println("failed:", n, reason[:strings.Index(reason, ";")])
+			first, _, _ := strings.Cut(reason, ";")
+			fmt.Println("failed:", n, first)
 		}
 	}
 	// Output:
