@@ -62,6 +62,10 @@ func (e *Extender) serveBind(w http.ResponseWriter, r *http.Request) {
 // was taken, Bind releases the lock and sets bind-phase "failed" (HAMi leaves "allocating"),
 // records BindingFailed and returns the error; the pod's devices and quota usage count until
 // it is filtered again or deleted, as HAMi counts them.
+//
+// On a node that serves the vendor's count resource through DRA (Options.DeviceClasses, see
+// [Extender.Filter]) Bind creates a plain Binding: no node lock, no bind annotations; the
+// kubelet's DRA manager prepares the claim kube-scheduler allocated.
 func (e *Extender) Bind(ctx context.Context, args *extenderv1.ExtenderBindingArgs) (err error) {
 	defer func(start time.Time) { e.metrics.bound(start, err) }(e.opts.Clock.Now())
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pod", klog.KRef(args.PodNamespace, args.PodName), "node", args.Node)
@@ -114,6 +118,9 @@ func (e *Extender) pod(ctx context.Context, args *extenderv1.ExtenderBindingArgs
 }
 
 func (e *Extender) bind(ctx context.Context, pod *corev1.Pod, node string) error {
+	if e.draNode(e.mapping(), node) {
+		return e.bindDRA(ctx, pod, node)
+	}
 	name := types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}
 	req := allocation.Requests(pod, e.opts.Config)
 	locked := false

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corev1listers "k8s.io/client-go/listers/core/v1"
+	resourcelisters "k8s.io/client-go/listers/resource/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -44,6 +45,9 @@ type Extender struct {
 	ownPods   bool
 	quotas    cache.SharedIndexInformer
 	ownQuotas bool
+	// classes and classLister read the DeviceClasses (Options.DeviceClasses); nil without.
+	classes     cache.SharedIndexInformer
+	classLister resourcelisters.DeviceClassLister
 	// quotaWarned holds the warnings last recorded per ResourceQuota (only the quota
 	// handler uses it).
 	quotaWarned map[string]string
@@ -105,6 +109,10 @@ func New(client kubernetes.Interface, c *schedcache.Cache, opts Options) (*Exten
 		}
 	}
 	e.quotas, e.quotaWarned = quotas.Informer(), map[string]string{}
+	if opts.DeviceClasses != nil {
+		// Registered with the caller's factory now, so that its Start runs it.
+		e.classes, e.classLister = opts.DeviceClasses.Informer(), opts.DeviceClasses.Lister()
+	}
 	// The informers' copies spare the lock's reads: a free node costs the lock one patch.
 	e.locker, err = nodelock.New(client.CoreV1(), nodelock.Options{Timeout: opts.NodeLockTimeout, Clock: opts.Clock,
 		Nodes: opts.Nodes, Pods: e.podLister})
@@ -210,7 +218,11 @@ func (e *Extender) Run(ctx context.Context) error {
 	if e.ownQuotas {
 		wg.Go(func() { e.quotas.RunWithContext(ctx) })
 	}
-	if !cache.WaitFor(ctx, "", reg.HasSyncedChecker(), qreg.HasSyncedChecker()) || e.cache.WaitForSync(ctx) != nil {
+	synced := []cache.DoneChecker{reg.HasSyncedChecker(), qreg.HasSyncedChecker()}
+	if e.classes != nil {
+		synced = append(synced, e.classes.HasSyncedChecker())
+	}
+	if !cache.WaitFor(ctx, "", synced...) || e.cache.WaitForSync(ctx) != nil {
 		return nil
 	}
 	e.readyOnce.Do(func() { close(e.ready) })
@@ -279,7 +291,8 @@ func (e *Extender) waitReady(ctx context.Context) error {
 // get (a bind of a pod the informer has not delivered yet), patch (the filter's and bind's
 // annotations); pods/binding create; resourcequotas list and watch (the quota on GPU memory
 // and cores; HAMi's own scheduler needs the same); Events create and patch; and the node lock's rules
-// (nodelock.ClusterRoleRules: nodes get and patch, pods get). The node cache and its
+// (nodelock.ClusterRoleRules: nodes get and patch, pods get); deviceclasses get, list and
+// watch (Options.DeviceClasses, the extended-resource mapping). The node cache and its
 // Handshaker need schedcache.ClusterRoleRules besides.
 func ClusterRoleRules() []rbacv1.PolicyRule {
 	return append([]rbacv1.PolicyRule{
@@ -287,6 +300,7 @@ func ClusterRoleRules() []rbacv1.PolicyRule {
 		{APIGroups: []string{""}, Resources: []string{"pods/binding"}, Verbs: []string{"create"}},
 		{APIGroups: []string{""}, Resources: []string{"resourcequotas"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"deviceclasses"}, Verbs: []string{"get", "list", "watch"}},
 	}, nodelock.ClusterRoleRules()...)
 }
 

@@ -132,6 +132,17 @@ func (e *Extender) serveFilter(w http.ResponseWriter, r *http.Request) {
 // fit reason words) and says why: in FailedAndUnresolvableNodes when removing pods from the
 // node cannot help (allocation.Unresolvable), else in FailedNodes (HAMi puts all of them in
 // FailedNodes). A failed patch is the result's Error. Filter does not wait for readiness; the /filter route does.
+//
+// With Options.DeviceClasses, a candidate that serves the vendor's count resource through DRA
+// (a DeviceClass maps it through spec.extendedResourceName and the node's allocatable of it
+// is 0 or absent, dra.ServedThroughDRA: kube-scheduler's rule) is not fitted HAMi's way:
+// kube-scheduler's DynamicResources plugin has already allocated the pod's claim there.
+// The other candidates are fitted as above, and one that fits is answered as above. When none
+// does, a pod whose GPU ask is whole GPUs (allocation.WholeGPUs: the count alone, or with
+// cores or a memory percentage of 100) gets the DRA nodes in NodeNames, unpatched, beside the
+// others' reasons; a pod that asks for a share gets every DRA node in
+// FailedAndUnresolvableNodes with [ReasonDRANode] and the fix (a ResourceClaim with capacity
+// requests): a claim written from extendedResourceName takes whole GPUs.
 func (e *Extender) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) (res *extenderv1.ExtenderFilterResult) {
 	logger := klog.FromContext(ctx)
 	pod := args.Pod
@@ -155,8 +166,12 @@ func (e *Extender) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) (r
 	if args.Nodes != nil {
 		return e.simulate(ctx, pod, req, args.Nodes)
 	}
-	names := candidates(args)
+	m := e.mapping()
+	names, draNodes := e.splitDRA(m, candidates(args))
 	d := e.decide(pod, req, names)
+	if d.node == "" && len(draNodes) > 0 {
+		return e.toDRA(ctx, pod, m, d, draNodes)
+	}
 	if d.node == "" {
 		logger.V(2).Info("No node fits the pod", "pod", klog.KObj(pod), "candidates", len(names))
 		e.explainQuota(pod, req, d)

@@ -114,6 +114,13 @@ type env struct {
 // setup creates the extender without starting anything; add reactors, then call run.
 func setup(t *testing.T, opts Options, objs ...runtime.Object) *env {
 	t.Helper()
+	return setupWith(t, opts, false, objs...)
+}
+
+// setupWith is setup; with classes the extender reads the DeviceClasses of the env's factory
+// (Options.DeviceClasses).
+func setupWith(t *testing.T, opts Options, classes bool, objs ...runtime.Object) *env {
+	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	e := &env{t: t, ctx: ctx, client: fake.NewClientset(objs...), clock: clocktesting.NewFakeClock(t0), rec: record.NewFakeRecorder(100)}
 	e.client.PrependReactor("create", "pods", bindingReactor(e.client.Tracker()))
@@ -136,6 +143,9 @@ func setup(t *testing.T, opts Options, objs ...runtime.Object) *env {
 	opts.Pods = factory.Core().V1().Pods()
 	if opts.Nodes == nil {
 		opts.Nodes = factory.Core().V1().Nodes().Lister()
+	}
+	if classes {
+		opts.DeviceClasses = factory.Resource().V1().DeviceClasses()
 	}
 	if e.ext, err = New(e.client, c, opts); err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	coreinformers "k8s.io/client-go/informers/core/v1"
+	resourceinformers "k8s.io/client-go/informers/resource/v1"
 	corev1listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
@@ -114,6 +115,19 @@ type Options struct {
 	// not live nodes are simulated empty either way, and the namespace's live quota applies
 	// either way.
 	SimulationLiveUsage bool
+	// DeviceClasses is the DeviceClass informer (resource.k8s.io/v1) of a shared informer
+	// factory the caller starts; the extender reads the extended-resource mapping (KEP-5004)
+	// from it. Where a class's spec.extendedResourceName is the vendor's count resource
+	// (nvidia.com/gpu), kube-scheduler serves that resource through DRA on every node whose
+	// allocatable of it is 0 or absent (dra.ServedThroughDRA): the filter passes such DRA
+	// nodes for a whole-GPU ask (allocation.WholeGPUs) when no other candidate fits HAMi's
+	// way, and fails them for a share with the fix; bind binds there without HAMi's
+	// annotations and lock; the webhook keeps a whole-GPU ask count-only (see
+	// [Extender.Filter], [Extender.Bind], [Extender.Admit]). Readiness waits for its sync.
+	// RBAC: deviceclasses get, list and watch ([ClusterRoleRules]). Nil means no mapping is
+	// read: every node is fitted HAMi's way (for a cluster without resource.k8s.io/v1), which
+	// fails the DRA nodes of a cluster that has a mapping.
+	DeviceClasses resourceinformers.DeviceClassInformer
 }
 
 func (o Options) withDefaults() (Options, error) {

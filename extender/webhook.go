@@ -78,7 +78,13 @@ func (e *Extender) serveWebhook(w http.ResponseWriter, r *http.Request) {
 // Then, at CREATE (spec §3): a pod with a container
 // that asks for an NVIDIA resource gets spec.schedulerName = Options.SchedulerName, the GPU
 // count Config.DefaultGPUNum where it asks for memory or cores only, nvidia.com/gpucores 100
-// where it asks for whole GPUs without cores, and CUDA_TASK_PRIORITY from nvidia.com/priority.
+// where it asks for whole GPUs without cores (not when Options.DeviceClasses holds a class
+// whose extendedResourceName is the count resource: with that mapping kube-scheduler refuses a
+// pod on every node whose allocatable lists no nvidia.com/gpucores, so a whole-GPU ask stays
+// the count alone, which a DRA node serves through the class and the device plugin serves
+// with the whole memory), and CUDA_TASK_PRIORITY from nvidia.com/priority. It never turns
+// resources into ResourceClaims: a pod that names spec.resourceClaims keeps them, and a pod
+// that asks nvidia.com/gpu keeps asking it, for kube-scheduler's mapping to serve.
 // Everything else is allowed unchanged: other objects, pods without such a container, pods of
 // another scheduler, pods labelled hami.io/webhook=ignore (HAMi's opt-out, which HAMi's chart
 // puts in the webhook's objectSelector), privileged containers. Denied: a pod without
@@ -190,7 +196,10 @@ func (e *Extender) mutateContainer(c *corev1.Container) (corev1.ResourceList, []
 	if hasPct {
 		whole = pct.Value() == 100
 	}
-	if count && !cores && whole && cfg.ResourceCores != "" { // whole GPUs
+	// Whole GPUs get cores 100, unless a DeviceClass maps the count resource: kube-scheduler's
+	// DynamicResources plugin refuses a pod whose extended resources a node's allocatable does
+	// not list, so the ask stays count-only, which both worlds serve whole.
+	if count && !cores && whole && cfg.ResourceCores != "" && e.mapping().class == nil {
 		add[corev1.ResourceName(cfg.ResourceCores)] = *resource.NewQuantity(100, resource.DecimalSI)
 	}
 	return add, env, count

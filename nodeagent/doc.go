@@ -244,6 +244,17 @@
 // message. The world runs beside the other parts of [Agent.Run], once the pod informer
 // synced; it needs nodedra.ClusterRoleRules besides [ClusterRoleRules].
 //
+// Extended-resource mapping (KEP-5004): where a DeviceClass names the vendor's count resource
+// in spec.extendedResourceName (dra.DeviceClassWith), kube-scheduler serves a pod asking it
+// through DRA on every node whose allocatable of it is 0 or absent, and through the device
+// plugin elsewhere: a node is one or the other for the name. Since the agent hands the
+// kubelet only the GPUs the DRA world does not own, a node whose GPUs are all DRA's counts 0
+// and is a DRA node; one GPU left to the device plugin (or in MIG mode) makes it a
+// device-plugin node, whose DRA GPUs then serve explicit ResourceClaims only. The agent logs
+// the node's [MappingMode] when it changes ([Agent.MappingMode], [MappingModeOf]); note that a
+// node whose device-plugin GPUs all turn unhealthy counts 0 and becomes a DRA node for the
+// name while they are.
+//
 // # Concurrency
 //
 // One Run at a time per Agent ([ErrAlreadyRunning]). Allocate calls are serialised. Stats and

@@ -80,9 +80,11 @@ type PCISource interface {
 // draState is the agent's side of its DRA world, nil without Options.DRA.
 type draState struct {
 	world DRA
-	// mu guards lastError, the text of the last DRAPublishFailed Event.
+	// mu guards lastError, the text of the last DRAPublishFailed Event, and mode, the
+	// node's MappingMode after the last scan.
 	mu        sync.Mutex
 	lastError string
+	mode      MappingMode
 }
 
 // OwnedByDRA reports whether the agent's DRA world owns dev (always false without
@@ -119,6 +121,7 @@ func (a *Agent) publishDRA(ctx context.Context, devs []annotation.Device) (regis
 		}
 	}
 	a.writer.SetCordon(owned)
+	a.noteMapping(ctx, kubelet, len(owned))
 
 	var pci map[string]string
 	if ps, ok := a.source.(PCISource); ok {

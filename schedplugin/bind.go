@@ -46,10 +46,11 @@ func needsLock(req allocation.PodRequest) bool {
 // one merge patch: hami.io/vgpu-node, vgpu-time, the vendor's to-allocate and allocated lists
 // (identical), the MIG reservation when the devices are MIG instances, bind-phase
 // "allocating", bind-time, and the hami.io/vgpu-node label. Any failure is an Error status;
-// Unreserve then gives the lock back. No state: not our pod, success.
+// Unreserve then gives the lock back. No state (not our pod) or a DRA node (see
+// [Plugin.Filter]): nothing to do.
 func (p *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodeName string) *fwk.Status {
 	s := readState(cs)
-	if s == nil {
+	if s == nil || s.onDRA {
 		return nil
 	}
 	if s.reserved == nil {

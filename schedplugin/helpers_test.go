@@ -49,7 +49,11 @@ type fakeHandle struct {
 	mu        sync.Mutex
 	nominated map[string][]fwk.PodInfo
 	activated []string
+	// dra is the DRA manager (the extended-resource mapping); nil: none.
+	dra fwk.SharedDRAManager
 }
+
+func (h *fakeHandle) SharedDRAManager() fwk.SharedDRAManager { return h.dra }
 
 func (h *fakeHandle) ClientSet() kubernetes.Interface                        { return h.client }
 func (h *fakeHandle) SharedInformerFactory() informers.SharedInformerFactory { return h.factory }

@@ -100,10 +100,26 @@ func (p *Plugin) quotaOf(s *cycleState, other *corev1.Pod) allocation.QuotaAmoun
 // preemption's victims removed and nominated pods added count). A failure is Unschedulable
 // when removing pods could help, else UnschedulableAndUnresolvable; the message is HAMi's
 // reason.
+//
+// A node that serves the vendor's count resource through DRA (a DeviceClass maps it through
+// spec.extendedResourceName, read from the framework's DRA manager, and the node's allocatable
+// has none of it: kube-scheduler's extended-resource mapping) is not fitted: a whole-GPU ask
+// (allocation.WholeGPUs) passes, for kube-scheduler's DynamicResources plugin to allocate the
+// claim it writes, and Reserve and PreBind then do nothing there (no reservation, no lock, no
+// annotations); a share is UnschedulableAndUnresolvable with [ReasonDRANode] and the fix.
 func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
 	s := readState(cs)
 	if s == nil {
 		return fwk.AsStatus(errNoState)
+	}
+	if class := p.draNode(s.cfg, nodeInfo.Node()); class != nil {
+		// kube-scheduler's DynamicResources plugin serves the pod's count here through the
+		// claim it writes: a whole-GPU ask passes, a share cannot be expressed by that claim.
+		if whole, shared := allocation.WholeGPUs(pod, s.cfg); !whole {
+			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, draReason(class, s.cfg, shared))
+		}
+		s.setResult(nodeInfo.Node().Name, nodeResult{nodeInfo: nodeInfo}) // score 0
+		return nil
 	}
 	o := p.fit(s, pod, nodeInfo, s.fitQuota(), false)
 	if !o.ok {
@@ -183,6 +199,9 @@ func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod
 	ni := p.reserveNodeInfo(s, pod, nodeName)
 	if ni == nil {
 		return fwk.AsStatus(fmt.Errorf("reserve %s on %s: node not in the scheduler's snapshot", klog.KObj(pod), nodeName))
+	}
+	if s.onDRA = p.draNode(s.cfg, ni.Node()) != nil; s.onDRA {
+		return nil // the DynamicResources plugin's claim serves the pod there (see Filter)
 	}
 	t := p.sh.trackers[s.vendor]
 	v := t.Lock()

@@ -40,6 +40,8 @@ type cycleState struct {
 	reserved *reservation
 	locked   bool
 	bindTime string
+	// onDRA: Reserve found the node a DRA node of the extended-resource mapping.
+	onDRA bool
 }
 
 // nodeResult is one node's fit.

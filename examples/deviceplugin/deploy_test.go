@@ -87,6 +87,19 @@ func TestManifests(t *testing.T) {
 			}
 		}
 	}
+	// deploy/mapping: the SDK class with the extended-resource mapping of nvidia.com/gpu.
+	mapped := manifests.Glob(t, "deploy/mapping/*.yaml")
+	wantClass, err := dra.DeviceClassWith(dra.SDKProfile(), dra.DeviceClassOptions{ExtendedResourceName: "nvidia.com/gpu"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(mapped) != 1 {
+		t.Errorf("deploy/mapping holds %d objects, want the one DeviceClass", len(mapped))
+	} else if got, ok := mapped[0].(*resourcev1.DeviceClass); !ok || got.Name != wantClass.Name {
+		t.Errorf("deploy/mapping holds %T, want DeviceClass %s", mapped[0], wantClass.Name)
+	} else if diff := cmp.Diff(wantClass.Spec, got.Spec); diff != "" {
+		t.Errorf("deploy/mapping's DeviceClass differs from dra.DeviceClassWith (-want +got):\n%s", diff)
+	}
 	if diff := cmp.Diff(nodedra.ClusterRoleRules(), draRole.Rules); diff != "" {
 		t.Errorf("ClusterRole %s rules differ from nodedra.ClusterRoleRules() (-want +got):\n%s", draRole.Name, diff)
 	}

@@ -25,6 +25,7 @@ type flags struct {
 	metricsBind                                 string
 	legacyMetrics                               bool
 	simulationLiveUsage                         bool
+	extendedResourceMapping                     bool
 	accounting                                  string
 	schedulerName, leaseName, leaseNamespace    string
 	nodePolicy, gpuPolicy                       string
@@ -65,6 +66,7 @@ func newFlags(fs *pflag.FlagSet) *flags {
 	fs.Int32Var(&f.defaultMem, "default-mem", 0, "MiB given to a container that asks for no memory (0: the whole GPU)")
 	fs.Int32Var(&f.defaultCores, "default-cores", 0, "core percentage of a container that asks for none")
 	fs.StringVar(&f.accounting, "accounting", "", "how init containers and native sidecars count on a GPU: kubernetes (Kubernetes' rule, KEP-753) or hami (HAMi's own, for a cluster whose GPUs HAMi's scheduler shares); empty: kubernetes")
+	fs.BoolVar(&f.extendedResourceMapping, "extended-resource-mapping", true, "read the DeviceClasses (resource.k8s.io/v1, Kubernetes 1.34 and later) for the extended-resource mapping: where a class's extendedResourceName is the GPU count resource, nodes whose allocatable has none of it serve it through DRA, and whole-GPU pods are left to kube-scheduler there; false for a cluster without resource.k8s.io/v1 (readiness would wait for the DeviceClasses)")
 	fs.BoolVar(&f.simulationLiveUsage, "simulation-live-usage", false, "a Cluster Autoscaler's /filter with whole Nodes fits a Node that is a registered live node (same name and UID) against what its pods hold (default: every request Node empty, as HAMi v2.10.0)")
 	fs.Int32Var(&f.defaultGPU, "default-gpu", 1, "GPU count the webhook adds to a container that asks for memory or cores only")
 	fs.StringVar(&f.vendorName, "vendor", annotation.VendorNVIDIA, "vendor word of the devices scheduled; a vendor other than NVIDIA gets the generic fit and its keys from annotation.NewVendor (register hami.io/node-<vendor>-register, pod keys hami.io/<vendor>-devices-to-allocate and -allocated); HAMi's own vendors (Ascend, MLU, DCU, …) are refused: HAMi's scheduler fits them")

@@ -85,10 +85,14 @@ func run(ctx context.Context, client, eventClient kubernetes.Interface, f *flags
 	if err != nil {
 		return err
 	}
-	ext, err := extender.New(client, cache, extender.Options{Config: f.config(), Vendor: f.vendor(), SchedulerName: f.schedulerName,
+	opts := extender.Options{Config: f.config(), Vendor: f.vendor(), SchedulerName: f.schedulerName,
 		Registerer: reg, LegacyMetrics: f.legacyMetrics, SimulationLiveUsage: f.simulationLiveUsage, TrustedUsers: nonNil(f.trustedUsers), TrustedGroups: nonNil(f.trustedGroups),
 		KeepDefaultScheduler: !f.forceOverwriteDefaultScheduler, NodeLockTimeout: f.nodeLockTimeout, NodeLockWait: f.nodeLockWait, EventRecorder: recorder,
-		Pods: factory.Core().V1().Pods(), Nodes: factory.Core().V1().Nodes().Lister()})
+		Pods: factory.Core().V1().Pods(), Nodes: factory.Core().V1().Nodes().Lister()}
+	if f.extendedResourceMapping {
+		opts.DeviceClasses = factory.Resource().V1().DeviceClasses()
+	}
+	ext, err := extender.New(client, cache, opts)
 	if err != nil {
 		return err
 	}

@@ -167,7 +167,7 @@ func (q *quickstart) draStep(ctx context.Context, step int) error {
 		}
 		q.out.item("beside", "step 2's pod %s/%s on the same node, through the device plugin's Allocate: %s", demoNamespace, demoPod, strings.Join(env, " "))
 	}
-	return nil
+	return q.mappingNode(ctx, klog.NewContext(ctx, logger))
 }
 
 // idleGPU is the GPU of highest index among devices that no pod bound to the node holds

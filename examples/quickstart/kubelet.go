@@ -120,7 +120,9 @@ func (k *kubelet) admit(ctx context.Context, p *corev1.Pod) {
 	switch {
 	case k.running[p.Name]:
 		a.err = k.reportRunning(ctx, p)
-	case len(p.Spec.ResourceClaims) > 0 && draManager != nil:
+	case (len(p.Spec.ResourceClaims) > 0 || p.Status.ExtendedResourceClaimStatus != nil) && draManager != nil:
+		// The pod's own claims, or the one kube-scheduler wrote for its extended resources
+		// (a DeviceClass's extendedResourceName): the DRA manager prepares both.
 		// As the kubelet does before the containers start: NodePrepareResources of each
 		// claim's driver, then the CDI devices of each container.
 		a.err = draManager.Prepare(ctx, p)
@@ -192,10 +194,15 @@ func (k *kubelet) admission(uid types.UID) (admission, bool, <-chan struct{}) {
 // waitForAdmission waits, woken by each admission, until the pod uid was admitted, for at
 // most the step timeout.
 func (q *quickstart) waitForAdmission(ctx context.Context, uid types.UID) (admission, error) {
+	return q.waitForAdmissionOn(ctx, q.kubelet, uid)
+}
+
+// waitForAdmissionOn is waitForAdmission on the kubelet k of another node.
+func (q *quickstart) waitForAdmissionOn(ctx context.Context, k *kubelet, uid types.UID) (admission, error) {
 	ctx, cancel := context.WithTimeoutCause(ctx, q.opts.timeout, fmt.Errorf("not within %v", q.opts.timeout))
 	defer cancel()
 	for {
-		a, ok, changed := q.kubelet.admission(uid)
+		a, ok, changed := k.admission(uid)
 		if ok {
 			return a, nil
 		}

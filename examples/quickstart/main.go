@@ -44,7 +44,15 @@
 //     ResourceClaim of 10Gi and 30 cores is placed by kube-scheduler's DynamicResources
 //     plugin, prepared by the plugin through the DRA manager, and its CDI edits
 //     (CUDA_DEVICE_MEMORY_LIMIT_0=10240m, CUDA_DEVICE_SM_LIMIT_0=30, HAMi-core's mounts) are
-//     shown beside the env step 2's device-plugin pod got;
+//     shown beside the env step 2's device-plugin pod got; then a second node, <node>-dra,
+//     whose device plugin runs with --dra and no --dra-gpus (every GPU DRA's, so the
+//     kubelet counts no nvidia.com/gpu there), the DeviceClass of
+//     examples/deviceplugin/deploy/mapping (extendedResourceName nvidia.com/gpu), and two
+//     pods of one spec (nvidia.com/gpu: 1, a required anti-affinity on the host name): one
+//     runs on the device-plugin node through HAMi's annotations and Allocate, the other on
+//     the DRA node through the claim kube-scheduler writes, prepared with the whole GPU;
+//     the pods go and the class loses the mapping again (with it, pods asking
+//     nvidia.com/gpumem would need --report-node-capacity);
 //  7. builds examples/scheduler (kube-scheduler with the SDK's HAMiGPU plugin) and runs it as a
 //     second scheduler: a low-priority pod takes one GPU's whole memory, a high-priority pod
 //     that needs 60 % of it preempts it (kube-scheduler's preemption asking the plugin's

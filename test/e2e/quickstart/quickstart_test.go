@@ -269,6 +269,14 @@ func TestQuickstart(t *testing.T) {
 		regexp.MustCompile(`(?m)^ +CUDA_DEVICE_MEMORY_LIMIT_0=10240m$\n(?: +\S+\n)*? +CUDA_DEVICE_SM_LIMIT_0=30$`),
 		regexp.MustCompile(`(?m)^ +mount /etc/ld\.so\.preload ← host \S+$`),
 		regexp.MustCompile(`(?m)^   beside +step 2's pod default/demo on the same node, through the device plugin's Allocate: CUDA_DEVICE_MEMORY_LIMIT_0=10240m CUDA_DEVICE_MEMORY_LIMIT_1=10240m .*CUDA_DEVICE_SM_LIMIT=30 .*NVIDIA_VISIBLE_DEVICES=GPU-`),
+		// Step 6 too: the extended-resource mapping: a DRA node (every GPU DRA's, count 0),
+		// the DeviceClass with extendedResourceName, and one pod spec on both kinds of node.
+		regexp.MustCompile(`(?m)^   DRA node +qs-node-dra: examples/deviceplugin --dra --dra-profile=sdk \(no --dra-gpus: every GPU DRA's\); status\.allocatable\[nvidia\.com/gpu\] = 0, `),
+		regexp.MustCompile(`(?m)^   mapping +DeviceClass gpu\.hamireg\.io with extendedResourceName nvidia\.com/gpu \(examples/deviceplugin/deploy/mapping/deviceclass\.yaml\)`),
+		regexp.MustCompile(`(?m)^   pods +gpu-anywhere-0 and gpu-anywhere-1, one spec: limits nvidia\.com/gpu: 1, a required anti-affinity on kubernetes\.io/hostname, on qs-node or qs-node-dra$`),
+		regexp.MustCompile(`(?m)^   gpu-anywhere-0 on qs-node through the device plugin, admitted \S+ after the create: hami\.io/vgpu-devices-to-allocate=GPU-[0-9a-f-]+,NVIDIA,40960,0:;$\n +the device manager's Allocate for container cuda: CUDA_DEVICE_MEMORY_LIMIT_0=40960m .*NVIDIA_VISIBLE_DEVICES=GPU-`),
+		regexp.MustCompile(`(?m)^   gpu-anywhere-1 on qs-node-dra through DRA, admitted \S+ after the create: kube-scheduler wrote ResourceClaim gpu-anywhere-1-extended-resources-\S+ \(owner: the pod\) for nvidia\.com/gpu, allocated gpu\.hamireg\.io/gpu-[0-7], consumed cores=0 memory=40Gi shares=1; no HAMi annotation$\n +the DRA manager's CDI edits for container cuda \(the whole GPU\): CUDA_DEVICE_MEMORY_LIMIT_0=40960m .*NVIDIA_VISIBLE_DEVICES=GPU-`),
+		regexp.MustCompile(`(?m)^ +pods deleted; DeviceClass gpu\.hamireg\.io applied again without the mapping`),
 		// Step 7: examples/scheduler (kube-scheduler with the HAMiGPU plugin): a preemption and
 		// a requeue on one GPU.
 		regexp.MustCompile(`(?m)^== 7\. the scheduler plugin: preemption and requeue on node qs-node`),
@@ -284,7 +292,7 @@ func TestQuickstart(t *testing.T) {
 		regexp.MustCompile(`(?m)^   annotations +hami\.io/vgpu-devices-allocated: GPU-[0-9a-f-]+,NVIDIA,9856,29:;$`),
 		regexp.MustCompile(`(?m)^ +hami\.io/vgpu-mig-allocations: \[\{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-[0-9a-f-]+","profile":"2g\.10gb","placement":\{"start":\d,"size":2\},"migUUID":"(MIG-[0-9a-f-]+)","gpuInstanceID":\d+,"computeInstanceID":\d+\}\]$`),
 		regexp.MustCompile(`(?m)^   env +the kubelet's Allocate: NVIDIA_VISIBLE_DEVICES=MIG-[0-9a-f-]+ `),
-		regexp.MustCompile(`(?m)^quickstart: done in \S+: 10 process\(es\) stopped, /\S+ removed$`),
+		regexp.MustCompile(`(?m)^quickstart: done in \S+: 12 process\(es\) stopped, /\S+ removed$`),
 	} {
 		if !want.MatchString(out) {
 			t.Errorf("output has no match for %s", want)
