@@ -43,6 +43,10 @@ const (
 const (
 	TaintUnhealthy   = "unhealthy"
 	TaintOwnedByHAMi = "owned-by-hami"
+	// TaintCordoned is the suffix of the key of the NoSchedule taint that an operator's
+	// cordon (kubectl hami-doctor cordon, a DeviceTaintRule) puts on a device: no new claim
+	// gets it, claims that hold it keep it.
+	TaintCordoned = "cordoned"
 )
 
 // Errors, for errors.Is.
