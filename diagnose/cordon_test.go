@@ -264,4 +264,3 @@ func TestCordonRuleName(t *testing.T) {
 		}
 	}
 }
-
