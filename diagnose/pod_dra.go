@@ -1,6 +1,7 @@
 package diagnose
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -630,8 +631,8 @@ func (a *podAnalysis) checkUnhealthy() {
 					Summary:  fmt.Sprintf("the pod's claim %q holds GPU %s (%s), which is unhealthy", c.PodClaim, gpu, d.Device),
 					Evidence: append(why, a.claimLine(c)),
 					Fix: []string{
-						recreateFix(p, "") + "    # a new claim is allocated on a healthy GPU",
-						fmt.Sprintf("kubectl hami-doctor cordon %s %s --yes    # keep other claims off it until it is repaired", d.Pool, gpu),
+						draRecreateFix(p),
+						fmt.Sprintf("kubectl hami-doctor cordon %s %s --yes    # keep other claims off it until it is repaired", cmp.Or(p.Spec.NodeName, d.Pool), gpu),
 					},
 					OnNode: []string{"nvidia-smi -q -d PAGE_RETIREMENT,ECC; dmesg | grep -i xid    # why the GPU failed"}})
 			}
@@ -791,4 +792,16 @@ func rbacFix(what string, err error) []string {
 		return nil
 	}
 	return []string{fmt.Sprintf("add the RBAC rule {apiGroups: [%s], resources: [%s], verbs: [get, list]} to the doctor's ClusterRole (diagnose.PodClusterRoleRules lists them all)", resourcev1.GroupName, res)}
+}
+
+// draRecreateFix is the command that gives a claim-based pod a new device: the pod deleted
+// (its controller creates it again, a template's claim is generated anew) or, for a bare
+// pod, saved and created again; a named claim is deallocated once no pod uses it, and the
+// device's NoSchedule taint keeps the allocator off it.
+func draRecreateFix(p *corev1.Pod) string {
+	if len(p.OwnerReferences) > 0 {
+		o := p.OwnerReferences[0]
+		return fmt.Sprintf("kubectl -n %s delete pod %s    # %s %s creates it again; its claim is allocated on a healthy GPU", p.Namespace, p.Name, o.Kind, o.Name)
+	}
+	return fmt.Sprintf("kubectl -n %[1]s get pod %[2]s -o yaml > %[2]s.yaml && kubectl -n %[1]s delete pod %[2]s && kubectl create -f %[2]s.yaml    # its claim is allocated again, on a healthy GPU", p.Namespace, p.Name)
 }

@@ -88,3 +88,40 @@ func TestCordonVerbDryRun(t *testing.T) {
 		t.Errorf("unknown node: exit %d %q", code, errOut)
 	}
 }
+
+// TestPodClaimOutput: the pod verb shows a claim-based pod's stage, claims and devices with
+// the kubelet's health, and exits 1 on an unhealthy device.
+func TestPodClaimOutput(t *testing.T) {
+	t.Parallel()
+	node, slice := draGPUNode()
+	claimName, msg := "train-gpu", "XID 79: GPU has fallen off the bus"
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team-b", Name: "train", UID: "uid-train"},
+		Spec: corev1.PodSpec{NodeName: "gpu-7", ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &claimName}},
+			Containers: []corev1.Container{{Name: "cuda", Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{Name: "cuda",
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}},
+			AllocatedResourcesStatus: []corev1.ResourceStatus{{Name: "claim:gpu/gpu", Resources: []corev1.ResourceHealth{
+				{ResourceID: "gpu.hamireg.io/gpu-7/gpu-1", Health: corev1.ResourceHealthStatusUnhealthy, Message: &msg}}}}}}}}
+	claim := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "team-b", Name: claimName},
+		Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{Name: "gpu",
+			Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: dra.SDKDriver}}}}},
+		Status: resourcev1.ResourceClaimStatus{
+			Allocation: &resourcev1.AllocationResult{Devices: resourcev1.DeviceAllocationResult{Results: []resourcev1.DeviceRequestAllocationResult{
+				{Request: "gpu", Driver: dra.SDKDriver, Pool: "gpu-7", Device: "gpu-1"}}}},
+			ReservedFor: []resourcev1.ResourceClaimConsumerReference{{Resource: "pods", Name: "train", UID: "uid-train"}}}}
+	h := newHarness(node, slice, pod, claim, dra.DeviceClass(dra.SDKProfile()))
+	out, errOut, code := h.run(t, "pod", "team-b/train", "--kubeconfig", kubeconfig(t), "--monitor-port", "-1")
+	for _, want := range []string{"Pod team-b/train: P12-DeviceUnhealthy", "stage      S4 running (DRA)", "Claims (DRA)",
+		"gpu        train-gpu      gpu.hamireg.io  reserved", "gpu/gpu: gpu.hamireg.io/gpu-7/gpu-1  health Unhealthy (" + msg + ")",
+		"doctor cordon gpu-7 GPU-b --yes", "DRADeviceUnhealthy"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	if code != exitCase {
+		t.Errorf("exit %d, want %d", code, exitCase)
+	}
+	if t.Failed() {
+		t.Logf("output:\n%s%s", out, errOut)
+	}
+}
