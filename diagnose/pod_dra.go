@@ -796,12 +796,12 @@ func rbacFix(what string, err error) []string {
 
 // draRecreateFix is the command that gives a claim-based pod a new device: the pod deleted
 // (its controller creates it again, a template's claim is generated anew) or, for a bare
-// pod, saved and created again; a named claim is deallocated once no pod uses it, and the
+// pod, replaced from its own manifest; a named claim is deallocated once no pod uses it, and the
 // device's NoSchedule taint keeps the allocator off it.
 func draRecreateFix(p *corev1.Pod) string {
 	if len(p.OwnerReferences) > 0 {
 		o := p.OwnerReferences[0]
 		return fmt.Sprintf("kubectl -n %s delete pod %s    # %s %s creates it again; its claim is allocated on a healthy GPU", p.Namespace, p.Name, o.Kind, o.Name)
 	}
-	return fmt.Sprintf("kubectl -n %[1]s get pod %[2]s -o yaml > %[2]s.yaml && kubectl -n %[1]s delete pod %[2]s && kubectl create -f %[2]s.yaml    # its claim is allocated again, on a healthy GPU", p.Namespace, p.Name)
+	return recreateFix(p, "") + "    # its claim is allocated again, on a healthy GPU"
 }
