@@ -12,6 +12,7 @@ import (
 
 	"github.com/hamireg/hamireg/allocation"
 	"github.com/hamireg/hamireg/diagnose"
+	"github.com/hamireg/hamireg/dra"
 	"github.com/hamireg/hamireg/test/e2e/harness"
 )
 
@@ -47,7 +48,8 @@ func reportText(r *diagnose.PodReport) string {
 	return b.String()
 }
 
-// TestCordonAndDiagnose: the doctor's cordon of a DRA-owned GPU writes a DeviceTaintRule
+// TestCordonAndDiagnose: the slice carries the standard resource.kubernetes.io/numaNode; the
+// doctor's cordon of a DRA-owned GPU writes a DeviceTaintRule
 // that kube-scheduler honours (a new claim that would have got the GPU gets another, one that
 // wants only that GPU stays unschedulable, the claim already on it keeps it) and its uncordon
 // gives the GPU back; the doctor's pod diagnosis tells each stage of a claim-based pod on the
@@ -58,9 +60,16 @@ func TestCordonAndDiagnose(t *testing.T) {
 	n := startDRANode(t)
 	ns, class := n.name, n.profile.Driver
 	w := cp.WatchSlices(t, class, n.name)
-	w.WaitFor(t, "the node's slice with 8 devices", func(s []*resourcev1.ResourceSlice) bool {
+	slice := w.WaitFor(t, "the node's slice with 8 devices", func(s []*resourcev1.ResourceSlice) bool {
 		return len(s) == 1 && len(s[0].Spec.Devices) == harness.SimulatedGPUs
-	})
+	})[0]
+	// The standard NUMA attribute, from the scan's sysfs (the simulated A100 has GPUs 0-3 on
+	// node 0, 4-7 on node 1).
+	for i, d := range slice.Spec.Devices {
+		if a := d.Attributes[dra.AttributeNUMANode]; a.IntValue == nil || *a.IntValue != int64(i/4) {
+			t.Errorf("%s %s = %+v, want %d", d.Name, dra.AttributeNUMANode, a, i/4)
+		}
+	}
 
 	// A claim on the first-fit GPU.
 	req := harness.ClaimRequest{Memory: "4Gi", Cores: "10"}
