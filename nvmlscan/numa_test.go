@@ -9,8 +9,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/hamireg/hamireg/nvmlscan"
-	"github.com/hamireg/hamireg/nvmlscan/nvmlsim"
 	"github.com/hamireg/hamireg/nvmlscan/nvmlscantest"
+	"github.com/hamireg/hamireg/nvmlscan/nvmlsim"
 )
 
 // TestNUMANodes: the scan's GPUs have their sysfs NUMA node; a GPU without affinity (-1), an
