@@ -291,8 +291,7 @@ func (a *podAnalysis) progress() string {
 			return f.Summary
 		}
 	}
-	switch {
-	case len(a.r.Claims) > 0 && a.r.Stage >= StageAllocated:
+	if len(a.r.Claims) > 0 && a.r.Stage >= StageAllocated {
 		return "its claims' devices are prepared and healthy as far as the kubelet reports"
 	}
 	switch a.r.Stage {

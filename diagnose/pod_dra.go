@@ -282,6 +282,7 @@ func draStageText(s Stage) string {
 		return "S2 bound, claims not prepared by the kubelet (DRA)"
 	case StageAllocated:
 		return "S3 claims prepared (DRA)"
+	case StageRunning, StageNotAdmitted:
 	}
 	return "S4 running (DRA)"
 }
@@ -298,18 +299,19 @@ func (a *podAnalysis) checkDRA() {
 		a.add(Finding{Severity: SeverityInfo, Code: CodePodWaiting, Summary: "claims allocated; kube-scheduler binds the pod"})
 	case StageBound:
 		a.checkPrepare()
+	case StageNotAdmitted, StageAllocated, StageRunning: // nothing stops it before the device
 	}
 	a.checkUnhealthy()
 }
 
 // schedMessage is kube-scheduler's PodScheduled=False Unschedulable message, "" when none.
-func schedMessage(p *corev1.Pod) (string, time.Time) {
+func schedMessage(p *corev1.Pod) string {
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
-			return c.Message, c.LastTransitionTime.Time
+			return c.Message
 		}
 	}
-	return "", time.Time{}
+	return ""
 }
 
 // claimLine describes a claim for evidence.
@@ -324,7 +326,7 @@ func (a *podAnalysis) claimLine(c ClaimState) string {
 // checkClaimsPending explains a pod whose claims are not all allocated (P9, P10).
 func (a *podAnalysis) checkClaimsPending() {
 	p := a.pod
-	msg, since := schedMessage(p)
+	msg := schedMessage(p)
 	for _, c := range a.r.Claims {
 		if c.State == ClaimStateMissing {
 			a.add(Finding{Case: P9ClaimPending, Severity: SeverityError, Code: CodeClaimMissing,
@@ -345,7 +347,6 @@ func (a *podAnalysis) checkClaimsPending() {
 				"a cordoned GPU (taint <driver>/cordoned): kubectl hami-doctor uncordon NODE GPU --yes",
 				"no ResourceSlice: the node agent's DRA world is off or failing: kubectl hami-doctor node NODE",
 			}})
-		_ = since
 		return
 	}
 	age := a.now.Sub(p.CreationTimestamp.Time)
