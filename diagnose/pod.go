@@ -104,7 +104,8 @@ func Pod(ctx context.Context, client kubernetes.Interface, namespace, name strin
 }
 
 // Pods diagnoses every GPU pod of the namespace (every namespace when it is "") that is not
-// Running or Succeeded, reading the shared objects once. Reports are sorted by namespace and
+// Running or Succeeded (a pod with HAMi's resources or annotations, or with a claim of the
+// SDK's or HAMi-DRA's DRA driver), reading the shared objects once. Reports are sorted by namespace and
 // name.
 func Pods(ctx context.Context, client kubernetes.Interface, namespace string, opts Options) ([]PodReport, error) {
 	opts, err := opts.withDefaults()
@@ -122,10 +123,15 @@ func Pods(ctx context.Context, client kubernetes.Interface, namespace string, op
 		if p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodSucceeded {
 			continue
 		}
-		if !allocation.Requests(p, opts.Allocation).Any() && !hasHAMiAnnotations(p) && len(p.Spec.ResourceClaims) == 0 {
+		asks := allocation.Requests(p, opts.Allocation).Any() || hasHAMiAnnotations(p)
+		if !asks && len(p.Spec.ResourceClaims) == 0 {
 			continue
 		}
-		out = append(out, analyzePod(g.evidence(ctx, p), opts))
+		r := analyzePod(g.evidence(ctx, p), opts)
+		if !asks && len(r.Claims) == 0 {
+			continue // claims of other drivers only: not a GPU pod
+		}
+		out = append(out, r)
 	}
 	slices.SortFunc(out, func(a, b PodReport) int {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))

@@ -291,16 +291,28 @@ func TestClaimPodThroughTheClientset(t *testing.T) {
 	}
 }
 
-// TestPodsListsClaimPods: Pods lists a Pending claim-based pod.
+// TestPodsListsClaimPods: Pods lists a Pending claim-based pod, not a pod whose claims are
+// another driver's.
 func TestPodsListsClaimPods(t *testing.T) {
 	t.Parallel()
 	c := fake.NewClientset(unschedulablePod("0/1 nodes are available: 1 cannot allocate all claims."), gpuClaim(dra.SDKDriver, "", "", false), dra.DeviceClass(dra.SDKProfile()))
+	nic := unschedulablePod("0/1 nodes are available: 1 cannot allocate all claims.")
+	nic.Name, nic.UID = "nic", "uid-nic"
+	nicClaim := gpuClaim("nic.example.com", "", "", false)
+	nicClaim.Name = "nic-claim"
+	nic.Spec.ResourceClaims[0].ResourceClaimName = &nicClaim.Name
+	if _, err := c.CoreV1().Pods(draNS).Create(t.Context(), nic, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ResourceV1().ResourceClaims(draNS).Create(t.Context(), nicClaim, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	rs, err := diagnose.Pods(t.Context(), c, draNS, opts())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rs) != 1 || rs[0].Case != diagnose.P10ClaimUnallocatable {
-		t.Errorf("reports %+v", rs)
+	if len(rs) != 1 || rs[0].Name != "train" || rs[0].Case != diagnose.P10ClaimUnallocatable {
+		t.Errorf("reports %+v, want train alone (nic's claim is another driver's)", rs)
 	}
 }
 

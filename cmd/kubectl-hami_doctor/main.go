@@ -18,7 +18,7 @@
 //
 // From a live cluster (package diagnose):
 //
-//	kubectl hami-doctor pod NAMESPACE/NAME      # stage S0-S4, case P1-P8, findings and fixes; GPU usage when Running
+//	kubectl hami-doctor pod NAMESPACE/NAME      # stage S0-S4, case P1-P12, findings and fixes; GPU usage when Running
 //	kubectl hami-doctor pods -A                 # one line per GPU pod that does not run
 //	kubectl hami-doctor node gpu-7              # channels, case 1-5, findings and fixes
 //	kubectl hami-doctor nodes                   # one line per GPU node
@@ -98,7 +98,7 @@ func commandName(argv0 string) string {
 }
 
 const usage = `Usage:
-  {cmd} pod [NAMESPACE/]NAME [-n NS]    diagnose one GPU pod: stage S0-S4, case P1-P8, fixes
+  {cmd} pod [NAMESPACE/]NAME [-n NS]    diagnose one GPU pod: stage S0-S4, case P1-P12, fixes
   {cmd} pods [-n NS | -A]               one line per GPU pod that is not running
   {cmd} node NAME                       diagnose one node: the three channels, case 1-5, fixes
   {cmd} nodes                           one line per GPU node

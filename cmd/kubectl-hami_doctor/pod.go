@@ -15,7 +15,7 @@ import (
 )
 
 const podUsage = `Usage:
-  {cmd} pod NAME [-n NAMESPACE] [flags]   diagnose one GPU pod: stage S0-S4, case P1-P8, fixes
+  {cmd} pod NAME [-n NAMESPACE] [flags]   diagnose one GPU pod: stage S0-S4, case P1-P12, fixes
   {cmd} pod NAMESPACE/NAME [flags]
   {cmd} pods [-n NAMESPACE | -A] [flags]  one line per GPU pod that is not running
 
