@@ -62,7 +62,9 @@
 // one owner: a GPU that the device-plugin world owns ([Options.Owned] false) gets the
 // NoSchedule taint <driver>/owned-by-hami ([Profile.OwnedByHAMiTaint]), so kube-scheduler
 // never hands it to a claim while HAMi's extender counts its memory; the node agent keeps
-// the GPUs DRA owns out of the extender's view in turn.
+// the GPUs DRA owns out of the extender's view in turn. An operator's cordon (kubectl
+// hami-doctor cordon) adds the NoSchedule taint <driver>/cordoned ([TaintCordoned]) through a
+// DeviceTaintRule, without touching the slice.
 //
 // # What is left out
 //
