@@ -26,7 +26,8 @@
 //
 // One [Case] type and one [Finding] type serve nodes and pods. A case is its stable code, a
 // string: "N1-PluginNotScheduled" to "N5-SchedulerExcludes" for the guide's cases 1 to 5,
-// "P1-NotRoutedToHAMi" to "P8-RunningWithoutLimits" and "P0-NodeNotRegistered" for pods,
+// "P1-NotRoutedToHAMi" to "P8-RunningWithoutLimits", "P0-NodeNotRegistered" and, for
+// claim-based pods, "P9-ClaimPending" to "P12-DeviceUnhealthy" for pods,
 // [Healthy] when none applies; JSON and YAML carry the code as is.
 //
 // The guide's warnings against wrong conclusions are findings too: an old Requesting_
@@ -61,6 +62,22 @@
 // without a cluster. Diagnosing writes nothing; the one repair, of a stale node lock, is the
 // separate [RemoveStaleLock], after [LockOf] has shown the lock. [WriteBundle] collects the
 // objects, the logs and the diagnosis into one archive for an issue report.
+//
+// # Claim-based pods and the cordon
+//
+// A pod whose GPU comes from a DRA ResourceClaim of the SDK's or HAMi-DRA's driver (a claim or
+// template asking their DeviceClass, an allocation naming them, or nvidia.com/gpu served
+// through DRA: status.extendedResourceClaimStatus) follows kube-scheduler's DRA path; [Pod]
+// reports its claims ([ClaimState], with each allocated device's health from the kubelet's
+// allocatedResourcesStatus and its taints from the ResourceSlice and DeviceTaintRules), its
+// stage on that path ([PodReport].StageText) and the case: [P9ClaimPending],
+// [P10ClaimUnallocatable] (with kube-scheduler's message), [P11ClaimNotPrepared] (the
+// kubelet's FailedPrepareDynamicResources) or [P12DeviceUnhealthy].
+//
+// [Cordon] and [Uncordon] are the other repair: a GPU (UUID or index) goes into the node's
+// hami.io/device-cordon and, where a DRA driver publishes it, a DeviceTaintRule taints its
+// device <driver>/cordoned:NoSchedule ([CordonTaintKey], [CordonRuleName]); both are
+// idempotent, take a server-side dry run, and need [CordonRules].
 //
 // Problems in the cluster are findings, never errors; Node returns an error only when the node
 // cannot be read (ErrNodeNotFound, ErrAPI). Objects the caller may not read become

@@ -86,3 +86,45 @@ func FuzzParseMonitorScrape(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseClaimResourceName: never panics; what it reads writes back to the input.
+func FuzzParseClaimResourceName(f *testing.F) {
+	for _, s := range []string{"claim:gpu", "claim:gpu/req", "claim:", "nvidia.com/gpu", "claim:/x", "claim:a/b/c"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		c, r, ok := diagnose.ParseClaimResourceName(s)
+		if !ok {
+			if c != "" || r != "" {
+				t.Fatalf("%q: not ok but %q, %q", s, c, r)
+			}
+			return
+		}
+		back := "claim:" + c
+		if r != "" {
+			back += "/" + r
+		}
+		if c == "" || strings.Contains(c, "/") || (back != s && back+"/" != s) {
+			t.Fatalf("%q read as %q, %q", s, c, r)
+		}
+	})
+}
+
+// FuzzParseDeviceResourceID: never panics; what it reads joins back to the input.
+func FuzzParseDeviceResourceID(f *testing.F) {
+	for _, s := range []string{"gpu.hamireg.io/node-1/gpu-0", "d/a/b/c", "k8s.gpu.hamireg.io/gpu=uid-gpu-0", "d/x", "//", "a//b"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		d, p, dev, ok := diagnose.ParseDeviceResourceID(s)
+		if !ok {
+			if d != "" || p != "" || dev != "" {
+				t.Fatalf("%q: not ok but %q, %q, %q", s, d, p, dev)
+			}
+			return
+		}
+		if d == "" || p == "" || dev == "" || strings.Contains(d, "/") || strings.Contains(dev, "/") || d+"/"+p+"/"+dev != s {
+			t.Fatalf("%q read as %q, %q, %q", s, d, p, dev)
+		}
+	})
+}

@@ -13,6 +13,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -61,6 +62,14 @@ type PodEvidence struct {
 	// slot), with the read failure in it; nil when it was not read (the pod does not run,
 	// or Options.MonitorPort is negative).
 	Monitor *MonitorScrape
+	// Claims are the ResourceClaims and ClaimTemplates of the pod's namespace; DeviceClasses,
+	// ResourceSlices and DeviceTaintRules the cluster's (resource.k8s.io/v1): a pod whose GPU
+	// comes from a claim of the SDK's or HAMi-DRA's driver is diagnosed from them.
+	Claims           []resourcev1.ResourceClaim
+	ClaimTemplates   []resourcev1.ResourceClaimTemplate
+	DeviceClasses    []resourcev1.DeviceClass
+	ResourceSlices   []resourcev1.ResourceSlice
+	DeviceTaintRules []resourcev1.DeviceTaintRule
 	// ReadErrors holds what could not be read, by resource ("events", "nodes", …).
 	ReadErrors map[string]error
 }
@@ -95,7 +104,8 @@ func Pod(ctx context.Context, client kubernetes.Interface, namespace, name strin
 }
 
 // Pods diagnoses every GPU pod of the namespace (every namespace when it is "") that is not
-// Running or Succeeded, reading the shared objects once. Reports are sorted by namespace and
+// Running or Succeeded (a pod with HAMi's resources or annotations, or with a claim of the
+// SDK's or HAMi-DRA's DRA driver), reading the shared objects once. Reports are sorted by namespace and
 // name.
 func Pods(ctx context.Context, client kubernetes.Interface, namespace string, opts Options) ([]PodReport, error) {
 	opts, err := opts.withDefaults()
@@ -113,10 +123,15 @@ func Pods(ctx context.Context, client kubernetes.Interface, namespace string, op
 		if p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodSucceeded {
 			continue
 		}
-		if !allocation.Requests(p, opts.Allocation).Any() && !hasHAMiAnnotations(p) {
+		asks := allocation.Requests(p, opts.Allocation).Any() || hasHAMiAnnotations(p)
+		if !asks && len(p.Spec.ResourceClaims) == 0 {
 			continue
 		}
-		out = append(out, analyzePod(g.evidence(ctx, p), opts))
+		r := analyzePod(g.evidence(ctx, p), opts)
+		if !asks && len(r.Claims) == 0 {
+			continue // claims of other drivers only: not a GPU pod
+		}
+		out = append(out, r)
 	}
 	slices.SortFunc(out, func(a, b PodReport) int {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
@@ -180,7 +195,13 @@ func analyzePod(ev PodEvidence, opts Options) PodReport {
 		}
 	}
 	for what, err := range ev.ReadErrors {
-		a.add(Finding{Severity: SeverityInfo, Code: CodePodNotChecked, Summary: "could not read " + what, Evidence: []string{err.Error()}})
+		a.add(Finding{Severity: SeverityInfo, Code: CodePodNotChecked, Summary: "could not read " + what, Evidence: []string{err.Error()}, Fix: rbacFix(what, err)})
+	}
+	if claims := a.draClaims(); len(claims) > 0 {
+		r.Claims = claims
+		a.checkDRA()
+		a.finish()
+		return r
 	}
 	r.Stage = a.stage()
 	a.dispatch()
@@ -265,7 +286,7 @@ func (a *podAnalysis) finish() {
 	}
 	a.r.Case = Healthy
 	if a.r.Reason == "" {
-		a.r.Reason = fmt.Sprintf("%s: %s", a.r.Stage.Describe(), a.progress())
+		a.r.Reason = fmt.Sprintf("%s: %s", cmp.Or(a.r.StageText, a.r.Stage.Describe()), a.progress())
 	}
 }
 
@@ -275,6 +296,9 @@ func (a *podAnalysis) progress() string {
 		if f.Code == CodePodWaiting || f.Code == CodePodNoGPU {
 			return f.Summary
 		}
+	}
+	if len(a.r.Claims) > 0 && a.r.Stage >= StageAllocated {
+		return "its claims' devices are prepared and healthy as far as the kubelet reports"
 	}
 	switch a.r.Stage {
 	case StageRunning:
@@ -371,6 +395,8 @@ type podGather struct {
 	nodeReports map[string]Report
 	namespaces  map[string]*corev1.Namespace
 	quotas      map[string][]corev1.ResourceQuota
+
+	dra draGather
 }
 
 // gatherPods reads the cluster-wide objects a pod diagnosis needs.
@@ -415,6 +441,7 @@ func gatherPods(ctx context.Context, client kubernetes.Interface, opts Options, 
 			g.slices = append(g.slices, list.Items...)
 		}
 	}
+	g.gatherDRA(ctx)
 	if cm, err := client.CoreV1().ConfigMaps(opts.Namespace).Get(ctx, opts.SchedulerConfigMap, metav1.GetOptions{}); err != nil {
 		if !apierrors.IsNotFound(err) {
 			g.errs["configmap "+opts.Namespace+"/"+opts.SchedulerConfigMap] = err
@@ -514,6 +541,7 @@ func (g *podGather) evidence(ctx context.Context, pod *corev1.Pod) PodEvidence {
 		ev.NodeReports = append(ev.NodeReports, r)
 	}
 	slices.SortFunc(ev.NodeReports, func(x, y Report) int { return cmp.Compare(x.Node, y.Node) })
+	g.draEvidence(ctx, pod, &ev)
 	if wantsMonitor(pod, g.opts) {
 		ev.Monitor = readMonitor(ctx, g.client, g.opts, pod, ev.PluginPods)
 	}

@@ -131,6 +131,13 @@ type PodReport struct {
 	Asks []string `json:"asks,omitempty"`
 	// Stage is the last stage the pod reached.
 	Stage Stage `json:"stage"`
+	// StageText names the stage of a claim-based pod ("S2 bound, claims not prepared by the
+	// kubelet (DRA)"); "" for a pod on HAMi's path, whose stage Stage.Describe names.
+	StageText string `json:"stageText,omitempty"`
+	// Claims are the pod's claims of the SDK's or HAMi-DRA's DRA driver (spec.resourceClaims,
+	// and the claim of an extended resource served through DRA), with their allocated devices
+	// and the devices' health; empty for a pod on HAMi's device-plugin path.
+	Claims []ClaimState `json:"claims,omitempty"`
 	// Case is the pod case that stops the pod (the first error finding's), or Healthy.
 	Case Case `json:"case"`
 	// Reason is one line: the summary of the finding that set Case, or where the pod is.

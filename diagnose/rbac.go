@@ -1,6 +1,11 @@
 package diagnose
 
-import rbacv1 "k8s.io/api/rbac/v1"
+import (
+	"slices"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+)
 
 // ClusterRoleRules returns the read-only RBAC rules Node and Nodes need for a complete report:
 // get and list nodes; list pods and get their previous logs (the plugin's crash output);
@@ -56,7 +61,9 @@ func ClusterRoleRules() []rbacv1.PolicyRule {
 // webhook's namespaceSelector), list resourcequotas (the GPU quota of the pod's namespace),
 // list mutatingwebhookconfigurations and endpointslices (HAMi's webhook and whether its
 // Service has endpoints), get configmaps (the KubeSchedulerConfiguration) and get pods/proxy
-// (a Running pod's GPU usage, from the node monitor's /metrics on the device plugin Pod).
+// (a Running pod's GPU usage, from the node monitor's /metrics on the device plugin Pod),
+// and get and list, in resource.k8s.io, resourceclaims, resourceclaimtemplates,
+// resourceslices, deviceclasses and devicetaintrules (a pod whose GPU comes from a claim).
 // Nothing here writes, and Secrets are never read; pods/proxy is only used for GET
 // /metrics. Without one of them the report says what it could not
 // check (a NotChecked finding); only get pods is indispensable.
@@ -68,5 +75,6 @@ func PodClusterRoleRules() []rbacv1.PolicyRule {
 		rbacv1.PolicyRule{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"}, Verbs: []string{"list"}},
 		rbacv1.PolicyRule{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list"}},
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods/proxy"}, Verbs: []string{"get"}},
+		rbacv1.PolicyRule{APIGroups: []string{resourcev1.GroupName}, Resources: slices.Clone(draResources), Verbs: []string{"get", "list"}},
 	)
 }

@@ -19,7 +19,8 @@
 //	device name         gpu-<index>                      hami-gpu-<index>
 //	attributes          uuid, index, numa, type (HAMi's  type = "hami-gpu", uuid, minor
 //	                    model), productName, mode,       (= index), productName, pcieBusID,
-//	                    resource.kubernetes.io/pciBusID  resource.kubernetes.io/pciBusID
+//	                    resource.kubernetes.io/pciBusID, resource.kubernetes.io/pciBusID,
+//	                    resource.kubernetes.io/numaNode  resource.kubernetes.io/numaNode
 //	memory (bytes)      Devmem MiB; default: all of it; requests in steps of 1 MiB
 //	cores (percent)     Devcore; default 0               Devcore; default 100
 //	shares              Count; each allocation takes 1   (none)
@@ -32,7 +33,16 @@
 // defaults and caps the claims per GPU at its split count, as HAMi's extender does. Choose
 // the HAMi profile where HAMi-DRA's webhook writes the claims, the SDK profile otherwise. The
 // attributes pcieBusID and resource.kubernetes.io/pciBusID are set when the scan knows the
-// PCI address ([Extra]).
+// PCI address, resource.kubernetes.io/numaNode ([AttributeNUMANode], the standard attribute
+// of KEP-6072, a scalar int) when it knows the NUMA node ([Extra].NUMANode); a GPU without
+// NUMA affinity publishes none, as the KEP asks. The SDK profile keeps its own "numa"
+// attribute beside it (from the register annotation's numa, 0 when unknown), so the CEL of
+// existing claims still matches; the HAMi profile adds only the standard one, HAMi-DRA's
+// attributes being unchanged. A claim that wants its GPUs on one NUMA node (or beside a NIC
+// of another driver that publishes the same attribute) says so with a constraint:
+//
+//	constraints:
+//	- matchAttribute: resource.kubernetes.io/numaNode
 //
 // The profiles differ in what a claim that asks no cores gets. In the SDK profile it consumes
 // 0 cores and its container gets CUDA_DEVICE_SM_LIMIT_<i>=0, which HAMi-core reads as no
@@ -52,7 +62,9 @@
 // one owner: a GPU that the device-plugin world owns ([Options.Owned] false) gets the
 // NoSchedule taint <driver>/owned-by-hami ([Profile.OwnedByHAMiTaint]), so kube-scheduler
 // never hands it to a claim while HAMi's extender counts its memory; the node agent keeps
-// the GPUs DRA owns out of the extender's view in turn.
+// the GPUs DRA owns out of the extender's view in turn. An operator's cordon (kubectl
+// hami-doctor cordon) adds the NoSchedule taint <driver>/cordoned ([TaintCordoned]) through a
+// DeviceTaintRule, without touching the slice.
 //
 // # MIG as partitionable devices
 //

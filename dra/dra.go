@@ -43,6 +43,10 @@ const (
 const (
 	TaintUnhealthy   = "unhealthy"
 	TaintOwnedByHAMi = "owned-by-hami"
+	// TaintCordoned is the suffix of the key of the NoSchedule taint that an operator's
+	// cordon (kubectl hami-doctor cordon, a DeviceTaintRule) puts on a device: no new claim
+	// gets it, claims that hold it keep it.
+	TaintCordoned = "cordoned"
 )
 
 // Errors, for errors.Is.
@@ -137,6 +141,11 @@ type Extra struct {
 	// PCIBusID is the PCI address, e.g. "0000:07:00.0" (NVML's bus ID, lower-case, with a
 	// 4-digit domain).
 	PCIBusID string
+	// NUMANode is the GPU's NUMA node as the kernel reports it (sysfs numa_node), nil when
+	// the scan does not know it or the GPU has no NUMA affinity (numa_node -1): the standard
+	// attribute resource.kubernetes.io/numaNode ([AttributeNUMANode]) is then left out, as
+	// KEP-6072 asks. A negative value counts as unknown.
+	NUMANode *int
 }
 
 // Options of [Devices].
@@ -221,6 +230,13 @@ const ModeMIG = "mig"
 // (k8s.io/dynamic-resource-allocation/deviceattribute's StandardDeviceAttributePCIBusID).
 const AttributePCIBusID resourcev1.QualifiedName = "resource.kubernetes.io/pciBusID"
 
+// AttributeNUMANode is the standard attribute of a device's NUMA node, a scalar int
+// (k8s.io/dynamic-resource-allocation/deviceattribute's StandardDeviceAttributeNUMANode,
+// KEP-6072, GA in Kubernetes 1.37). Both profiles publish it when the scan knows the node
+// ([Extra].NUMANode); a claim aligns GPUs with other devices through a matchAttribute
+// constraint on it.
+const AttributeNUMANode resourcev1.QualifiedName = "resource.kubernetes.io/numaNode"
+
 // Size of one MiB, the unit of Devmem.
 const mib = 1 << 20
 
@@ -265,6 +281,9 @@ func device(p Profile, d annotation.Device, opts Options) (resourcev1.Device, er
 	}
 	if extra.PCIBusID != "" {
 		str(AttributePCIBusID, extra.PCIBusID)
+	}
+	if extra.NUMANode != nil && *extra.NUMANode >= 0 {
+		num(AttributeNUMANode, int64(*extra.NUMANode))
 	}
 	for k, a := range attrs {
 		if a.StringValue != nil && len(*a.StringValue) > resourcev1.DeviceAttributeMaxValueLength {

@@ -524,3 +524,44 @@ func TestConsumedFromResult(t *testing.T) {
 		})
 	}
 }
+
+// TestNUMANodeAttribute: both profiles publish the standard resource.kubernetes.io/numaNode
+// when the scan knows the node, none when it does not or the GPU has no NUMA affinity; the
+// SDK profile keeps its own numa attribute either way.
+func TestNUMANodeAttribute(t *testing.T) {
+	t.Parallel()
+	node := func(n int) *int { return &n }
+	for name, tc := range map[string]struct {
+		p        dra.Profile
+		numa     *int
+		want     *int64
+		wantNuma bool // the SDK's own "numa" attribute
+	}{
+		"sdk, node 1":      {p: dra.SDKProfile(), numa: node(1), want: new(int64(1)), wantNuma: true},
+		"sdk, node 0":      {p: dra.SDKProfile(), numa: node(0), want: new(int64(0)), wantNuma: true},
+		"sdk, unknown":     {p: dra.SDKProfile(), wantNuma: true},
+		"sdk, no affinity": {p: dra.SDKProfile(), numa: node(-1), wantNuma: true},
+		"hami, node 3":     {p: dra.HAMiProfile(), numa: node(3), want: new(int64(3))},
+		"hami, unknown":    {p: dra.HAMiProfile()},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			gpu := a100(0, "GPU-n")
+			got, err := dra.Devices([]annotation.Device{gpu}, dra.Options{Profile: tc.p,
+				Extras: map[string]dra.Extra{gpu.ID: {NUMANode: tc.numa}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, ok := got[0].Attributes[dra.AttributeNUMANode]
+			switch {
+			case tc.want == nil && ok:
+				t.Errorf("%s = %+v, want none", dra.AttributeNUMANode, a)
+			case tc.want != nil && (!ok || a.IntValue == nil || *a.IntValue != *tc.want):
+				t.Errorf("%s = %+v (present %v), want int %d", dra.AttributeNUMANode, a, ok, *tc.want)
+			}
+			if _, ok := got[0].Attributes["numa"]; ok != tc.wantNuma {
+				t.Errorf("numa attribute present = %v, want %v", ok, tc.wantNuma)
+			}
+		})
+	}
+}

@@ -127,6 +127,7 @@ func (a *Agent) publishDRA(ctx context.Context, devs []annotation.Device) (regis
 	if ps, ok := a.source.(PCISource); ok {
 		pci = ps.PCIBusIDs()
 	}
+	a.handNUMA(s.world)
 	if err := s.world.SetDevices(ctx, slices.Clone(devs), pci); err != nil {
 		// The slice keeps the last devices published; the other two outputs go on.
 		a.draError(ctx, err, "Cannot publish the scanned GPUs as DRA devices; the ResourceSlice keeps its last devices")

@@ -17,15 +17,18 @@ type (
 	bundleIndex   = diagnose.BundleIndex
 )
 
-// diagnoseAPI is the part of package diagnose the unlock and bundle verbs call; tests
+// diagnoseAPI is the part of package diagnose the unlock, bundle, cordon and uncordon verbs call; tests
 // replace it to see what the verbs pass.
 type diagnoseAPI struct {
 	lockOf          func(ctx context.Context, client kubernetes.Interface, node string, opts diagnose.Options) (*diagnose.LockState, error)
 	removeStaleLock func(ctx context.Context, client kubernetes.Interface, shown diagnose.LockState, opts diagnose.Options) error
 	writeBundle     func(ctx context.Context, client kubernetes.Interface, target bundleTarget, w io.Writer, opts bundleOptions) (*bundleIndex, error)
+	cordon          func(ctx context.Context, client kubernetes.Interface, node string, gpus []string, opts diagnose.CordonOptions) (*diagnose.CordonResult, error)
+	uncordon        func(ctx context.Context, client kubernetes.Interface, node string, gpus []string, opts diagnose.CordonOptions) (*diagnose.CordonResult, error)
 }
 
 // defaultAPI returns package diagnose's functions.
 func defaultAPI() diagnoseAPI {
-	return diagnoseAPI{lockOf: diagnose.LockOf, removeStaleLock: diagnose.RemoveStaleLock, writeBundle: diagnose.WriteBundle}
+	return diagnoseAPI{lockOf: diagnose.LockOf, removeStaleLock: diagnose.RemoveStaleLock, writeBundle: diagnose.WriteBundle,
+		cordon: diagnose.Cordon, uncordon: diagnose.Uncordon}
 }

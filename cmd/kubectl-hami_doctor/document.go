@@ -16,6 +16,7 @@ const (
 	kindPodReport      = "PodReport"
 	kindPodReportList  = "PodReportList"
 	kindUnlockResult   = "UnlockResult"
+	kindCordonResult   = "CordonResult"
 	kindBundleResult   = "BundleResult"
 	kindExplanation    = "Explanation"
 	kindVersion        = "Version"

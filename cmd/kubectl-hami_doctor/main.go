@@ -18,18 +18,21 @@
 //
 // From a live cluster (package diagnose):
 //
-//	kubectl hami-doctor pod NAMESPACE/NAME      # stage S0-S4, case P1-P8, findings and fixes; GPU usage when Running
+//	kubectl hami-doctor pod NAMESPACE/NAME      # stage S0-S4, case P1-P12, findings and fixes; GPU usage when Running
 //	kubectl hami-doctor pods -A                 # one line per GPU pod that does not run
 //	kubectl hami-doctor node gpu-7              # channels, case 1-5, findings and fixes
 //	kubectl hami-doctor nodes                   # one line per GPU node
 //	kubectl hami-doctor unlock gpu-7 [--yes]    # remove a stale hami.io/mutex.lock
+//	kubectl hami-doctor cordon gpu-7 3 [--yes]  # keep new pods and DRA claims off GPU 3
+//	kubectl hami-doctor uncordon gpu-7 3 [--yes]
 //	kubectl hami-doctor bundle ns/pod           # a support bundle (.tar.gz)
 //
 // The cluster verbs take kubectl's flags (--kubeconfig, --context, -n/--namespace, --as,
 // --as-group, --cluster, --user, --request-timeout, ...); -n is the pod's namespace, as in
 // kubectl, and --hami-namespace is where HAMi is installed (default kube-system). Every verb
 // prints -o text (default), json or yaml. Exit status: 0 when healthy (or done), 1 when a case
-// applies, 2 on errors. unlock is the only verb that writes, and only with --yes.
+// applies, 2 on errors. unlock, cordon and uncordon are the verbs that write, and only with
+// --yes (without it cordon and uncordon send their writes as the API server's dry run).
 package main
 
 import (
@@ -95,11 +98,13 @@ func commandName(argv0 string) string {
 }
 
 const usage = `Usage:
-  {cmd} pod [NAMESPACE/]NAME [-n NS]    diagnose one GPU pod: stage S0-S4, case P1-P8, fixes
+  {cmd} pod [NAMESPACE/]NAME [-n NS]    diagnose one GPU pod: stage S0-S4, case P1-P12, fixes
   {cmd} pods [-n NS | -A]               one line per GPU pod that is not running
   {cmd} node NAME                       diagnose one node: the three channels, case 1-5, fixes
   {cmd} nodes                           one line per GPU node
   {cmd} unlock NODE [--yes]             remove a stale node lock (hami.io/mutex.lock)
+  {cmd} cordon NODE GPU... [--yes]      keep new pods and DRA claims off GPUs (UUID or index)
+  {cmd} uncordon NODE GPU... [--yes]    undo cordon
   {cmd} bundle NODE|NAMESPACE/POD [-f FILE]   write a support bundle (.tar.gz)
   {cmd} explain [flags] VALUE|-f FILE|-       explain a register annotation value, offline
   {cmd} version [-o json|yaml]          the doctor's version, its Go and its SDK
@@ -136,6 +141,10 @@ func (c *cli) run(args []string) int {
 		return c.unlockCmd(args[1:])
 	case "bundle":
 		return c.bundleCmd(args[1:])
+	case "cordon":
+		return c.cordonCmd(args[1:])
+	case "uncordon":
+		return c.uncordonCmd(args[1:])
 	case "version":
 		return c.versionCmd(args[1:])
 	case "help", "-h", "--help":

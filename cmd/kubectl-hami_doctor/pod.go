@@ -15,7 +15,7 @@ import (
 )
 
 const podUsage = `Usage:
-  {cmd} pod NAME [-n NAMESPACE] [flags]   diagnose one GPU pod: stage S0-S4, case P1-P8, fixes
+  {cmd} pod NAME [-n NAMESPACE] [flags]   diagnose one GPU pod: stage S0-S4, case P1-P12, fixes
   {cmd} pod NAMESPACE/NAME [flags]
   {cmd} pods [-n NAMESPACE | -A] [flags]  one line per GPU pod that is not running
 
@@ -142,7 +142,7 @@ func printPodReport(w io.Writer, r *diagnose.PodReport) {
 	fmt.Fprintf(tw, "  phase\t%s\n", orDash(r.Phase))
 	fmt.Fprintf(tw, "  scheduler\t%s\n", orDash(r.SchedulerName))
 	fmt.Fprintf(tw, "  node\t%s (assigned %s, bind-phase %s)\n", orDash(r.Node), orDash(r.AssignedNode), orDash(r.BindPhase))
-	fmt.Fprintf(tw, "  stage\t%s\n", r.Stage.Describe())
+	fmt.Fprintf(tw, "  stage\t%s\n", cmp.Or(r.StageText, r.Stage.Describe()))
 	fmt.Fprintf(tw, "  case\t%s: %s\n", r.Case, r.Reason)
 	_ = tw.Flush()
 
@@ -151,6 +151,9 @@ func printPodReport(w io.Writer, r *diagnose.PodReport) {
 		for _, a := range r.Asks {
 			fmt.Fprintf(w, "  %s\n", a)
 		}
+	}
+	if len(r.Claims) > 0 {
+		printClaims(w, r.Claims)
 	}
 	if r.Lock != nil {
 		fmt.Fprintln(w, "\nLock")
@@ -332,4 +335,42 @@ func lockAge(l *diagnose.LockState) time.Duration {
 		return l.Age.Round(time.Second)
 	}
 	return time.Duration(l.AgeSeconds) * time.Second
+}
+
+// printClaims prints a claim-based pod's claims and their devices, as kubectl describe
+// would: one row per claim, then its devices with their health and taints.
+func printClaims(w io.Writer, claims []diagnose.ClaimState) {
+	fmt.Fprintln(w, "\nClaims (DRA)")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  POD CLAIM\tRESOURCECLAIM\tDRIVER\tSTATE")
+	for _, c := range claims {
+		name := orDash(c.Claim)
+		if c.Template != "" {
+			name += " (template " + c.Template + ")"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", c.PodClaim, name, orDash(strings.Join(c.Drivers, ",")), c.State)
+	}
+	_ = tw.Flush()
+	var devs []string
+	for _, c := range claims {
+		for _, d := range c.Devices {
+			line := fmt.Sprintf("  %s/%s: %s/%s/%s", c.PodClaim, d.Request, d.Driver, d.Pool, d.Device)
+			if d.Health != "" {
+				line += "  health " + d.Health
+				if d.Message != "" {
+					line += " (" + d.Message + ")"
+				}
+			}
+			if len(d.Taints) > 0 {
+				line += "  taints " + strings.Join(d.Taints, ", ")
+			}
+			devs = append(devs, line)
+		}
+	}
+	if len(devs) > 0 {
+		fmt.Fprintln(w, "\nAllocated devices")
+		for _, l := range devs {
+			fmt.Fprintln(w, l)
+		}
+	}
 }

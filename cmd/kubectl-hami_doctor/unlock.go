@@ -13,7 +13,7 @@ const unlockUsage = `Usage:
 
 Without --yes it prints the lock, its holder and why it is stale, and writes nothing. With
 --yes it removes the lock shown, only if it is still the same and still stale. It refuses a
-live lock. This is the only verb that writes.
+live lock. Besides cordon and uncordon, this is the only verb that writes.
 Exit status: 0 when removed (or, without --yes, removable), 1 when the lock is live or there
 is none, 2 on errors.
 `

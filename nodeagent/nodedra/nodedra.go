@@ -61,6 +61,8 @@ type World struct {
 	onError func(ctx context.Context, err error, msg string)
 	// host is the agent's side while Run runs, nil otherwise.
 	host atomic.Pointer[nodeagent.DRAHost]
+	// numa holds the GPUs' NUMA nodes of the last SetNUMANodes, by UUID; nil before.
+	numa atomic.Pointer[map[string]int]
 }
 
 var _ nodeagent.DRA = (*World)(nil)
@@ -126,16 +128,28 @@ func (w *World) Owns(dev annotation.Device) bool {
 	return w.all || w.uuids[dev.ID] || w.indexes[dev.Index]
 }
 
+// SetNUMANodes implements nodeagent.NUMAReceiver: the next SetDevices publishes each GPU's
+// NUMA node (by UUID) as the standard attribute resource.kubernetes.io/numaNode. The map is
+// the world's.
+func (w *World) SetNUMANodes(numa map[string]int) { w.numa.Store(&numa) }
+
+var _ nodeagent.NUMAReceiver = (*World)(nil)
+
 // SetDevices implements nodeagent.DRA: it maps the scan to the slices of the node's pool
 // (dra.Slices with the profile: the device-plugin GPUs tainted, the MIG GPUs the world owns
-// as MIG placements with their counter sets, the PCI bus IDs as attributes) and hands them
-// to the plugin. A mapping error leaves the plugin's slices as they were.
+// as MIG placements with their counter sets, the PCI bus IDs and the NUMA nodes of the last
+// SetNUMANodes as attributes) and hands them to the plugin. A mapping error leaves the
+// plugin's slices as they were.
 func (w *World) SetDevices(ctx context.Context, devices []annotation.Device, pciBusIDs map[string]string) error {
-	opts := dra.Options{Profile: w.profile, Owned: w.Owns}
-	if len(pciBusIDs) > 0 {
-		opts.Extras = make(map[string]dra.Extra, len(pciBusIDs))
-		for uuid, id := range pciBusIDs {
-			opts.Extras[uuid] = dra.Extra{PCIBusID: id}
+	opts := dra.Options{Profile: w.profile, Owned: w.Owns, Extras: map[string]dra.Extra{}}
+	for uuid, id := range pciBusIDs {
+		opts.Extras[uuid] = dra.Extra{PCIBusID: id}
+	}
+	if numa := w.numa.Load(); numa != nil {
+		for uuid, n := range *numa {
+			e := opts.Extras[uuid]
+			e.NUMANode = &n
+			opts.Extras[uuid] = e
 		}
 	}
 	slices, err := dra.Slices(devices, opts)

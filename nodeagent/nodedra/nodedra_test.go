@@ -58,6 +58,9 @@ func (pciSource) PCIBusIDs() map[string]string {
 	return map[string]string{"GPU-0": "0000:07:00.0", "GPU-3": "0000:0a:00.0"}
 }
 
+// NUMANodes makes pciSource a nodeagent.NUMASource that knows two NUMA nodes.
+func (pciSource) NUMANodes() map[string]int { return map[string]int{"GPU-0": 1, "GPU-2": 0} }
+
 // options is a World configuration whose folders are the test's.
 func options(tb testing.TB, gpus ...string) nodedra.Options {
 	tb.Helper()
@@ -266,6 +269,16 @@ func TestRunPublishesTheSlice(t *testing.T) {
 	}
 	if pci(0) != "0000:07:00.0" || pci(3) != "0000:0a:00.0" || pci(1) != "" {
 		t.Errorf("PCI bus IDs %q %q %q", pci(0), pci(1), pci(3))
+	}
+	numa := func(i int) string {
+		a, ok := slice.Spec.Devices[i].Attributes[dra.AttributeNUMANode]
+		if !ok || a.IntValue == nil {
+			return "none"
+		}
+		return fmt.Sprint(*a.IntValue)
+	}
+	if numa(0) != "1" || numa(2) != "0" || numa(1) != "none" || numa(3) != "none" {
+		t.Errorf("NUMA nodes %s %s %s %s, want 1 none 0 none", numa(0), numa(1), numa(2), numa(3))
 	}
 	waitFor(t, "the cordon", func() bool {
 		n, err := cs.CoreV1().Nodes().Get(ctx, testNode, metav1.GetOptions{})
