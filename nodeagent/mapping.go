@@ -24,9 +24,8 @@ const (
 	// resource gets it through the mapping's claim on this node.
 	MappingDRA MappingMode = "dra"
 	// MappingDevicePlugin: the DRA world owns some GPUs, but the kubelet counts others
-	// (device-plugin-owned GPUs, or GPUs in MIG mode, which always stay with the device
-	// plugin): the device plugin serves the resource on this node, and the DRA-owned GPUs
-	// serve explicit ResourceClaims only.
+	// (device-plugin-owned GPUs, in MIG mode or not): the device plugin serves the resource
+	// on this node, and the DRA-owned GPUs serve explicit ResourceClaims only.
 	MappingDevicePlugin MappingMode = "device-plugin"
 )
 

@@ -35,7 +35,8 @@ func TestMappingModeOf(t *testing.T) {
 
 // TestScanMappingMode: a scan in which the DRA world owns every GPU leaves the kubelet no
 // healthy device (its count, and the Node's allocatable, 0: a DRA node for the mapping); one
-// GPU left to the device plugin makes the node a device-plugin node; MIG GPUs always count.
+// GPU left to the device plugin makes the node a device-plugin node, a GPU in MIG mode as much
+// as any other; a MIG GPU the world owns is DRA's too.
 func TestScanMappingMode(t *testing.T) {
 	t.Parallel()
 	mig := annotation.Device{ID: "GPU-9", Index: 9, Count: 7, Devmem: 40960, Devcore: 100, Mode: "mig", Health: true}
@@ -47,7 +48,8 @@ func TestScanMappingMode(t *testing.T) {
 	}{
 		"all DRA's":       {testGPUs(), &fakeDRA{}, MappingDRA, 0},
 		"one left":        {testGPUs(), &fakeDRA{gpus: []string{"GPU-0", "GPU-1", "GPU-2"}}, MappingDevicePlugin, 10},
-		"MIG stays":       {append(testGPUs(), mig), &fakeDRA{}, MappingDevicePlugin, 7},
+		"MIG left":        {append(testGPUs(), mig), &fakeDRA{gpus: []string{"GPU-0", "GPU-1", "GPU-2", "GPU-3"}}, MappingDevicePlugin, 7},
+		"MIG DRA's too":   {append(testGPUs(), mig), &fakeDRA{}, MappingDRA, 0},
 		"without a world": {testGPUs(), nil, MappingNone, 40},
 	}
 	for name, tc := range tests {
