@@ -168,9 +168,9 @@ type Plugin struct {
 	claims      map[types.UID]preparedClaim
 	recovery    error // New's checkpoint recovery, reported by Run
 
-	prepared, unprepared, refused                            atomic.Uint64
+	prepared, unprepared, refused                             atomic.Uint64
 	staleUnprepared, orphansAdopted, orphansRemoved, cleanups atomic.Uint64
-	recoveries                                               atomic.Uint64
+	recoveries                                                atomic.Uint64
 }
 
 var _ kubeletplugin.DRAPlugin = (*Plugin)(nil)

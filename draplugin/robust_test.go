@@ -240,11 +240,20 @@ func TestCleanupStale(t *testing.T) {
 		getErr    error
 		unprepare bool
 	}{
-		"deleted":        {api: nil, unprepare: true},
-		"another UID":    {api: func(c *resourcev1.ResourceClaim) *resourcev1.ResourceClaim { c.UID = "new"; return c }, unprepare: true},
-		"deallocated":    {api: func(c *resourcev1.ResourceClaim) *resourcev1.ResourceClaim { c.Status = resourcev1.ResourceClaimStatus{}; return c }, unprepare: true},
-		"other node":     {api: func(c *resourcev1.ResourceClaim) *resourcev1.ResourceClaim { c.Status.Allocation.Devices.Results[0].Pool = "node-b"; return c }, unprepare: true},
-		"other driver":   {api: func(c *resourcev1.ResourceClaim) *resourcev1.ResourceClaim { c.Status.Allocation.Devices.Results[0].Driver = "x.example.com"; return c }, unprepare: true},
+		"deleted":     {api: nil, unprepare: true},
+		"another UID": {api: func(c *resourcev1.ResourceClaim) *resourcev1.ResourceClaim { c.UID = "new"; return c }, unprepare: true},
+		"deallocated": {api: func(c *resourcev1.ResourceClaim) *resourcev1.ResourceClaim {
+			c.Status = resourcev1.ResourceClaimStatus{}
+			return c
+		}, unprepare: true},
+		"other node": {api: func(c *resourcev1.ResourceClaim) *resourcev1.ResourceClaim {
+			c.Status.Allocation.Devices.Results[0].Pool = "node-b"
+			return c
+		}, unprepare: true},
+		"other driver": {api: func(c *resourcev1.ResourceClaim) *resourcev1.ResourceClaim {
+			c.Status.Allocation.Devices.Results[0].Driver = "x.example.com"
+			return c
+		}, unprepare: true},
 		"allocated here": {api: func(c *resourcev1.ResourceClaim) *resourcev1.ResourceClaim { return c }},
 		"not reserved":   {api: func(c *resourcev1.ResourceClaim) *resourcev1.ResourceClaim { c.Status.ReservedFor = nil; return c }},
 		"being deleted": {api: func(c *resourcev1.ResourceClaim) *resourcev1.ResourceClaim {
