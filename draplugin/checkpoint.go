@@ -250,10 +250,8 @@ func writeFileAtomic(path string, data []byte, mode os.FileMode) (err error) {
 	if err := os.Rename(tmp, path); err != nil {
 		return fmt.Errorf("rename %s: %w", tmp, err)
 	}
-	// The rename survives a power loss only once the folder is synced.
-	if d, err := os.Open(filepath.Dir(path)); err == nil {
-		_ = d.Sync()
-		_ = d.Close()
-	}
+	// The folder is not synced (it would double Prepare's time): a rename lost to a power
+	// cut leaves the previous checkpoint, whose missing or extra claims the stale-claim
+	// cleanup settles (an orphan CDI spec is adopted or removed, a stale entry unprepared).
 	return nil
 }

@@ -21,8 +21,8 @@ import (
 	"github.com/hamireg/hamireg/annotation"
 	"github.com/hamireg/hamireg/dra"
 	"github.com/hamireg/hamireg/draplugin"
-	"github.com/hamireg/hamireg/hamicore"
 	"github.com/hamireg/hamireg/envtest/proc"
+	"github.com/hamireg/hamireg/hamicore"
 )
 
 // pluginChildEnv carries a childConfig (JSON): the test binary then runs the DRA plugin of
@@ -147,7 +147,6 @@ func (c *childPlugin) kill(t testing.TB) {
 	}
 	_ = c.cmd.Wait()
 }
-
 
 // stop ends the child with SIGTERM and reaps it.
 func (c *childPlugin) stop(t testing.TB) {
