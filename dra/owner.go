@@ -9,8 +9,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// ErrInvalidOwner: [SetPodOwner] cannot make the pod the claim's owner.
-var ErrInvalidOwner = errors.New("invalid claim owner")
+// Errors of [SetPodOwner], for errors.Is.
+var (
+	// ErrInvalidOwner: SetPodOwner cannot make the pod the claim's owner.
+	ErrInvalidOwner = errors.New("invalid claim owner")
+)
 
 // SetPodOwner makes pod the controller of claim: an ownerReference (v1 Pod, the pod's name
 // and UID, controller and blockOwnerDeletion set), as the resourceclaim controller gives the
@@ -48,9 +51,10 @@ func SetPodOwner(claim *resourcev1.ResourceClaim, pod *corev1.Pod) error {
 		refs = append(refs, r)
 	}
 	yes := true
-	claim.OwnerReferences = append(refs, metav1.OwnerReference{
+	refs = append(refs, metav1.OwnerReference{
 		APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID,
 		Controller: &yes, BlockOwnerDeletion: &yes,
 	})
+	claim.OwnerReferences = refs
 	return nil
 }

@@ -80,7 +80,7 @@ func FuzzSpecRecord(f *testing.F) {
 		f.Fatal(err)
 	}
 	for _, s := range []string{valid, "", "{}", "null", `{"driver":"d","uid":"u1","claim":{}}`, valid + "{}", valid[:len(valid)/2],
-		strings.Replace(valid, "u1", "..", -1)} {
+		strings.ReplaceAll(valid, "u1", "..")} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, value string) {

@@ -49,23 +49,38 @@ func (p *Plugin) lock(ctx context.Context) (unlock func(), err error) {
 	return unlock, nil
 }
 
-// flock opens and locks [LockFile]; ctx nil waits without end (New, which has no context:
-// holders keep the lock for file operations and bounded API calls only).
-func (p *Plugin) flock(ctx context.Context) (*os.File, error) {
+// openLock opens (creates) [LockFile].
+func (p *Plugin) openLock() (*os.File, string, error) {
 	path := filepath.Join(p.opts.PluginDir, LockFile)
 	if err := os.MkdirAll(p.opts.PluginDir, 0o750); err != nil {
-		return nil, fmt.Errorf("lock %s: %w", path, err)
+		return nil, path, fmt.Errorf("lock %s: %w", path, err)
 	}
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
+		return nil, path, fmt.Errorf("lock %s: %w", path, err)
+	}
+	return f, path, nil
+}
+
+// flockWithoutContext locks [LockFile], waiting without end: for New, which has no
+// context (holders keep the lock for file operations and bounded API calls only).
+func (p *Plugin) flockWithoutContext() (*os.File, error) {
+	f, path, err := p.openLock()
+	if err != nil {
+		return nil, err
+	}
+	if err := flockRetry(f, syscall.LOCK_EX); err != nil {
+		_ = f.Close()
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
-	if ctx == nil {
-		if err := flockRetry(f, syscall.LOCK_EX); err != nil {
-			_ = f.Close()
-			return nil, fmt.Errorf("lock %s: %w", path, err)
-		}
-		return f, nil
+	return f, nil
+}
+
+// flock locks [LockFile], waiting until ctx ends.
+func (p *Plugin) flock(ctx context.Context) (*os.File, error) {
+	f, path, err := p.openLock()
+	if err != nil {
+		return nil, err
 	}
 	wait, logged := lockPollMin, false
 	for {

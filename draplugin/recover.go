@@ -71,7 +71,7 @@ func (p *Plugin) moveAside() (string, error) {
 // have recovered it meanwhile, and recovers it if it is still corrupted. The report is kept
 // for Run, which logs it and hands it to Options.OnError.
 func (p *Plugin) recoverAtNew() error {
-	f, err := p.flock(nil)
+	f, err := p.flockWithoutContext()
 	if err != nil {
 		return err
 	}

@@ -104,57 +104,57 @@ type childPlugin struct {
 
 // startChild starts the node's DRA plugin as a child process (blocking mid-prepare when block
 // is set) and waits until it registered with the DRA manager.
-func (n *robustNode) startChild(t testing.TB, block string) *childPlugin {
-	t.Helper()
+func (n *robustNode) startChild(tb testing.TB, block string) *childPlugin {
+	tb.Helper()
 	cfg, err := json.Marshal(childConfig{
 		Kubeconfig: cp.Kubeconfig(), Node: n.name, RegistrarDir: n.dra.RegistryDir(),
 		PluginDir: n.plugin, CDIDir: n.cdiDir, Hook: n.hook, Block: block,
 	})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	regs := n.dra.Registrations(n.profile.Driver)
 	c := &childPlugin{log: filepath.Join(n.root, fmt.Sprintf("plugin-%d.log", time.Now().UnixNano()))}
 	logFile, err := os.Create(c.log)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	defer func() { _ = logFile.Close() }()
 	c.cmd = exec.Command(os.Args[0], "-test.run=^$")
 	c.cmd.Env = append(os.Environ(), pluginChildEnv+"="+string(cfg))
 	c.cmd.Stdout, c.cmd.Stderr = logFile, logFile
 	if err := c.cmd.Start(); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		if c.cmd.ProcessState == nil {
 			_ = c.cmd.Process.Signal(syscall.SIGTERM)
 			_ = c.cmd.Wait()
 		}
-		if t.Failed() {
-			t.Logf("child plugin log %s:\n%s", c.log, proc.Tail(c.log, 60))
+		if tb.Failed() {
+			tb.Logf("child plugin log %s:\n%s", c.log, proc.Tail(c.log, 60))
 		}
 	})
-	n.waitForRegistration(t, regs)
+	n.waitForRegistration(tb, regs)
 	return c
 }
 
 // kill SIGKILLs the child and reaps it.
-func (c *childPlugin) kill(t testing.TB) {
-	t.Helper()
+func (c *childPlugin) kill(tb testing.TB) {
+	tb.Helper()
 	if err := c.cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	_ = c.cmd.Wait()
 }
 
 // stop ends the child with SIGTERM and reaps it.
-func (c *childPlugin) stop(t testing.TB) {
-	t.Helper()
+func (c *childPlugin) stop(tb testing.TB) {
+	tb.Helper()
 	if err := c.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	if err := c.cmd.Wait(); err != nil {
-		t.Errorf("child plugin: %v (log %s)", err, c.log)
+		tb.Errorf("child plugin: %v (log %s)", err, c.log)
 	}
 }

@@ -109,6 +109,7 @@ func churnClaim(ns, name string, p dra.Profile) *resourcev1.ResourceClaim {
 // released and deleted. It returns the time from the claim's create to the answer of
 // NodePrepareResources (claimFirst: the claim is created before the pod, without an owner).
 func (n *robustNode) churnOnce(tb testing.TB, w *nsWatch, name string, claimFirst bool) (churnTimes, error) {
+	tb.Helper()
 	ctx := tb.Context()
 	ns := n.name
 	released := false

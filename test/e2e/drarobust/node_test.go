@@ -50,51 +50,51 @@ type robustNode struct {
 
 // startNode creates the Node (ready, untainted), its namespace, the DeviceClass and the
 // kubelet's DRA manager.
-func startNode(t testing.TB) *robustNode {
-	t.Helper()
+func startNode(tb testing.TB) *robustNode {
+	tb.Helper()
 	if errScheduler != nil {
-		t.Fatal(errScheduler)
+		tb.Fatal(errScheduler)
 	}
-	n := &robustNode{name: harness.UniqueName("robust"), profile: dra.SDKProfile(), root: harness.ShortTempDir(t)}
+	n := &robustNode{name: harness.UniqueName("robust"), profile: dra.SDKProfile(), root: harness.ShortTempDir(tb)}
 	n.cdiDir = filepath.Join(n.root, "cdi")
 	n.plugin = filepath.Join(n.root, "plugin")
 	n.hook = filepath.Join(n.root, "hook")
-	cp.CreateNode(t, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name, Labels: map[string]string{
+	cp.CreateNode(tb, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name, Labels: map[string]string{
 		corev1.LabelHostname: n.name, harness.TestLabel: n.name,
 	}}})
-	ctx := harness.Context(t)
+	ctx := harness.Context(tb)
 	if err := cp.EnsureNamespace(ctx, n.name); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		_ = cp.AdminClient().CoreV1().Namespaces().Delete(context.WithoutCancel(ctx), n.name, metav1.DeleteOptions{})
 	})
-	cp.CreateDeviceClass(t, n.profile)
-	n.dra = cp.StartDRAManagerForTest(t, kubeletpeer.DRAManagerOptions{NodeName: n.name, RegistryDir: filepath.Join(n.root, "reg")})
+	cp.CreateDeviceClass(tb, n.profile)
+	n.dra = cp.StartDRAManagerForTest(tb, kubeletpeer.DRAManagerOptions{NodeName: n.name, RegistryDir: filepath.Join(n.root, "reg")})
 	srv, err := kubeletpeer.StartRegistrationServer(ctx, filepath.Join(n.root, "dp"))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { _ = srv.Stop() })
+	tb.Cleanup(func() { _ = srv.Stop() })
 	n.kubelet = srv.Dir()
-	n.makeReady(t)
-	t.Cleanup(n.stopDriver)
+	n.makeReady(tb)
+	tb.Cleanup(n.stopDriver)
 	return n
 }
 
 // makeReady gives the Node what a kubelet would: room for pods, the Ready condition, no
 // not-ready taint.
-func (n *robustNode) makeReady(t testing.TB) {
-	t.Helper()
-	ctx := harness.Context(t)
+func (n *robustNode) makeReady(tb testing.TB) {
+	tb.Helper()
+	ctx := harness.Context(tb)
 	nodes := cp.AdminClient().CoreV1().Nodes()
 	patch := fmt.Appendf(nil, `{"status":{"capacity":{"pods":"1100","cpu":"64","memory":"512Gi"},"allocatable":{"pods":"1100","cpu":"64","memory":"512Gi"},`+
 		`"conditions":[{"type":"Ready","status":"True","reason":"KubeletReady","lastHeartbeatTime":%[1]q,"lastTransitionTime":%[1]q}]}}`, time.Now().UTC().Format(time.RFC3339))
 	if _, err := nodes.Patch(ctx, n.name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	if _, err := nodes.Patch(ctx, n.name, types.MergePatchType, []byte(`{"spec":{"taints":null}}`), metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 }
 
@@ -106,13 +106,13 @@ type agentOptions struct {
 
 // startAgent starts the node agent with its DRA world in-process (again), on a new scanner
 // of a simulated DGX A100, and waits until the driver registered (again).
-func (n *robustNode) startAgent(t testing.TB, o agentOptions) {
-	t.Helper()
+func (n *robustNode) startAgent(tb testing.TB, o agentOptions) {
+	tb.Helper()
 	regs := n.dra.Registrations(n.profile.Driver)
-	sim := nvmlscantest.NewNode(t, dgxa100.New())
+	sim := nvmlscantest.NewNode(tb, dgxa100.New())
 	scanner, err := nvmlscan.New(sim.Server, nvmlscan.Options{Sysfs: sim.Sysfs})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	popts := draplugin.Options{
 		Profile:          n.profile,
@@ -133,14 +133,14 @@ func (n *robustNode) startAgent(t testing.TB, o agentOptions) {
 	world, err := nodedra.New(cp.AdminClient(), n.name, nodedra.Options{Plugin: popts})
 	if err != nil {
 		_ = scanner.Close()
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	agent, err := nodeagent.New(cp.AdminClient(), n.name, scanner, nodeagent.Options{DRA: world, Kubelet: kubeletplugin.Options{PluginDir: n.kubelet}})
 	if err != nil {
 		_ = scanner.Close()
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(harness.Context(t))
+	ctx, cancel := context.WithCancel(harness.Context(tb))
 	done := make(chan error, 1)
 	go func() { done <- agent.Run(ctx) }()
 	n.mu.Lock()
@@ -148,19 +148,19 @@ func (n *robustNode) startAgent(t testing.TB, o agentOptions) {
 	n.stop = func() {
 		cancel()
 		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("node agent of %s: %v", n.name, err)
+			tb.Errorf("node agent of %s: %v", n.name, err)
 		}
 		_ = scanner.Close()
 	}
 	n.mu.Unlock()
-	n.waitForRegistration(t, regs)
+	n.waitForRegistration(tb, regs)
 }
 
 // waitForRegistration waits until the driver registered with the DRA manager more often than
 // regs.
-func (n *robustNode) waitForRegistration(t testing.TB, regs int) {
-	t.Helper()
-	harness.Eventually(t, "the DRA driver registered", harness.DRAWait, func() bool { return n.dra.Registrations(n.profile.Driver) > regs })
+func (n *robustNode) waitForRegistration(tb testing.TB, regs int) {
+	tb.Helper()
+	harness.Eventually(tb, "the DRA driver registered", harness.DRAWait, func() bool { return n.dra.Registrations(n.profile.Driver) > regs })
 }
 
 // stopDriver stops the in-process agent; idempotent.
@@ -202,26 +202,26 @@ type leftovers struct {
 	checkpoint, specs, stateDirs int
 }
 
-func (n *robustNode) leftovers(t testing.TB) leftovers {
-	t.Helper()
+func (n *robustNode) leftovers(tb testing.TB) leftovers {
+	tb.Helper()
 	var l leftovers
 	data, err := os.ReadFile(filepath.Join(n.plugin, draplugin.CheckpointFile))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	if err == nil {
 		var c struct {
 			Claims map[string]json.RawMessage `json:"claims"`
 		}
 		if err := json.Unmarshal(data, &c); err != nil {
-			t.Fatalf("checkpoint: %v", err)
+			tb.Fatalf("checkpoint: %v", err)
 		}
 		l.checkpoint = len(c.Claims)
 	}
-	l.specs = len(harness.CDISpecFiles(t, n.cdiDir))
+	l.specs = len(harness.CDISpecFiles(tb, n.cdiDir))
 	dirs, err := os.ReadDir(filepath.Join(n.hook, "vgpu", "claims"))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	l.stateDirs = len(dirs)
 	return l

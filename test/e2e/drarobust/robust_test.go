@@ -185,44 +185,11 @@ func sameUIDs(a, b []types.UID) bool {
 func TestKilledMidPrepare(t *testing.T) {
 	t.Parallel()
 	n := startNode(t)
-	ctx := harness.Context(t)
 	block := filepath.Join(n.root, "blocked")
 
-	// prepareUntilKilled starts a blocking plugin, lets the kubelet prepare pod's claim until
-	// the plugin hangs mid-prepare, and kills it there.
-	prepareUntilKilled := func(name string) (uid types.UID, podName string) {
-		_ = os.Remove(block)
-		child := n.startChild(t, block)
-		c, pod := cp.CreateClaimPod(t, n.name, name, harness.Claim(n.name, name, n.profile.Driver, harness.ClaimRequest{Count: 1, Memory: "10Gi", Cores: "30"}))
-		cp.WaitForAllocation(t, c.Namespace, c.Name)
-		pod = cp.WaitForBound(t, pod.Namespace, pod.Name)
-		errc := make(chan error, 1)
-		go func() {
-			_, err := n.prepare(ctx, pod)
-			errc <- err
-		}()
-		harness.Eventually(t, "the plugin blocked mid-prepare", harness.DRAWait, func() bool { _, err := os.Stat(block); return err == nil })
-		if got, _ := os.ReadFile(block); types.UID(got) != c.UID {
-			t.Fatalf("blocked in claim %s, want %s", got, c.UID)
-		}
-		if l := n.leftovers(t); l.specs != 1 || l.checkpoint != 0 {
-			t.Fatalf("mid-prepare: %+v, want the spec written and no checkpoint entry", l)
-		}
-		child.kill(t)
-		select {
-		case err := <-errc:
-			if err == nil {
-				t.Fatal("the kubelet's Prepare succeeded although the plugin was killed")
-			}
-			t.Logf("the kubelet's Prepare while the plugin was killed: %v", err)
-		case <-time.After(harness.DRAWait):
-			t.Fatal("the kubelet's Prepare did not return after the plugin was killed")
-		}
-		return c.UID, pod.Name
-	}
-
-	uid, podName := prepareUntilKilled("k")
+	uid, podName := n.prepareUntilKilled(t, block, "k")
 	restarted := n.startChild(t, "")
+	ctx := harness.Context(t)
 	pod, err := cp.AdminClient().CoreV1().Pods(n.name).Get(ctx, podName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -252,9 +219,45 @@ func TestKilledMidPrepare(t *testing.T) {
 
 	// Killed again; the claim goes while the plugin is down.
 	restarted.stop(t)
-	uid, podName = prepareUntilKilled("g")
+	uid, podName = n.prepareUntilKilled(t, block, "g")
 	cp.ReleaseClaim(t, n.name, podName, "g")
 	n.startChild(t, "")
 	harness.Eventually(t, "the orphan spec of the deleted claim removed", harness.DRAWait, func() bool { return n.leftovers(t) == (leftovers{}) })
 	t.Logf("orphan of claim %s removed", uid)
+}
+
+// prepareUntilKilled starts the node's plugin as a child that blocks mid-prepare, lets the
+// kubelet prepare the claim of a new pod name until the plugin hangs after writing the CDI
+// spec, and SIGKILLs it there.
+func (n *robustNode) prepareUntilKilled(t *testing.T, block, name string) (uid types.UID, podName string) {
+	t.Helper()
+	_ = os.Remove(block)
+	child := n.startChild(t, block)
+	c, pod := cp.CreateClaimPod(t, n.name, name, harness.Claim(n.name, name, n.profile.Driver, harness.ClaimRequest{Count: 1, Memory: "10Gi", Cores: "30"}))
+	cp.WaitForAllocation(t, c.Namespace, c.Name)
+	pod = cp.WaitForBound(t, pod.Namespace, pod.Name)
+	ctx := harness.Context(t)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := n.prepare(ctx, pod)
+		errc <- err
+	}()
+	harness.Eventually(t, "the plugin blocked mid-prepare", harness.DRAWait, func() bool { _, err := os.Stat(block); return err == nil })
+	if got, _ := os.ReadFile(block); types.UID(got) != c.UID {
+		t.Fatalf("blocked in claim %s, want %s", got, c.UID)
+	}
+	if l := n.leftovers(t); l.specs != 1 || l.checkpoint != 0 {
+		t.Fatalf("mid-prepare: %+v, want the spec written and no checkpoint entry", l)
+	}
+	child.kill(t)
+	select {
+	case err := <-errc:
+		if err == nil {
+			t.Fatal("the kubelet's Prepare succeeded although the plugin was killed")
+		}
+		t.Logf("the kubelet's Prepare while the plugin was killed: %v", err)
+	case <-time.After(harness.DRAWait):
+		t.Fatal("the kubelet's Prepare did not return after the plugin was killed")
+	}
+	return c.UID, pod.Name
 }
