@@ -453,7 +453,8 @@ func (p *Plugin) Stats() Stats {
 }
 
 // ClusterRoleRules are the RBAC rules the plugin needs: resourceslices (get, list, watch,
-// create, update, delete), resourceclaims (get), nodes (get).
+// create, update, delete), resourceclaims (get: the helper reads a claim before Prepare, and
+// [Plugin.Cleanup] checks each prepared claim), nodes (get).
 func ClusterRoleRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{resourcev1.GroupName}, Resources: []string{"resourceslices"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
