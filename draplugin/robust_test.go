@@ -502,3 +502,39 @@ func TestRunCleansUpPeriodically(t *testing.T) {
 		t.Errorf("a negative period ran %d rounds", st.Cleanups)
 	}
 }
+
+// A checkpoint corrupted while the plugin runs is found at the next lock: it is recovered and
+// reported, and the Unprepare that found it succeeds.
+func TestCorruptCheckpointWhileRunning(t *testing.T) {
+	t.Parallel()
+	driver := testProfile().Driver
+	a := testClaim("uid-a", "a", driver, "1Gi", "10", "gpu-0")
+	b := testClaim("uid-b", "b", driver, "1Gi", "10", "gpu-1")
+	var reported []error
+	p, opts := robustPlugin(t, newClient(), func(o *Options) {
+		o.OnError = func(_ context.Context, err error, _ string) { reported = append(reported, err) }
+	})
+	mustPrepare(t, p, a, b)
+	file := filepath.Join(opts.PluginDir, CheckpointFile)
+	if err := os.WriteFile(file, []byte(`{"version":2,"checksum":"sha256:0","driver":"gpu.hamireg.io","claims":{}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := unprepare(t, p, a.UID)[a.UID]; err != nil {
+		t.Fatalf("unprepare a: %v", err)
+	}
+	if len(reported) != 1 || !errors.Is(reported[0], ErrCheckpointCorrupt) || !strings.Contains(reported[0].Error(), "checksum") {
+		t.Fatalf("reported %v, want one ErrCheckpointCorrupt about the checksum", reported)
+	}
+	if exists(filepath.Join(opts.CDIDir, cdiSpecFile(a.UID))) {
+		t.Error("a's spec is left")
+	}
+	if _, ok := p.Claim(b.UID); !ok {
+		t.Error("b was lost")
+	}
+	if _, ok := newPlugin(t, opts).Claim(b.UID); !ok {
+		t.Error("the rebuilt checkpoint lacks b")
+	}
+	if st := p.Stats(); st.CheckpointRecoveries != 1 {
+		t.Errorf("stats %+v", st)
+	}
+}
