@@ -2,9 +2,12 @@ package draplugin
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -13,15 +16,43 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// checkpointVersion is the version of the checkpoint's format this package writes and reads.
-const checkpointVersion = 1
+// Versions of the checkpoint's format: version 1 has no checksum; version 2, which this
+// package writes, carries the SHA-256 of its content. Both are read.
+const (
+	checkpointVersion1 = 1
+	checkpointVersion  = 2
+)
+
+// checksumPrefix starts a version 2 checkpoint's checksum.
+const checksumPrefix = "sha256:"
 
 // checkpoint is the file in PluginDir that lists the prepared claims: Unprepare gets only a
 // claim's UID, and a restarted plugin must still find what to remove.
 type checkpoint struct {
+	Version int `json:"version"`
+	// Checksum (version 2) is checksumPrefix and the hex SHA-256 of the compact JSON of
+	// checkpointContent{Version, Driver, Claims} (map keys sorted): a flipped bit in any value
+	// changes it.
+	Checksum string                      `json:"checksum,omitempty"`
+	Driver   string                      `json:"driver"`
+	Claims   map[types.UID]preparedClaim `json:"claims"`
+}
+
+// checkpointContent is what a checkpoint's checksum covers.
+type checkpointContent struct {
 	Version int                         `json:"version"`
 	Driver  string                      `json:"driver"`
 	Claims  map[types.UID]preparedClaim `json:"claims"`
+}
+
+// checksum is the checksum of a checkpoint of version, driver and claims.
+func checksum(version int, driver string, claims map[types.UID]preparedClaim) (string, error) {
+	data, err := json.Marshal(checkpointContent{Version: version, Driver: driver, Claims: claims})
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(data)
+	return checksumPrefix + hex.EncodeToString(sum[:]), nil
 }
 
 // preparedClaim is what Prepare did for one claim.
@@ -50,53 +81,78 @@ type preparedDevice struct {
 	MIG *preparedMIG `json:"mig,omitempty"`
 }
 
-// checkpointFix is the advice every checkpoint decoding error ends with.
-const checkpointFix = "inspect the file; remove it only when no claim of this driver is prepared on the node (the kubelet would not unprepare the claims it lists, and their CDI specs would stay)"
-
-// readCheckpoint reads the checkpoint at path; a missing file is no claims.
-func readCheckpoint(path, driver string) (map[types.UID]preparedClaim, error) {
+// readCheckpoint reads the checkpoint at path; a missing file is no claims. It also returns
+// the SHA-256 of the file's bytes (zero for a missing file), so that the plugin can tell
+// whether another process rewrote it. A file that is not a checkpoint (not JSON, truncated, a
+// bad checksum, claims Prepare could not have written) is an error wrapping
+// [ErrCheckpointCorrupt]; one of another driver or of a newer format wraps [ErrCheckpoint].
+func readCheckpoint(path, driver string) (map[types.UID]preparedClaim, [sha256.Size]byte, error) {
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return map[types.UID]preparedClaim{}, nil
+		return map[types.UID]preparedClaim{}, [sha256.Size]byte{}, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w %s: %w", ErrCheckpoint, path, err)
+		return nil, [sha256.Size]byte{}, fmt.Errorf("%w %s: %w", ErrCheckpoint, path, err)
 	}
+	sum := sha256.Sum256(data)
 	c, err := decodeCheckpoint(data)
 	if err != nil {
-		return nil, fmt.Errorf("%w %s: %w: %s", ErrCheckpoint, path, err, checkpointFix)
+		return nil, sum, fmt.Errorf("read %s: %w", path, err)
 	}
 	if c.Driver != driver {
-		return nil, fmt.Errorf("%w %s: written by driver %q, this plugin is %q: give each driver its own Options.PluginDir", ErrCheckpoint, path, c.Driver, driver)
+		return nil, sum, fmt.Errorf("%w %s: written by driver %q, this plugin is %q: give each driver its own Options.PluginDir", ErrCheckpoint, path, c.Driver, driver)
 	}
-	return c.Claims, nil
+	return c.Claims, sum, nil
 }
 
-// decodeCheckpoint parses and checks a checkpoint. It fails for JSON that is not a
-// checkpoint, another version, and claims whose paths or names could not have been written
-// by Prepare (Unprepare removes those paths, so they must be the plugin's own).
+// errNewerCheckpoint: the checkpoint has a version this plugin does not know (a newer
+// plugin wrote it): not corrupted, but not readable either.
+var errNewerCheckpoint = errors.New("a newer format")
+
+// decodeCheckpoint parses and checks a checkpoint. It fails, wrapping [ErrCheckpointCorrupt],
+// for bytes that are not a checkpoint, a version 2 checkpoint whose checksum does not match
+// its content, and claims whose paths or names could not have been written by Prepare
+// (Unprepare removes those paths, so they must be the plugin's own); a version it does not
+// know wraps [ErrCheckpoint] only.
 func decodeCheckpoint(data []byte) (checkpoint, error) {
 	var c checkpoint
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil {
-		return checkpoint{}, fmt.Errorf("decode: %w", err)
+		return checkpoint{}, fmt.Errorf("%w: decode: %w", ErrCheckpointCorrupt, err)
 	}
 	if dec.More() {
-		return checkpoint{}, errors.New("decode: data after the checkpoint")
+		return checkpoint{}, fmt.Errorf("%w: decode: data after the checkpoint", ErrCheckpointCorrupt)
 	}
-	if c.Version != checkpointVersion {
-		return checkpoint{}, fmt.Errorf("version %d, this plugin reads version %d", c.Version, checkpointVersion)
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return checkpoint{}, fmt.Errorf("%w: decode: data after the checkpoint", ErrCheckpointCorrupt)
+	}
+	switch {
+	case c.Version > checkpointVersion:
+		return checkpoint{}, fmt.Errorf("%w: version %d is %w, this plugin reads versions %d and %d: run the newer plugin, or move the file aside (the plugin then rebuilds it from the CDI specs)",
+			ErrCheckpoint, c.Version, errNewerCheckpoint, checkpointVersion1, checkpointVersion)
+	case c.Version < checkpointVersion1:
+		return checkpoint{}, fmt.Errorf("%w: version %d", ErrCheckpointCorrupt, c.Version)
+	case c.Version == checkpointVersion1 && c.Checksum != "":
+		return checkpoint{}, fmt.Errorf("%w: version 1 has no checksum", ErrCheckpointCorrupt)
+	case c.Version == checkpointVersion:
+		want, err := checksum(c.Version, c.Driver, c.Claims)
+		if err != nil {
+			return checkpoint{}, fmt.Errorf("%w: checksum: %w", ErrCheckpointCorrupt, err)
+		}
+		if c.Checksum != want {
+			return checkpoint{}, fmt.Errorf("%w: checksum %q does not match the content (%s)", ErrCheckpointCorrupt, c.Checksum, want)
+		}
 	}
 	if c.Driver == "" {
-		return checkpoint{}, errors.New("no driver")
+		return checkpoint{}, fmt.Errorf("%w: no driver", ErrCheckpointCorrupt)
 	}
 	if c.Claims == nil {
 		c.Claims = map[types.UID]preparedClaim{}
 	}
 	for uid, claim := range c.Claims {
 		if err := checkClaim(uid, claim); err != nil {
-			return checkpoint{}, fmt.Errorf("claim %q: %w", uid, err)
+			return checkpoint{}, fmt.Errorf("%w: claim %q: %w", ErrCheckpointCorrupt, uid, err)
 		}
 	}
 	return c, nil
@@ -141,14 +197,19 @@ func encodeCheckpoint(driver string, claims map[types.UID]preparedClaim) ([]byte
 	if claims == nil {
 		claims = map[types.UID]preparedClaim{}
 	}
-	data, err := json.MarshalIndent(checkpoint{Version: checkpointVersion, Driver: driver, Claims: claims}, "", "  ")
+	sum, err := checksum(checkpointVersion, driver, claims)
+	if err != nil {
+		return nil, err
+	}
+	data, err := json.MarshalIndent(checkpoint{Version: checkpointVersion, Checksum: sum, Driver: driver, Claims: claims}, "", "  ")
 	if err != nil {
 		return nil, err
 	}
 	return append(data, '\n'), nil
 }
 
-// writeCheckpoint writes the checkpoint atomically (temporary file, fsync, rename).
+// writeCheckpoint writes the checkpoint atomically (temporary file, fsync, rename); the
+// caller holds the plugin's lock ([Plugin.lock]).
 func (p *Plugin) writeCheckpoint(claims map[types.UID]preparedClaim) error {
 	data, err := encodeCheckpoint(p.opts.Profile.Driver, claims)
 	if err != nil {
@@ -160,6 +221,7 @@ func (p *Plugin) writeCheckpoint(claims map[types.UID]preparedClaim) error {
 	if err := writeFileAtomic(p.ckptPath, data, 0o600); err != nil {
 		return fmt.Errorf("%w %s: %w", ErrCheckpoint, p.ckptPath, err)
 	}
+	p.ckptSum = sha256.Sum256(data)
 	return nil
 }
 
@@ -193,5 +255,8 @@ func writeFileAtomic(path string, data []byte, mode os.FileMode) (err error) {
 	if err := os.Rename(tmp, path); err != nil {
 		return fmt.Errorf("rename %s: %w", tmp, err)
 	}
+	// The folder is not synced (it would double Prepare's time): a rename lost to a power
+	// cut leaves the previous checkpoint, whose missing or extra claims the stale-claim
+	// cleanup settles (an orphan CDI spec is adopted or removed, a stale entry unprepared).
 	return nil
 }

@@ -51,9 +51,32 @@
 //
 // What was prepared is recorded in <PluginDir>/checkpoint.json (written atomically), because
 // Unprepare gets only the claim's UID and the plugin may have restarted in between: [New]
-// reads it, and a checkpoint that cannot be read fails New with an error wrapping
-// [ErrCheckpoint] that names the file. Both calls are idempotent: a prepared claim gets the
-// same answer again without a rewrite, and unpreparing a claim that is not prepared succeeds.
+// reads it. Both calls are idempotent: a prepared claim gets the same answer again without a
+// rewrite, and unpreparing a claim that is not prepared succeeds.
+//
+// # Robustness
+//
+// Prepare writes the claim's CDI spec first, carrying the whole record of what was prepared
+// in its annotation [CDIRecordAnnotation], then the state folder, then the checkpoint;
+// Unprepare removes them in the same order. Prepare, Unprepare, the cleanup and every
+// checkpoint write hold an exclusive flock on <PluginDir>/[LockFile], so two plugin
+// processes on one folder (a rolling update) never interleave, and each reads the checkpoint
+// again when the other rewrote it.
+//
+// The checkpoint (version 2) carries the SHA-256 of its content; version 1 files are still
+// read. A corrupted one ([ErrCheckpointCorrupt]: not JSON, truncated, a bad checksum) is moved
+// aside to checkpoint.json.corrupt-<UTC time> and rebuilt from the records in the CDI specs;
+// Run reports what was done through [Plugin.HandleError] (so Options.OnError) and counts it in
+// Stats.CheckpointRecoveries. A checkpoint of another driver or of a newer format fails New
+// with [ErrCheckpoint].
+//
+// [Plugin.Cleanup], which Run calls at its start and every Options.StaleClaimPeriod, GETs each
+// prepared claim and unprepares it locally when the API server no longer allocates it to
+// this node (deleted, another UID, deallocated, allocated elsewhere): a missed Unprepare does
+// not hold a GPU forever. A claim still allocated here is never unprepared, and an API error
+// keeps the claim until the next round. CDI specs of this driver without a checkpoint entry
+// (a process killed between the spec and the checkpoint) are adopted when their claim is
+// allocated here and reserved, and removed otherwise.
 //
 // # MIG devices
 //
@@ -75,9 +98,10 @@
 //
 // New starts nothing. Run blocks until its context ends, then stops the helper and the
 // controller and returns nil; it may run again afterwards, but not twice at once
-// ([ErrAlreadyRunning]). SetDevices, [Plugin.PreparedGPUs] and [Plugin.Stats] are safe for
-// concurrent use with everything; Prepare and Unprepare are serialised. WatchHealthStatus
-// calls run one per kubelet stream and never block SetDevices; Run ends them and waits for
-// them before it returns. Options.Refuse is
-// called without the plugin's state lock, so it may call PreparedGPUs.
+// ([ErrAlreadyRunning]); the cleanup goroutine it starts ends with it. SetDevices,
+// [Plugin.PreparedGPUs] and [Plugin.Stats] are safe for concurrent use with everything;
+// Prepare, Unprepare and Cleanup are serialised, within the process and across processes.
+// WatchHealthStatus calls run one per kubelet stream and never block SetDevices; Run ends
+// them and waits for them before it returns. Options.Refuse is called without the plugin's
+// state lock, so it may call PreparedGPUs.
 package draplugin

@@ -3,6 +3,7 @@ package draplugin
 import (
 	"context"
 	"fmt"
+	"os"
 	"path"
 	"strconv"
 	"strings"
@@ -29,6 +30,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if dir := os.Getenv(lockHolderEnv); dir != "" {
+		os.Exit(holdLock(dir)) // a child of TestLockAcrossProcesses
+	}
 	goleak.VerifyTestMain(m)
 }
 

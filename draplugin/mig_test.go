@@ -301,3 +301,35 @@ func TestRunPublishesMIGSlices(t *testing.T) {
 		t.Errorf("published %d counter sets and %d devices, want 1 and 7", counters, devices)
 	}
 }
+
+// A stale MIG claim (deleted from the API server without an Unprepare) is cleaned up like
+// any other, and its MIG device destroyed as Unprepare would.
+func TestCleanupStaleMIG(t *testing.T) {
+	t.Parallel()
+	client := newClient()
+	opts := testOptions(t, client)
+	fm := &fakeMIG{}
+	opts.MIG = fm
+	p := newPlugin(t, opts)
+	gpus := migGPUs()
+	p.SetSlices(gpus, migSlices(t, gpus))
+	if res := prepare(t, p, migClaim("uid-a", "gpu-2-mig-1g-10gb-6"))["uid-a"]; res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	if len(fm.instances()) != 1 {
+		t.Fatalf("instances after prepare: %+v", fm.instances())
+	}
+	// The claim was never created in the API server: to the cleanup it is deleted.
+	if err := p.Cleanup(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if live := fm.instances(); len(live) != 0 {
+		t.Errorf("instances after the cleanup: %+v, want none", live)
+	}
+	if got := p.PreparedGPUs(); len(got) != 0 {
+		t.Errorf("PreparedGPUs after the cleanup: %v", got)
+	}
+	if st := p.Stats(); st.StaleUnprepared != 1 {
+		t.Errorf("stats %+v, want 1 stale claim unprepared", st)
+	}
+}

@@ -3,6 +3,7 @@ package draplugin
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
@@ -58,6 +59,11 @@ var (
 	ErrRefused = errors.New("claim refused")
 	// ErrCheckpoint: the checkpoint of prepared claims cannot be read or written.
 	ErrCheckpoint = errors.New("DRA checkpoint")
+	// ErrCheckpointCorrupt (also an ErrCheckpoint): the checkpoint is not one this plugin
+	// wrote (not JSON, truncated, a checksum that does not match its content, claims Prepare
+	// could not have written). The plugin moves such a file aside and rebuilds it from the
+	// claims' CDI specs; the error says where the file went and what was rebuilt.
+	ErrCheckpointCorrupt = fmt.Errorf("corrupted %w", ErrCheckpoint)
 	// ErrCDI: a CDI spec cannot be written or removed.
 	ErrCDI = errors.New("CDI spec")
 	// ErrAlreadyRunning: Run was called while the Plugin runs.
@@ -105,8 +111,8 @@ type Options struct {
 	// a realiser can destroy.
 	MIG MIGDevices
 	// OnError, when set, is called by [Plugin.HandleError] after it logged a background
-	// error (publishing the ResourceSlice, the gRPC servers), for instance to record an Event
-	// on the Node. Nil: the error is only logged.
+	// error (publishing the ResourceSlice, the gRPC servers, a recovered checkpoint), for
+	// instance to record an Event on the Node. Nil: the error is only logged.
 	OnError func(ctx context.Context, err error, msg string)
 
 	// DisableHealthService turns the kubelet's device health stream off
@@ -124,9 +130,19 @@ type Options struct {
 	// every third of it. Default [DefaultHealthCheckTimeout] (30 s); at least 1 s (the wire
 	// carries whole seconds).
 	HealthCheckTimeout time.Duration
+	// StaleClaimPeriod is how often Run checks the prepared claims against the API server
+	// and unprepares the stale ones ([Plugin.Cleanup]), besides once when it starts. Zero:
+	// [DefaultStaleClaimPeriod]; negative: never (not even at the start).
+	StaleClaimPeriod time.Duration
 	// Clock is the time source of the health reports (their LastUpdated and the re-send
-	// ticker). Default: the real clock.
+	// ticker) and of the stale-claim cleanup, and names moved-aside checkpoints. Default:
+	// the real clock.
 	Clock clock.WithTicker
+	// AfterCDISpec, when set, is called by Prepare after a claim's CDI spec (and state folder)
+	// are written and before the checkpoint records the claim, with the plugin's lock held: a
+	// process killed there leaves an orphan spec, which the next start adopts or removes. It
+	// is a fault-injection point for crash tests. Nil: nothing is called.
+	AfterCDISpec func(ctx context.Context, claim types.UID)
 }
 
 // Stats are a Plugin's counters.
@@ -139,6 +155,12 @@ type Stats struct {
 	SliceCreates, SliceUpdates, SliceDeletes int64
 	// HealthReports counts the device health reports sent to the kubelet (every stream's).
 	HealthReports uint64
+	// StaleUnprepared counts prepared claims the cleanup unprepared because the API server no
+	// longer allocates them here; OrphansAdopted and OrphansRemoved count the CDI specs
+	// without a checkpoint entry it adopted or removed; Cleanups counts Run's cleanup rounds.
+	StaleUnprepared, OrphansAdopted, OrphansRemoved, Cleanups uint64
+	// CheckpointRecoveries counts corrupted checkpoints moved aside and rebuilt.
+	CheckpointRecoveries uint64
 }
 
 // Plugin is the DRA kubelet plugin of one node: it registers with the kubelet, publishes the
@@ -149,9 +171,16 @@ type Plugin struct {
 	syncDelay time.Duration
 	ckptPath  string
 
-	// opMu serialises Prepare and Unprepare (the helper does too, but they may be called
-	// directly); it is taken before mu and never while Refuse is waited for under mu.
-	opMu sync.Mutex
+	clock         clock.WithTicker
+	cleanupPeriod time.Duration // negative: off
+
+	// opMu serialises Prepare, Unprepare and the cleanup in this process (the helper does
+	// too, but they may be called directly), and the flock on LockFile across processes
+	// (Plugin.lock takes both); it is taken before mu and never while Refuse is waited for
+	// under mu. ckptSum, the SHA-256 of the checkpoint as last read or written, is guarded
+	// by it.
+	opMu    sync.Mutex
+	ckptSum [sha256.Size]byte
 
 	mu          sync.Mutex
 	gpus        []annotation.Device
@@ -163,11 +192,13 @@ type Plugin struct {
 	ctrl        *resourceslice.Controller
 	pastSlices  resourceslice.Stats // the writes of the controllers of earlier runs
 	claims      map[types.UID]preparedClaim
+	recovery    error // New's checkpoint recovery, reported by Run
 
-	prepared, unprepared, refused atomic.Uint64
+	prepared, unprepared, refused                             atomic.Uint64
+	staleUnprepared, orphansAdopted, orphansRemoved, cleanups atomic.Uint64
+	recoveries                                                atomic.Uint64
 
 	// Device health for the kubelet (health.go).
-	clock          clock.WithTicker
 	healthTimeout  time.Duration
 	health         healthState // guarded by mu, but for its WaitGroup
 	healthReports  atomic.Uint64
@@ -177,8 +208,10 @@ type Plugin struct {
 var _ kubeletplugin.DRAPlugin = (*Plugin)(nil)
 
 // New validates opts (errors wrap [ErrInvalidOptions]) and returns a Plugin; it starts
-// nothing, but reads the checkpoint of the claims a previous process prepared in PluginDir
-// (a checkpoint that cannot be read is an error wrapping [ErrCheckpoint] that names the file).
+// nothing, but reads the checkpoint of the claims a previous process prepared in PluginDir.
+// A corrupted checkpoint ([ErrCheckpointCorrupt]) is moved aside and rebuilt from the CDI
+// specs (Run reports it); one that cannot be read or recovered is an error wrapping
+// [ErrCheckpoint] that names the file.
 func New(opts Options) (*Plugin, error) {
 	if opts.Profile.Driver == "" {
 		return nil, fmt.Errorf("%w: Options.Profile.Driver is empty: set Options.Profile to dra.SDKProfile() or dra.HAMiProfile()", ErrInvalidOptions)
@@ -215,6 +248,10 @@ func New(opts Options) (*Plugin, error) {
 		ckptPath:      filepath.Join(opts.PluginDir, CheckpointFile),
 		clock:         defaultClock(opts.Clock),
 		healthTimeout: cmp.Or(opts.HealthCheckTimeout, DefaultHealthCheckTimeout),
+		cleanupPeriod: opts.StaleClaimPeriod,
+	}
+	if p.cleanupPeriod == 0 {
+		p.cleanupPeriod = DefaultStaleClaimPeriod
 	}
 	p.health.changed = make(chan struct{})
 	switch {
@@ -225,14 +262,20 @@ func New(opts Options) (*Plugin, error) {
 	default:
 		p.syncDelay = opts.SliceSyncDelay
 	}
-	claims, err := readCheckpoint(p.ckptPath, opts.Profile.Driver)
-	if err != nil {
+	claims, sum, err := readCheckpoint(p.ckptPath, opts.Profile.Driver)
+	switch {
+	case errors.Is(err, ErrCheckpointCorrupt):
+		if err := p.recoverAtNew(); err != nil {
+			return nil, err
+		}
+	case err != nil:
 		return nil, err
+	default:
+		p.claims, p.ckptSum = claims, sum
 	}
-	if opts.MIG == nil && checkpointHasMIG(claims) {
+	if opts.MIG == nil && checkpointHasMIG(p.claims) {
 		return nil, fmt.Errorf("%w: %w: the checkpoint %s records MIG devices of prepared claims, which Unprepare must destroy: set Options.MIG", ErrInvalidOptions, ErrNoMIG, p.ckptPath)
 	}
-	p.claims = claims
 	return p, nil
 }
 
@@ -332,7 +375,9 @@ func (p *Plugin) Run(ctx context.Context) error {
 		uid = node.UID
 	}
 	p.startHealth()
-	defer p.stopHealth() // after the helper stopped: ends the health streams and waits for them
+	defer p.stopHealth()               // after the helper stopped: ends the health streams and waits for them
+	stopCleanup := p.startCleanup(ctx) // cleanup.go
+	defer stopCleanup()
 	helper, err := kubeletplugin.Start(ctx, p,
 		kubeletplugin.DriverName(p.opts.Profile.Driver),
 		kubeletplugin.KubeClient(p.opts.Client),
@@ -458,11 +503,18 @@ func (p *Plugin) Stats() Stats {
 		SliceUpdates:  slices.NumUpdates,
 		SliceDeletes:  slices.NumDeletes,
 		HealthReports: p.healthReports.Load(),
+
+		StaleUnprepared:      p.staleUnprepared.Load(),
+		OrphansAdopted:       p.orphansAdopted.Load(),
+		OrphansRemoved:       p.orphansRemoved.Load(),
+		Cleanups:             p.cleanups.Load(),
+		CheckpointRecoveries: p.recoveries.Load(),
 	}
 }
 
 // ClusterRoleRules are the RBAC rules the plugin needs: resourceslices (get, list, watch,
-// create, update, delete), resourceclaims (get), nodes (get).
+// create, update, delete), resourceclaims (get: the helper reads a claim before Prepare, and
+// [Plugin.Cleanup] checks each prepared claim), nodes (get).
 func ClusterRoleRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{resourcev1.GroupName}, Resources: []string{"resourceslices"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},

@@ -489,32 +489,6 @@ func TestPrepareRewritesALostSpec(t *testing.T) {
 	}
 }
 
-func TestCorruptCheckpoint(t *testing.T) {
-	t.Parallel()
-	opts := testOptions(t, newClient())
-	if err := os.MkdirAll(opts.PluginDir, 0o750); err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(opts.PluginDir, CheckpointFile)
-	if err := os.WriteFile(file, []byte(`{"version":1,"driver":`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	_, err := New(opts)
-	if !errors.Is(err, ErrCheckpoint) || !strings.Contains(err.Error(), file) || !strings.Contains(err.Error(), "remove it only when") {
-		t.Fatalf("New: %v", err)
-	}
-	other, err := encodeCheckpoint("other.example.com", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(file, other, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := New(opts); !errors.Is(err, ErrCheckpoint) || !strings.Contains(err.Error(), "own Options.PluginDir") {
-		t.Fatalf("New with another driver's checkpoint: %v", err)
-	}
-}
-
 func TestHandleErrorAndHealth(t *testing.T) {
 	t.Parallel()
 	opts := testOptions(t, newClient())

@@ -54,8 +54,11 @@ func cdiDeviceID(uid types.UID, device string) string {
 // MIG placement creates that MIG device through Options.MIG instead (see the package
 // documentation, "MIG devices").
 func (p *Plugin) PrepareResourceClaims(ctx context.Context, claims []*resourcev1.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
-	p.opMu.Lock()
-	defer p.opMu.Unlock()
+	unlock, err := p.lock(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("prepare claims: %w", err)
+	}
+	defer unlock()
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	for _, claim := range claims {
 		devs, err := p.prepareClaim(ctx, claim)
@@ -186,16 +189,21 @@ func (p *Plugin) prepareClaim(ctx context.Context, claim *resourcev1.ResourceCla
 		p.destroyMIG(ctx, created)
 		return nil, fmt.Errorf("prepare claim %s: %w", klog.KObj(claim), err)
 	}
+	if p.opts.PrepareStateDir && resp.StateDir != "" {
+		pc.StateDir = filepath.Clean(resp.StateDir) // in the spec's record: written first
+	}
 	if err := p.writeCDISpec(uid, pc, resp); err != nil {
 		p.destroyMIG(ctx, created)
 		return nil, fmt.Errorf("prepare claim %s: %w", klog.KObj(claim), err)
 	}
-	if p.opts.PrepareStateDir && resp.StateDir != "" {
-		if err := statedir.Recreate(resp.StateDir); err != nil {
+	if pc.StateDir != "" {
+		if err := statedir.Recreate(pc.StateDir); err != nil {
 			_ = os.Remove(pc.CDISpec)
 			return nil, fmt.Errorf("prepare claim %s: HAMi-core state folder: %w", klog.KObj(claim), err)
 		}
-		pc.StateDir = filepath.Clean(resp.StateDir)
+	}
+	if p.opts.AfterCDISpec != nil {
+		p.opts.AfterCDISpec(ctx, uid)
 	}
 
 	p.mu.Lock()
@@ -309,6 +317,9 @@ func (p *Plugin) writeCDISpec(uid types.UID, c preparedClaim, r allocation.Respo
 	if err != nil {
 		return fmt.Errorf("%w %s: %w", ErrCDI, c.CDISpec, err)
 	}
+	if err := p.annotateSpec(spec, uid, c); err != nil { // record.go
+		return fmt.Errorf("%w %s: %w", ErrCDI, c.CDISpec, err)
+	}
 	data, err := json.MarshalIndent(spec, "", "  ")
 	if err != nil {
 		return fmt.Errorf("%w %s: encode: %w", ErrCDI, c.CDISpec, err)
@@ -327,8 +338,11 @@ func (p *Plugin) writeCDISpec(uid types.UID, c preparedClaim, r allocation.Respo
 // UID, from the checkpoint, so also after a restart) it destroys its MIG devices, removes the
 // CDI spec and the state folder and drops the claim from the checkpoint. A claim not prepared is a success.
 func (p *Plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
-	p.opMu.Lock()
-	defer p.opMu.Unlock()
+	unlock, err := p.lock(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("unprepare claims: %w", err)
+	}
+	defer unlock()
 	logger := klog.FromContext(ctx)
 	out := make(map[types.UID]error, len(claims))
 	for _, ref := range claims {

@@ -248,11 +248,26 @@ func capacityString(caps map[resourcev1.QualifiedName]resource.Quantity) string 
 	return strings.Join(parts, " ")
 }
 
-// createClaimPod creates the ResourceClaim {count 1, memory 10Gi, cores 30} of the profile's
-// DeviceClass and a pod on the node that uses it.
+// createClaimPod creates a pod on the node that uses the ResourceClaim {count 1, memory
+// 10Gi, cores 30} of the profile's DeviceClass, then the claim, owned by the pod
+// (dra.SetPodOwner), so that it goes with the pod.
 func (q *quickstart) createClaimPod(ctx context.Context, p dra.Profile) (*corev1.Pod, *resourcev1.ResourceClaim, error) {
 	c := q.cp.AdminClient()
-	claim, err := c.ResourceV1().ResourceClaims(demoNamespace).Create(ctx, &resourcev1.ResourceClaim{
+	claimName := draClaim
+	pod, err := c.CoreV1().Pods(demoNamespace).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: draPod, Namespace: demoNamespace},
+		Spec: corev1.PodSpec{
+			SchedulerName:  schedulerName, // the quickstart's kube-scheduler serves this profile only
+			NodeSelector:   map[string]string{corev1.LabelHostname: q.opts.node},
+			ResourceClaims: []corev1.PodResourceClaim{{Name: draRequest, ResourceClaimName: &claimName}},
+			Containers: []corev1.Container{{Name: "cuda", Image: "nvcr.io/nvidia/cuda:12.6.3-base-ubuntu24.04", Command: []string{"nvidia-smi"},
+				Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: draRequest}}}}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("create pod %s/%s: %w", demoNamespace, draPod, err)
+	}
+	claim := &resourcev1.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: draClaim, Namespace: demoNamespace},
 		Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{
 			Name: draRequest,
@@ -262,22 +277,13 @@ func (q *quickstart) createClaimPod(ctx context.Context, p dra.Profile) (*corev1
 					dra.CapacityCores:  *resource.NewQuantity(draCores, resource.DecimalSI),
 				}}},
 		}}}},
-	}, metav1.CreateOptions{})
+	}
+	if err := dra.SetPodOwner(claim, pod); err != nil {
+		return nil, nil, err
+	}
+	claim, err = c.ResourceV1().ResourceClaims(demoNamespace).Create(ctx, claim, metav1.CreateOptions{})
 	if err != nil {
 		return nil, nil, fmt.Errorf("create ResourceClaim %s/%s: %w", demoNamespace, draClaim, err)
-	}
-	pod, err := c.CoreV1().Pods(demoNamespace).Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: draPod, Namespace: demoNamespace},
-		Spec: corev1.PodSpec{
-			SchedulerName:  schedulerName, // the quickstart's kube-scheduler serves this profile only
-			NodeSelector:   map[string]string{corev1.LabelHostname: q.opts.node},
-			ResourceClaims: []corev1.PodResourceClaim{{Name: draRequest, ResourceClaimName: &claim.Name}},
-			Containers: []corev1.Container{{Name: "cuda", Image: "nvcr.io/nvidia/cuda:12.6.3-base-ubuntu24.04", Command: []string{"nvidia-smi"},
-				Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: draRequest}}}}},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		return nil, nil, fmt.Errorf("create pod %s/%s: %w", demoNamespace, draPod, err)
 	}
 	q.out.item("claim", "ResourceClaim %s/%s: 1 device of class %s with %s=%s, %s=%d; pod %s/%s uses it", demoNamespace, draClaim, p.Driver,
 		dra.CapacityMemory, draMemory, dra.CapacityCores, draCores, demoNamespace, draPod)

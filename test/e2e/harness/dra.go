@@ -84,22 +84,19 @@ func (cp *ControlPlane) CreateDeviceClass(tb testing.TB, p dra.Profile) *resourc
 	return c
 }
 
-// CreateClaimPod creates claim and a pod ns/podName that uses it (container "cuda", through
-// the pod claim entry [ClaimRequestName] naming the claim) and is pinned to node by its
-// kubernetes.io/hostname label, for kube-scheduler to place. When tb ends, the pod and the
-// claim are released ([ControlPlane.ReleaseClaim]).
+// CreateClaimPod creates a pod ns/podName that uses claim (container "cuda", through the pod
+// claim entry [ClaimRequestName] naming the claim) and is pinned to node by its
+// kubernetes.io/hostname label, for kube-scheduler to place, then claim, owned by the pod
+// (dra.SetPodOwner), so that a garbage collector deletes it with the pod. When tb ends, the
+// pod and the claim are released ([ControlPlane.ReleaseClaim]).
 func (cp *ControlPlane) CreateClaimPod(tb testing.TB, node, podName string, claim *resourcev1.ResourceClaim) (*resourcev1.ResourceClaim, *corev1.Pod) {
 	tb.Helper()
 	ctx := tb.Context()
-	c, err := cp.AdminClient().ResourceV1().ResourceClaims(claim.Namespace).Create(ctx, claim, metav1.CreateOptions{})
-	if err != nil {
-		tb.Fatalf("create ResourceClaim %s: %v", claim.Name, err)
-	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: podName, Namespace: claim.Namespace},
 		Spec: corev1.PodSpec{
 			NodeSelector:   map[string]string{corev1.LabelHostname: node},
-			ResourceClaims: []corev1.PodResourceClaim{{Name: ClaimRequestName, ResourceClaimName: &c.Name}},
+			ResourceClaims: []corev1.PodResourceClaim{{Name: ClaimRequestName, ResourceClaimName: &claim.Name}},
 			Containers: []corev1.Container{{
 				Name: "cuda", Image: "registry.invalid/cuda:0",
 				Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: ClaimRequestName}}},
@@ -110,7 +107,15 @@ func (cp *ControlPlane) CreateClaimPod(tb testing.TB, node, podName string, clai
 	if err != nil {
 		tb.Fatalf("create pod %s: %v", podName, err)
 	}
-	tb.Cleanup(func() { cp.ReleaseClaim(tb, p.Namespace, p.Name, c.Name) })
+	tb.Cleanup(func() { cp.ReleaseClaim(tb, p.Namespace, p.Name, claim.Name) })
+	owned := claim.DeepCopy()
+	if err := dra.SetPodOwner(owned, p); err != nil {
+		tb.Fatal(err)
+	}
+	c, err := cp.AdminClient().ResourceV1().ResourceClaims(claim.Namespace).Create(ctx, owned, metav1.CreateOptions{})
+	if err != nil {
+		tb.Fatalf("create ResourceClaim %s: %v", claim.Name, err)
+	}
 	return c, p
 }
 
