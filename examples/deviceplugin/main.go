@@ -12,7 +12,7 @@
 //	             [--device-list-strategy envvar|volume-mounts[,cdi-annotations][,cdi-cri]] [--cdi-kind K] [--cdi-annotation-prefix P]
 //	             [--enable-numa-topology] [--report-node-capacity]
 //	             [--mig [--mig-allowlist FILE] [--mig-model-match word|substring] [--mig-profiles base|all]]
-//	             [--dra [--dra-profile sdk|hami] [--dra-gpus UUID|INDEX,...] [--cdi-dir /var/run/cdi] [--dra-slice-sync-delay 30s]]
+//	             [--dra [--dra-profile sdk|hami] [--dra-gpus UUID|INDEX,...] [--cdi-dir /var/run/cdi] [--dra-slice-sync-delay 30s] [--dra-health=false]]
 //	             [--metrics-bind-address :9394]
 //	             [--monitor=true] [--monitor-root <hook-path>/vgpu] [--legacy-metrics] [--monitor-version master|v2.9.0]
 //	             [--monitor-resync-interval 5m] [--monitor-period 5s] [--monitor-feedback=true]
@@ -247,6 +247,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, h host) int {
 	draGPUs := flags.String("dra-gpus", "", "with --dra, the GPUs DRA owns, a comma list of UUIDs or NVML indexes; the others stay with the device plugin (default: all)")
 	cdiDir := flags.String("cdi-dir", draplugin.DefaultCDIDir, "with --dra, the `folder` of the claims' transient CDI specs (the container runtime's CDI spec folder)")
 	draSyncDelay := flags.Duration("dra-slice-sync-delay", draplugin.DefaultSliceSyncDelay, "with --dra, how long a changed ResourceSlice waits before it is written (a burst of changes is one write)")
+	draHealth := flags.Bool("dra-health", true, "with --dra, serve the kubelet's device health stream, which shows a failed GPU in the pods' status.containerStatuses[].allocatedResourcesStatus (kubelet 1.36+); false: health is only the slice's <driver>/unhealthy taint")
 	listStrategy := flags.String("device-list-strategy", cmp.Or(h.getenv("DEVICE_LIST_STRATEGY"), hamicore.DeviceListEnvVar),
 		"how a container is told its GPUs: a comma list of envvar or volume-mounts, cdi-annotations, cdi-cri (DEVICE_LIST_STRATEGY)")
 	cdiKind := flags.String("cdi-kind", hamicore.DefaultCDIKind, "with a CDI device list strategy, the `kind` <vendor>/<class> of the CDI devices (its CDI spec must be on the host)")
@@ -303,7 +304,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, h host) int {
 	if err != nil {
 		return usage("%v", err)
 	}
-	draOpts, err := draOptions(*draOn, *draProfile, *draGPUs, *rootDir, *cdiDir, *draSyncDelay)
+	draOpts, err := draOptions(*draOn, *draProfile, *draGPUs, *rootDir, *cdiDir, *draSyncDelay, *draHealth)
 	if err != nil {
 		return usage("%v", err)
 	}
@@ -468,8 +469,8 @@ func migOptions(on bool, allowlistFile string, match mig.MatchRule, profiles nvm
 
 // draOptions reads the --dra flags: nil without --dra; else the DRA world's options with
 // the profile, the GPUs DRA owns (nil: all), the kubelet's plugin folders under rootDir, the
-// CDI folder and the slice sync delay.
-func draOptions(on bool, profile, gpus, rootDir, cdiDir string, syncDelay time.Duration) (*nodedra.Options, error) {
+// CDI folder, the slice sync delay and whether the kubelet's health stream is served.
+func draOptions(on bool, profile, gpus, rootDir, cdiDir string, syncDelay time.Duration, health bool) (*nodedra.Options, error) {
 	if !on {
 		return nil, nil
 	}
@@ -483,6 +484,8 @@ func draOptions(on bool, profile, gpus, rootDir, cdiDir string, syncDelay time.D
 		PluginDir:      filepath.Join(rootDir, "plugins", p.Driver),
 		CDIDir:         cdiDir,
 		SliceSyncDelay: syncDelay,
+
+		DisableHealthService: !health,
 	}}
 	if gpus != "" {
 		o.GPUs = strings.Split(gpus, ",")

@@ -439,3 +439,18 @@ func TestRunServesMetricsAndProbes(t *testing.T) {
 		t.Errorf("the metrics server still answers after run returned: %s", resp.Status)
 	}
 }
+
+// --dra-health (default on) serves the kubelet's device health stream; off, the DRA plugin
+// does not offer it.
+func TestDRAOptionsHealth(t *testing.T) {
+	t.Parallel()
+	for _, health := range []bool{true, false} {
+		o, err := draOptions(true, "sdk", "", "/var/lib/kubelet", "/var/run/cdi", time.Second, health)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.Plugin.DisableHealthService == health {
+			t.Errorf("--dra-health=%t: DisableHealthService %t", health, o.Plugin.DisableHealthService)
+		}
+	}
+}
