@@ -81,17 +81,24 @@ var errNoBusID = errors.New("empty pci bus id")
 // affinity) gives 0 and a nil error; an unreadable or malformed file gives 0 and the error,
 // both as HAMi.
 func numaNode(sysfs fs.FS, busID string) (int, error) {
+	n, err := kernelNUMANode(sysfs, busID)
+	return max(n, 0), err
+}
+
+// kernelNUMANode is the value of bus/pci/devices/<bus id>/numa_node under sysfs as the kernel
+// wrote it (-1: no affinity); -1 and the error when the file cannot be read or parsed.
+func kernelNUMANode(sysfs fs.FS, busID string) (int, error) {
 	id := sysfsBusID(busID)
 	if id == "" {
-		return 0, errNoBusID
+		return -1, errNoBusID
 	}
 	raw, err := fs.ReadFile(sysfs, "bus/pci/devices/"+id+"/numa_node")
 	if err != nil {
-		return 0, fmt.Errorf("read numa node: %w", err)
+		return -1, fmt.Errorf("read numa node: %w", err)
 	}
 	n, err := strconv.Atoi(strings.TrimSpace(string(raw)))
 	if err != nil {
-		return 0, fmt.Errorf("parse numa node of %s: %w", id, err)
+		return -1, fmt.Errorf("parse numa node of %s: %w", id, err)
 	}
-	return max(n, 0), nil
+	return n, nil
 }

@@ -34,8 +34,10 @@ type Scanner struct {
 	runDone chan struct{}
 	// health holds the GPUs currently unhealthy, by UUID; a GPU not in it is healthy.
 	health map[string]*gpuHealth
-	// pci holds the PCI bus IDs of the GPUs of the last scan, by UUID (PCIBusIDs).
-	pci map[string]string
+	// pci holds the PCI bus IDs of the GPUs of the last scan, by UUID (PCIBusIDs); numaNodes
+	// their NUMA nodes where the kernel knows one (NUMANodes).
+	pci       map[string]string
+	numaNodes map[string]int
 }
 
 // gpuHealth is the state of one unhealthy GPU.
@@ -159,12 +161,12 @@ func (s *Scanner) Scan(ctx context.Context) (Result, error) {
 		logger.V(3).Info("MIG mode enabled: memory scaling and core scaling are not applied")
 	}
 	var res Result
-	pci := map[string]string{}
+	pci, numaNodes := map[string]string{}, map[string]int{}
 	for i := range n {
 		if ctx.Err() != nil {
 			return Result{}, fmt.Errorf("scan devices: %w", context.Cause(ctx))
 		}
-		dev, busID, excluded, err := s.scanDevice(logger, i, mig)
+		dev, loc, excluded, err := s.scanDevice(logger, i, mig)
 		switch {
 		case err != nil && err.Op == OpMIGProfiles:
 			logger.Error(err, "skip MIG device with no discovered profile capacity", "index", err.Index, "gpuUUID", err.UUID)
@@ -179,13 +181,16 @@ func (s *Scanner) Scan(ctx context.Context) (Result, error) {
 			logger.V(3).Info("Registered device", "gpuUUID", dev.ID, "index", dev.Index,
 				"devmem", dev.Devmem, "devcore", dev.Devcore, "type", dev.Type, "numa", dev.Numa, "health", dev.Health)
 			res.Devices = append(res.Devices, dev)
-			if busID != "" {
-				pci[dev.ID] = busID
+			if loc.busID != "" {
+				pci[dev.ID] = loc.busID
+			}
+			if loc.numa >= 0 {
+				numaNodes[dev.ID] = loc.numa
 			}
 		}
 	}
 	s.mu.Lock()
-	s.pci = pci
+	s.pci, s.numaNodes = pci, numaNodes
 	s.mu.Unlock()
 	annotation.SortDevices(res.Devices)
 	logger.V(3).Info("Discovered device(s) for registration", "count", len(res.Devices), "failed", len(res.Failed))
@@ -195,9 +200,9 @@ func (s *Scanner) Scan(ctx context.Context) (Result, error) {
 // scanDevice queries the GPU at enumeration index i. It returns the device and its PCI bus ID
 // ("" when NVML does not tell), or excluded when the options filter it out, or the error of
 // the first failed query.
-func (s *Scanner) scanDevice(logger klog.Logger, i int, mig bool) (annotation.Device, string, bool, *DeviceError) {
-	fail := func(op Op, uuid string, err error) (annotation.Device, string, bool, *DeviceError) {
-		return annotation.Device{}, "", false, &DeviceError{Index: i, UUID: uuid, Op: op, Err: err}
+func (s *Scanner) scanDevice(logger klog.Logger, i int, mig bool) (annotation.Device, location, bool, *DeviceError) {
+	fail := func(op Op, uuid string, err error) (annotation.Device, location, bool, *DeviceError) {
+		return annotation.Device{}, location{numa: -1}, false, &DeviceError{Index: i, UUID: uuid, Op: op, Err: err}
 	}
 	dev, ret := s.lib.DeviceGetHandleByIndex(i)
 	if ret != nvml.SUCCESS {
@@ -215,7 +220,7 @@ func (s *Scanner) scanDevice(logger klog.Logger, i int, mig bool) (annotation.De
 		return fail(OpIndex, uuid, fmt.Errorf("%w: index %d", ErrOutOfRange, index))
 	}
 	if s.cfg.excludeUUIDs[uuid] || s.cfg.excludeIndexes[uint(index)] {
-		return annotation.Device{ID: uuid, Index: uint(index)}, "", true, nil
+		return annotation.Device{ID: uuid, Index: uint(index)}, location{numa: -1}, true, nil
 	}
 	total, derr := s.memoryBytes(logger, dev, uuid)
 	if derr != nil {
@@ -229,7 +234,7 @@ func (s *Scanner) scanDevice(logger klog.Logger, i int, mig bool) (annotation.De
 	if err != nil {
 		return fail(OpMemory, uuid, err)
 	}
-	numa, busID := s.numa(logger, dev, uuid, index)
+	loc := s.locate(logger, dev, uuid, index)
 	d := annotation.Device{
 		ID:      uuid,
 		Index:   uint(index),
@@ -237,7 +242,7 @@ func (s *Scanner) scanDevice(logger klog.Logger, i int, mig bool) (annotation.De
 		Devmem:  mem,
 		Devcore: devcore(s.cfg.coreScaling, mig),
 		Type:    deviceType(model),
-		Numa:    numa,
+		Numa:    max(loc.numa, 0),
 		Mode:    s.cfg.mode,
 	}
 	if mig && s.cfg.migVersion == annotation.VersionMaster {
@@ -249,7 +254,7 @@ func (s *Scanner) scanDevice(logger klog.Logger, i int, mig bool) (annotation.De
 		d.MIGProfiles = g.published()
 	}
 	d.Health = s.answered(logger, uuid)
-	return d, busID, false, nil
+	return d, loc, false, nil
 }
 
 // memoryBytes is the GPU's total memory, or Options.PreConfiguredMemory when the query is not
@@ -270,22 +275,29 @@ func (s *Scanner) memoryBytes(logger klog.Logger, dev nvml.Device, uuid string) 
 	}
 }
 
-// numa is the GPU's NUMA node read from sysfs, 0 when unknown (HAMi logs this case with
-// "failed to get numa information from sysfs"), and its PCI bus ID (pciBusID; "" when NVML
-// does not tell).
-func (s *Scanner) numa(logger klog.Logger, dev nvml.Device, uuid string, index int) (int, string) {
+// location is where a GPU sits: its PCI bus ID (pciBusID; "" when NVML does not tell) and
+// its NUMA node as the kernel reports it (-1 when unknown or without affinity).
+type location struct {
+	busID string
+	numa  int
+}
+
+// locate reads the GPU's PCI bus ID from NVML and its NUMA node from sysfs. The register
+// annotation takes max(numa, 0), as HAMi (which logs an unknown node with "failed to get numa
+// information from sysfs" and writes 0).
+func (s *Scanner) locate(logger klog.Logger, dev nvml.Device, uuid string, index int) location {
 	pci, ret := dev.GetPciInfo()
 	if ret != nvml.SUCCESS {
 		logger.V(4).Info("failed to get numa information from sysfs", "index", index, "gpuUUID", uuid,
 			"err", fmt.Errorf("get pci info: %w", ret))
-		return 0, ""
+		return location{numa: -1}
 	}
 	raw := busIDString(pci.BusId)
-	n, err := numaNode(s.cfg.sysfs, raw)
+	n, err := kernelNUMANode(s.cfg.sysfs, raw)
 	if err != nil {
 		logger.V(4).Info("failed to get numa information from sysfs", "index", index, "gpuUUID", uuid, "err", err)
 	}
-	return n, pciBusID(raw)
+	return location{busID: pciBusID(raw), numa: n}
 }
 
 // pciBusID normalises NVML's PCI bus ID ("00000000:07:00.0", an 8-digit domain, upper-case)
