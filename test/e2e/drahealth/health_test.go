@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/hamireg/hamireg/diagnose"
 	"github.com/hamireg/hamireg/test/e2e/harness"
 )
 
@@ -29,6 +30,17 @@ func TestHealthDRA(t *testing.T) {
 	t.Logf("pod a's container status after the XID: %s", describe(got.Status.ContainerStatuses[0].AllocatedResourcesStatus))
 	if msg := message(got, draResourceName, idA); !strings.Contains(msg, n.sim.UUID(2)) {
 		t.Errorf("pod a's health message %q does not name GPU 2 (%s)", msg, n.sim.UUID(2))
+	}
+	// The doctor reads it as evidence: the pod's claim holds an unhealthy GPU, on the
+	// kubelet's word (allocatedResourcesStatus), with the fix.
+	rep, err := diagnose.Pod(harness.Context(t), cp.AdminClient(), a.Namespace, a.Name, diagnose.Options{MonitorPort: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, ok := rep.Finding(diagnose.CodeDeviceUnhealthy)
+	if !ok || f.Case != diagnose.P12DeviceUnhealthy || !strings.Contains(f.Summary, n.sim.UUID(2)) ||
+		!strings.Contains(strings.Join(f.Evidence, "\n"), "Unhealthy in the pod's allocatedResourcesStatus") {
+		t.Errorf("the doctor on pod a after the XID: finding %+v (found %t), want %s naming GPU 2 on the kubelet's evidence", f, ok, diagnose.CodeDeviceUnhealthy)
 	}
 	for _, o := range []struct {
 		pod  *corev1.Pod
